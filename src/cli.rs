@@ -1,0 +1,132 @@
+//! Command-line definitions only: what can be typed, and the help that teaches it.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::exit::EXIT_CODES_HELP;
+
+/// From GPU hosts to a running verl job on a Ray cluster of Docker containers, and back.
+#[derive(Debug, Parser)]
+#[command(
+    name = "argus",
+    version,
+    about,
+    long_about = "From GPU hosts to a running verl (RL for LLMs) training job on a Ray cluster \
+                  made of Docker containers, and back, reproducibly.\n\n\
+                  Pipeline: `argus image build` (once) -> `argus up` -> `argus status` -> `argus down`.\n\
+                  Without -p, the built-in profile (profiles/local.yaml) is used: one CPU head and \
+                  two workers with two simulated GPUs each, on this machine.",
+    after_help = EXIT_CODES_HELP,
+    max_term_width = 100
+)]
+pub struct Cli {
+    /// Cluster profile (YAML); default: the built-in local profile.
+    #[arg(
+        short = 'p',
+        long,
+        global = true,
+        env = "ARGUS_PROFILE",
+        value_name = "FILE"
+    )]
+    pub profile: Option<PathBuf>,
+
+    /// Print machine-readable JSON on stdout instead of tables.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// More detail on stderr (-v: debug logs, -vv: trace). Hides progress bars.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count, conflicts_with = "quiet")]
+    pub verbose: u8,
+
+    /// Only errors and warnings on stderr.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+
+    /// No progress bars (they are also off when stderr is not a terminal).
+    #[arg(long, global = true)]
+    pub no_progress: bool,
+
+    #[command(subcommand)]
+    pub command: Commands,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Commands {
+    /// Start the cluster (or converge it to the profile) and wait until Ray is ready.
+    ///
+    /// Creates the cluster's network, the shared-storage layout, the head container
+    /// (`ray start --head --block`) and the worker containers (in parallel), then polls the
+    /// dashboard until exactly the expected nodes are ALIVE with their GPUs and resources.
+    /// Idempotent: a converged cluster is left alone; a container whose spec changed, or
+    /// that is missing or exited, is recreated; nothing else is touched.
+    Up(UpArgs),
+
+    /// Remove the cluster's containers and network; the shared data is kept.
+    ///
+    /// Only containers and networks labelled as this cluster's are removed.
+    Down(DownArgs),
+
+    /// Show the cluster's containers (state, restarts) and Ray nodes (alive, resources).
+    Status,
+
+    /// Build or inspect the runtime image.
+    #[command(subcommand)]
+    Image(ImageCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct UpArgs {
+    /// Print what would be created, recreated or removed, and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Seconds to wait for Ray to be ready (default: the profile's ray.ready_timeout_s).
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct DownArgs {
+    /// Print what would be removed, and change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ImageCommand {
+    /// Build the runtime image locally, without any container registry.
+    ///
+    /// A Debian rootfs from this machine's configured Debian mirror (read from apt's
+    /// sources) with python3, a venv at /opt/ray with `ray[default]` pinned, imported
+    /// through the Docker API. Needs root and debootstrap. An image built from the same
+    /// inputs (suite, Ray version, extra packages) is not rebuilt.
+    Build(ImageBuildArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ImageBuildArgs {
+    /// Ray version to pin.
+    #[arg(long, default_value = "2.51.1")]
+    pub ray_version: String,
+
+    /// Image tag; default: argus/ray:<ray-version>.
+    #[arg(long)]
+    pub tag: Option<String>,
+
+    /// Extra pip requirement to install (repeatable), e.g. --pip verl==0.6.1.
+    #[arg(long = "pip", value_name = "REQUIREMENT")]
+    pub pip: Vec<String>,
+
+    /// Debian suite of the rootfs.
+    #[arg(long, default_value = "bookworm")]
+    pub suite: String,
+
+    /// Debian mirror URL; default: the first matching one in /etc/apt/sources.list(.d).
+    #[arg(long, value_name = "URL")]
+    pub mirror: Option<String>,
+
+    /// Rebuild even if an image from the same inputs exists.
+    #[arg(long)]
+    pub force: bool,
+}

@@ -1,0 +1,189 @@
+//! Connecting to the Docker Engine, and turning a planned container into Docker's
+//! create-container request.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bollard::Docker;
+use bollard::models::{
+    ContainerCreateBody, DeviceMapping, DeviceRequest, EndpointSettings, HostConfig, Mount,
+    MountType, NetworkingConfig, PortBinding, RestartPolicy, RestartPolicyNameEnum,
+};
+use bollard::query_parameters::LogsOptionsBuilder;
+use futures_util::StreamExt;
+
+use super::Error;
+use super::plan::{ContainerPlan, GpuAttach, NetworkAttach, SharedMount};
+
+pub const DEFAULT_SOCKET: &str = "unix:///var/run/docker.sock";
+
+/// The endpoint argus talks to: the profile's, else `DOCKER_HOST`, else the local socket.
+pub fn endpoint(profile_host: Option<&str>) -> String {
+    profile_host
+        .map(str::to_string)
+        .or_else(|| std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty()))
+        .unwrap_or_else(|| DEFAULT_SOCKET.to_string())
+}
+
+/// Connects and agrees on an API version with the daemon (old engines speak 1.41).
+pub async fn connect(profile_host: Option<&str>) -> Result<Docker, Error> {
+    let endpoint = endpoint(profile_host);
+    let unreachable = |source| Error::DockerUnreachable {
+        endpoint: endpoint.clone(),
+        source,
+    };
+    let docker = Docker::connect_with_host(&endpoint)
+        .map_err(unreachable)?
+        .with_timeout(Duration::from_secs(600));
+    docker.negotiate_version().await.map_err(unreachable)
+}
+
+/// True when bollard's error is Docker saying 404.
+pub fn is_not_found(err: &bollard::errors::Error) -> bool {
+    matches!(
+        err,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            ..
+        }
+    )
+}
+
+pub fn is_conflict(err: &bollard::errors::Error) -> bool {
+    matches!(
+        err,
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 409,
+            ..
+        }
+    )
+}
+
+pub fn docker_err(action: impl Into<String>) -> impl FnOnce(bollard::errors::Error) -> Error {
+    let action = action.into();
+    move |source| Error::Docker { action, source }
+}
+
+/// The create-container request for a planned container.
+pub fn create_body(c: &ContainerPlan, cluster: &str) -> ContainerCreateBody {
+    let mut host = HostConfig {
+        shm_size: c.shm_size.map(|b| b as i64),
+        memory: c.memory.map(|b| b as i64),
+        nano_cpus: c.cpus.map(|cpus| (cpus * 1e9) as i64),
+        restart_policy: Some(RestartPolicy {
+            name: Some(RestartPolicyNameEnum::UNLESS_STOPPED),
+            maximum_retry_count: None,
+        }),
+        init: Some(true),
+        ..Default::default()
+    };
+    host.mounts = Some(vec![match &c.mount {
+        SharedMount::Bind { source, target } => Mount {
+            typ: Some(MountType::BIND),
+            source: Some(source.display().to_string()),
+            target: Some(target.clone()),
+            ..Default::default()
+        },
+        SharedMount::Volume { name, target } => Mount {
+            typ: Some(MountType::VOLUME),
+            source: Some(name.clone()),
+            target: Some(target.clone()),
+            ..Default::default()
+        },
+    }]);
+    match &c.gpu {
+        GpuAttach::None | GpuAttach::Simulated { .. } => {}
+        GpuAttach::Nvidia { device_ids } => {
+            host.device_requests = Some(vec![DeviceRequest {
+                driver: Some("nvidia".to_string()),
+                device_ids: Some(device_ids.iter().map(u32::to_string).collect()),
+                capabilities: Some(vec![vec!["gpu".to_string()]]),
+                ..Default::default()
+            }]);
+        }
+        GpuAttach::Amd { device_ids } => {
+            let mut devices = vec![device("/dev/kfd")];
+            devices.extend(
+                device_ids
+                    .iter()
+                    .map(|id| device(&format!("/dev/dri/renderD{}", 128 + id))),
+            );
+            host.devices = Some(devices);
+            host.group_add = Some(vec!["video".to_string(), "render".to_string()]);
+        }
+    }
+    let mut exposed = Vec::new();
+    let mut bindings = HashMap::new();
+    for (container_port, host_ip, host_port) in &c.ports {
+        let key = format!("{container_port}/tcp");
+        exposed.push(key.clone());
+        bindings.insert(
+            key,
+            Some(vec![PortBinding {
+                host_ip: Some(host_ip.clone()),
+                host_port: Some(host_port.to_string()),
+            }]),
+        );
+    }
+    if !bindings.is_empty() {
+        host.port_bindings = Some(bindings);
+    }
+    let networking_config = match &c.network {
+        NetworkAttach::Bridge { network } => {
+            host.network_mode = Some(network.clone());
+            Some(NetworkingConfig {
+                endpoints_config: Some(HashMap::from([(
+                    network.clone(),
+                    EndpointSettings {
+                        aliases: Some(vec![c.name.clone()]),
+                        ..Default::default()
+                    },
+                )])),
+            })
+        }
+        NetworkAttach::Host => {
+            host.network_mode = Some("host".to_string());
+            None
+        }
+    };
+    ContainerCreateBody {
+        image: Some(c.image_id.clone()),
+        hostname: matches!(c.network, NetworkAttach::Bridge { .. }).then(|| c.name.clone()),
+        cmd: Some(c.command.clone()),
+        env: Some(c.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+        labels: Some(c.labels(cluster).into_iter().collect()),
+        exposed_ports: (!exposed.is_empty()).then_some(exposed),
+        host_config: Some(host),
+        networking_config,
+        ..Default::default()
+    }
+}
+
+fn device(path: &str) -> DeviceMapping {
+    DeviceMapping {
+        path_on_host: Some(path.to_string()),
+        path_in_container: Some(path.to_string()),
+        cgroup_permissions: Some("rwm".to_string()),
+    }
+}
+
+/// The last `lines` lines a container printed (stdout and stderr), for error messages.
+pub async fn tail_logs(docker: &Docker, name: &str, lines: usize) -> String {
+    let options = LogsOptionsBuilder::new()
+        .stdout(true)
+        .stderr(true)
+        .tail(&lines.to_string())
+        .build();
+    let mut stream = docker.logs(name, Some(options));
+    let mut text = String::new();
+    while let Some(Ok(chunk)) = stream.next().await {
+        text.push_str(&chunk.to_string());
+    }
+    if text.trim().is_empty() {
+        return "    (no output)".to_string();
+    }
+    text.lines()
+        .map(|l| format!("    {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -1,0 +1,80 @@
+//! The cluster: containers running Ray, converged to a profile through the Docker API.
+//!
+//! The only module that talks to Docker (bollard). `plan` is pure (profile -> desired
+//! containers); `reconcile` observes, diffs and acts; `ready` waits for Ray; `image`
+//! builds or pulls the runtime image; `status` reports what is running.
+
+pub mod docker;
+pub mod image;
+pub mod plan;
+pub mod ray;
+pub mod ready;
+pub mod reconcile;
+pub mod status;
+
+use crate::exit::{Classify, Exit};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot reach the Docker Engine at {endpoint}")]
+    DockerUnreachable {
+        endpoint: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
+    #[error("Docker refused to {action}")]
+    Docker {
+        action: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
+    #[error("image {image} is not present and could not be pulled")]
+    ImageUnavailable {
+        image: String,
+        #[source]
+        source: bollard::errors::Error,
+    },
+    #[error("a container named {name} exists but does not belong to cluster {cluster}")]
+    NameTaken { name: String, cluster: String },
+    #[error("the Ray auth token variable {0} is not set (the profile has ray.auth: token)")]
+    TokenMissing(String),
+    #[error("cannot prepare the shared storage at {path}")]
+    SharedStorage {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("Ray was not ready after {seconds}s: {detail}")]
+    NotReady { seconds: u64, detail: String },
+    #[error("container {name} stopped while starting Ray (exit code {exit_code}):\n{logs}")]
+    NodeExited {
+        name: String,
+        exit_code: i64,
+        logs: String,
+    },
+}
+
+impl Classify for Error {
+    fn exit(&self) -> Exit {
+        match self {
+            Error::DockerUnreachable { .. } | Error::ImageUnavailable { .. } => Exit::Unreachable,
+            Error::TokenMissing(_) => Exit::Usage,
+            Error::Docker { .. }
+            | Error::NameTaken { .. }
+            | Error::SharedStorage { .. }
+            | Error::NotReady { .. }
+            | Error::NodeExited { .. } => Exit::Failed,
+        }
+    }
+
+    fn hint(&self) -> Option<String> {
+        match self {
+            Error::DockerUnreachable { .. } => Some("is the Docker daemon running? The endpoint comes from the profile's docker.host, else DOCKER_HOST, else /var/run/docker.sock".into()),
+            Error::ImageUnavailable { image, .. } => Some(format!("build it here without a registry: argus image build{}", image::build_flags_for(image))),
+            Error::NameTaken { name, .. } => Some(format!("remove or rename that container (docker rm -f {name}), or give the profile another name")),
+            Error::TokenMissing(var) => Some(format!("export {var}=<token> before running argus")),
+            Error::NotReady { .. } => Some("`argus status` shows the containers and nodes; `docker logs <container>` shows Ray's output".into()),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,493 @@
+//! The plan: a profile turned into the containers, network and volume it asks for.
+//!
+//! Pure data, no Docker: `argus up --dry-run` prints it, reconcile compares it with what
+//! is running, and its hash (a label on each container) tells whether a running container
+//! still matches its spec.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::config::profile::{GpuMode, NetworkMode, NodeSpec};
+use crate::config::{Layout, LoadedProfile};
+
+/// Labels argus puts on what it creates.
+pub const LABEL_CLUSTER: &str = "argus.cluster";
+pub const LABEL_ROLE: &str = "argus.role";
+pub const LABEL_GROUP: &str = "argus.group";
+pub const LABEL_INDEX: &str = "argus.index";
+pub const LABEL_SPEC: &str = "argus.spec";
+
+/// Where workers' Ray ports start in host network mode; each node gets a block of 1000.
+pub const HOST_MODE_PORT_BASE: u32 = 20000;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterPlan {
+    pub cluster: String,
+    /// The private network (bridge mode); `None` in host mode.
+    pub network: Option<String>,
+    /// The Docker volume for an NFS export.
+    pub volume: Option<VolumePlan>,
+    /// The shared storage on this host, created before any container (host_path mode).
+    pub shared_host_path: Option<PathBuf>,
+    /// Head first, then the workers in profile order.
+    pub containers: Vec<ContainerPlan>,
+    pub dashboard_url: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct VolumePlan {
+    pub name: String,
+    pub server: String,
+    pub export: String,
+    pub options: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    Head,
+    Worker,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Head => "head",
+            Role::Worker => "worker",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ContainerPlan {
+    pub name: String,
+    pub role: Role,
+    pub group: Option<String>,
+    pub index: u32,
+    pub image: String,
+    /// The image id the container is created from: a rebuilt image changes the spec.
+    pub image_id: String,
+    pub command: Vec<String>,
+    pub env: BTreeMap<String, String>,
+    pub cpus: Option<f64>,
+    pub memory: Option<u64>,
+    pub shm_size: Option<u64>,
+    pub gpu: GpuAttach,
+    pub mount: SharedMount,
+    /// Published ports: (container port, host ip, host port).
+    pub ports: Vec<(u16, String, u16)>,
+    pub network: NetworkAttach,
+    /// What Ray must report for this node before the cluster counts as ready.
+    pub expect: ExpectedNode,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "mode", rename_all = "lowercase")]
+pub enum GpuAttach {
+    None,
+    Simulated { count: u32 },
+    Nvidia { device_ids: Vec<u32> },
+    Amd { device_ids: Vec<u32> },
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum SharedMount {
+    Bind { source: PathBuf, target: String },
+    Volume { name: String, target: String },
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "mode", rename_all = "lowercase")]
+pub enum NetworkAttach {
+    Bridge { network: String },
+    Host,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ExpectedNode {
+    /// Ray's `node_name` (set with `--node-name`): the container name.
+    pub node_name: String,
+    pub gpus: u32,
+    /// Custom resources that must be in the node's `resources_total`.
+    pub resources: BTreeMap<String, f64>,
+}
+
+impl ContainerPlan {
+    /// Hash of everything that defines the container; a change means recreate.
+    pub fn spec_hash(&self) -> String {
+        let bytes = serde_json::to_vec(self).unwrap_or_default();
+        let digest = Sha256::digest(&bytes);
+        digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+    }
+
+    pub fn labels(&self, cluster: &str) -> BTreeMap<String, String> {
+        let mut labels = BTreeMap::from([
+            (LABEL_CLUSTER.to_string(), cluster.to_string()),
+            (LABEL_ROLE.to_string(), self.role.as_str().to_string()),
+            (LABEL_INDEX.to_string(), self.index.to_string()),
+            (LABEL_SPEC.to_string(), self.spec_hash()),
+        ]);
+        if let Some(group) = &self.group {
+            labels.insert(LABEL_GROUP.to_string(), group.clone());
+        }
+        labels
+    }
+}
+
+/// What the plan needs besides the profile.
+#[derive(Debug, Clone, Default)]
+pub struct PlanInputs {
+    pub image_id: String,
+    /// The Ray auth token (profile `auth: token`), passed into every container.
+    pub token: Option<String>,
+}
+
+pub fn network_name(cluster: &str) -> String {
+    format!("{cluster}-net")
+}
+
+pub fn head_name(cluster: &str) -> String {
+    format!("{cluster}-head")
+}
+
+pub fn worker_name(cluster: &str, group: &str, index: u32) -> String {
+    format!("{cluster}-{group}-{index}")
+}
+
+/// The profile as containers. Pure: same inputs, same plan.
+pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
+    let p = &loaded.profile;
+    let cluster = p.name.clone();
+    let host_mode = p.network.mode == NetworkMode::Host;
+    let network = (!host_mode).then(|| network_name(&cluster));
+    let attach = match &network {
+        Some(network) => NetworkAttach::Bridge {
+            network: network.clone(),
+        },
+        None => NetworkAttach::Host,
+    };
+    let volume = p.shared.nfs.as_ref().map(|nfs| VolumePlan {
+        name: format!("{cluster}-shared"),
+        server: nfs.server.clone(),
+        export: nfs.export.clone(),
+        options: nfs.options.clone(),
+    });
+    let mount = match (&loaded.shared_host_path, &volume) {
+        (Some(path), _) => SharedMount::Bind {
+            source: path.clone(),
+            target: p.shared.mount.clone(),
+        },
+        (None, Some(volume)) => SharedMount::Volume {
+            name: volume.name.clone(),
+            target: p.shared.mount.clone(),
+        },
+        (None, None) => unreachable!("validation requires host_path or nfs"),
+    };
+
+    let in_container = Layout::new(&p.shared.mount);
+    let mut env: BTreeMap<String, String> = BTreeMap::from([
+        ("RAY_AUTH_MODE".to_string(), p.ray.auth.as_str().to_string()),
+        (
+            "HF_HOME".to_string(),
+            in_container.hf_home().display().to_string(),
+        ),
+        ("ARGUS_CLUSTER".to_string(), cluster.clone()),
+        ("ARGUS_SHARED".to_string(), p.shared.mount.clone()),
+        ("PYTHONUNBUFFERED".to_string(), "1".to_string()),
+    ]);
+    if let Some(token) = &inputs.token {
+        env.insert("RAY_AUTH_TOKEN".to_string(), token.clone());
+    }
+    env.extend(p.env.clone());
+
+    let head_address = if host_mode {
+        p.network
+            .head_address
+            .clone()
+            .unwrap_or_else(|| "127.0.0.1".to_string())
+    } else {
+        head_name(&cluster)
+    };
+
+    let mut containers = Vec::new();
+    let head = head_name(&cluster);
+    let mut head_resources = BTreeMap::from([("head_node".to_string(), 1.0)]);
+    head_resources.extend(p.head.resources.clone());
+    let mut command = vec![
+        "ray".to_string(),
+        "start".to_string(),
+        "--head".to_string(),
+        "--block".to_string(),
+        format!("--node-name={head}"),
+        format!("--port={}", p.ray.gcs_port),
+        "--dashboard-host=0.0.0.0".to_string(),
+        format!("--dashboard-port={}", p.ray.dashboard_port),
+        "--num-gpus=0".to_string(),
+    ];
+    command.extend(node_flags(&p.head, &head_resources));
+    if host_mode {
+        command.extend(host_mode_ports(0));
+    }
+    command.push("--disable-usage-stats".to_string());
+    let ports = if host_mode {
+        Vec::new()
+    } else {
+        vec![(
+            p.ray.dashboard_port,
+            p.ray.dashboard_bind.clone(),
+            p.ray.dashboard_port,
+        )]
+    };
+    containers.push(ContainerPlan {
+        name: head.clone(),
+        role: Role::Head,
+        group: None,
+        index: 0,
+        image: p.image.clone(),
+        image_id: inputs.image_id.clone(),
+        command,
+        env: env.clone(),
+        cpus: p.head.cpus,
+        memory: p.head.memory.map(|s| s.0),
+        shm_size: p.head.shm_size.map(|s| s.0),
+        gpu: GpuAttach::None,
+        mount: mount.clone(),
+        ports,
+        network: attach.clone(),
+        expect: ExpectedNode {
+            node_name: head,
+            gpus: 0,
+            resources: head_resources,
+        },
+    });
+
+    let mut node_number = 0;
+    for group in &p.workers {
+        let node = group.node();
+        let mut resources = BTreeMap::from([("worker_node".to_string(), 1.0)]);
+        resources.extend(node.resources.clone());
+        for index in 0..group.count {
+            node_number += 1;
+            let name = worker_name(&cluster, &group.name, index);
+            let device_ids = group
+                .device_ids
+                .as_ref()
+                .and_then(|lists| lists.get(index as usize))
+                .cloned()
+                .unwrap_or_default();
+            let gpu = match group.gpu_mode {
+                _ if group.gpus == 0 => GpuAttach::None,
+                GpuMode::Simulated => GpuAttach::Simulated { count: group.gpus },
+                GpuMode::Nvidia => GpuAttach::Nvidia { device_ids },
+                GpuMode::Amd => GpuAttach::Amd { device_ids },
+            };
+            let mut command = vec![
+                "ray".to_string(),
+                "start".to_string(),
+                "--block".to_string(),
+                format!("--node-name={name}"),
+                format!("--address={head_address}:{}", p.ray.gcs_port),
+                format!("--num-gpus={}", group.gpus),
+            ];
+            command.extend(node_flags(&node, &resources));
+            if host_mode {
+                command.extend(host_mode_ports(node_number));
+            }
+            command.push("--disable-usage-stats".to_string());
+            containers.push(ContainerPlan {
+                name: name.clone(),
+                role: Role::Worker,
+                group: Some(group.name.clone()),
+                index,
+                image: p.image.clone(),
+                image_id: inputs.image_id.clone(),
+                command,
+                env: env.clone(),
+                cpus: node.cpus,
+                memory: node.memory.map(|s| s.0),
+                shm_size: node.shm_size.map(|s| s.0),
+                gpu,
+                mount: mount.clone(),
+                ports: Vec::new(),
+                network: attach.clone(),
+                expect: ExpectedNode {
+                    node_name: name,
+                    gpus: group.gpus,
+                    resources: resources.clone(),
+                },
+            });
+        }
+    }
+
+    ClusterPlan {
+        cluster,
+        network,
+        volume,
+        shared_host_path: loaded.shared_host_path.clone(),
+        containers,
+        dashboard_url: loaded.dashboard_url(),
+    }
+}
+
+/// `--num-cpus`, `--object-store-memory`, `--resources` for one node.
+fn node_flags(node: &NodeSpec, resources: &BTreeMap<String, f64>) -> Vec<String> {
+    let mut flags = Vec::new();
+    if let Some(cpus) = node.cpus {
+        // Ray counts whole CPUs; the container limit stays fractional.
+        flags.push(format!("--num-cpus={}", cpus.ceil().max(1.0) as u64));
+    }
+    if let Some(store) = node.object_store_memory {
+        flags.push(format!("--object-store-memory={}", store.0));
+    }
+    flags.push(format!("--resources={}", resources_json(resources)));
+    flags
+}
+
+/// `{"head_node": 1}`: whole numbers without a trailing `.0`.
+fn resources_json(resources: &BTreeMap<String, f64>) -> String {
+    let map: serde_json::Map<String, serde_json::Value> = resources
+        .iter()
+        .map(|(k, v)| {
+            let value = if v.fract() == 0.0 && v.abs() < 1e15 {
+                serde_json::json!(*v as i64)
+            } else {
+                serde_json::json!(v)
+            };
+            (k.clone(), value)
+        })
+        .collect();
+    serde_json::Value::Object(map).to_string()
+}
+
+/// In host network mode every Ray process on a host needs its own ports (the dashboard
+/// agent's 52365 is fixed by default and collides): node N gets the block 20000 + 1000·N.
+fn host_mode_ports(node_number: u32) -> Vec<String> {
+    let base = HOST_MODE_PORT_BASE + 1000 * node_number;
+    vec![
+        format!("--node-manager-port={base}"),
+        format!("--object-manager-port={}", base + 1),
+        format!("--dashboard-agent-listen-port={}", base + 2),
+        format!("--dashboard-agent-grpc-port={}", base + 3),
+        format!("--metrics-export-port={}", base + 4),
+        format!("--runtime-env-agent-port={}", base + 5),
+        format!("--min-worker-port={}", base + 100),
+        format!("--max-worker-port={}", base + 999),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::yaml::Source;
+
+    fn load(path: &str) -> LoadedProfile {
+        let text = std::fs::read_to_string(path).unwrap();
+        LoadedProfile::from_source(Source::new(path, text)).unwrap()
+    }
+
+    fn inputs() -> PlanInputs {
+        PlanInputs {
+            image_id: "sha256:0123".to_string(),
+            token: None,
+        }
+    }
+
+    #[test]
+    fn local_profile_plans_a_head_and_two_simulated_workers() {
+        let plan = plan(&LoadedProfile::load(None).unwrap(), &inputs());
+        let names: Vec<_> = plan.containers.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["argus-local-head", "argus-local-gpu-0", "argus-local-gpu-1"]
+        );
+        assert_eq!(plan.network.as_deref(), Some("argus-local-net"));
+        let head = &plan.containers[0];
+        assert!(head.command.contains(&"--num-gpus=0".to_string()));
+        assert!(
+            head.command
+                .contains(&r#"--resources={"head_node":1}"#.to_string())
+        );
+        assert_eq!(head.ports, vec![(8265, "127.0.0.1".to_string(), 8265)]);
+        let worker = &plan.containers[1];
+        assert!(
+            worker
+                .command
+                .contains(&"--address=argus-local-head:6379".to_string())
+        );
+        assert!(
+            worker
+                .command
+                .contains(&r#"--resources={"worker_node":1}"#.to_string())
+        );
+        assert_eq!(worker.gpu, GpuAttach::Simulated { count: 2 });
+        assert_eq!(worker.env["RAY_AUTH_MODE"], "disabled");
+        assert_eq!(worker.env["HF_HOME"], "/mnt/shared/common/hf");
+    }
+
+    #[test]
+    fn spec_hash_changes_with_the_spec_and_the_image() {
+        let loaded = LoadedProfile::load(None).unwrap();
+        let a = plan(&loaded, &inputs());
+        let b = plan(&loaded, &inputs());
+        assert_eq!(a.containers[1].spec_hash(), b.containers[1].spec_hash());
+        let c = plan(
+            &loaded,
+            &PlanInputs {
+                image_id: "sha256:other".into(),
+                token: None,
+            },
+        );
+        assert_ne!(a.containers[1].spec_hash(), c.containers[1].spec_hash());
+    }
+
+    #[test]
+    fn h20_profile_pins_device_ids_per_worker() {
+        let plan = plan(&load("profiles/h20-8gpu.yaml"), &inputs());
+        assert_eq!(
+            plan.containers[1].gpu,
+            GpuAttach::Nvidia {
+                device_ids: vec![0, 1, 2, 3]
+            }
+        );
+        assert_eq!(
+            plan.containers[2].gpu,
+            GpuAttach::Nvidia {
+                device_ids: vec![4, 5, 6, 7]
+            }
+        );
+        assert!(
+            plan.containers[2]
+                .command
+                .contains(&r#"--resources={"accelerator_h20":4,"worker_node":1}"#.to_string())
+        );
+    }
+
+    #[test]
+    fn host_mode_gives_each_node_its_own_ports() {
+        let plan = plan(&load("profiles/multi-host.yaml"), &inputs());
+        assert!(plan.network.is_none());
+        assert!(
+            plan.containers[0]
+                .command
+                .contains(&"--dashboard-agent-listen-port=20002".to_string())
+        );
+        assert!(
+            plan.containers[1]
+                .command
+                .contains(&"--dashboard-agent-listen-port=21002".to_string())
+        );
+        assert!(
+            plan.containers[1]
+                .command
+                .contains(&"--address=10.0.0.11:6379".to_string())
+        );
+        assert!(matches!(
+            plan.containers[1].mount,
+            SharedMount::Volume { .. }
+        ));
+    }
+}

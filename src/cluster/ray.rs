@@ -1,0 +1,227 @@
+//! A small client for the Ray dashboard's REST API (readiness and node listing here; the
+//! Jobs API builds on the same requests).
+//!
+//! Every request sends `User-Agent: argus/<version>` (Ray 2.51 answers 500 without one)
+//! and, with token auth, `Authorization: Bearer <token>`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde::{Deserialize, Serialize};
+
+use crate::exit::{Classify, Exit};
+
+pub const USER_AGENT: &str = concat!("argus/", env!("CARGO_PKG_VERSION"));
+
+#[derive(Debug, thiserror::Error)]
+pub enum RayError {
+    #[error("cannot reach the Ray dashboard at {url}")]
+    Unreachable {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error(
+        "Ray refused the request to {path} ({status}): token auth is on and the token is missing or wrong"
+    )]
+    Unauthorized { path: String, status: u16 },
+    #[error("Ray answered {status} to {path}: {body}")]
+    Http {
+        path: String,
+        status: u16,
+        body: String,
+    },
+    #[error("unexpected answer from Ray to {path}: {detail}")]
+    Decode { path: String, detail: String },
+}
+
+impl Classify for RayError {
+    fn exit(&self) -> Exit {
+        match self {
+            RayError::Unreachable { .. } | RayError::Unauthorized { .. } => Exit::Unreachable,
+            RayError::Http { .. } | RayError::Decode { .. } => Exit::Failed,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            RayError::Unreachable { .. } => Some(
+                "is the cluster up? `argus status` shows its containers; `argus up` starts it"
+                    .into(),
+            ),
+            RayError::Unauthorized { .. } => Some(
+                "set the variable named by the profile's ray.token_env to the cluster's token"
+                    .into(),
+            ),
+            _ => None,
+        }
+    }
+}
+
+/// One node as `/api/v0/nodes` reports it (keys as Ray sends them, not camel-cased).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RayNode {
+    pub node_id: String,
+    #[serde(default)]
+    pub node_ip: String,
+    #[serde(default)]
+    pub node_name: String,
+    pub state: String,
+    #[serde(default)]
+    pub is_head_node: bool,
+    #[serde(default)]
+    pub resources_total: BTreeMap<String, f64>,
+}
+
+impl RayNode {
+    pub fn alive(&self) -> bool {
+        self.state == "ALIVE"
+    }
+    pub fn gpus(&self) -> f64 {
+        self.resources_total.get("GPU").copied().unwrap_or(0.0)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct RayClient {
+    http: reqwest::Client,
+    base: String,
+    token: Option<String>,
+}
+
+impl RayClient {
+    pub fn new(base_url: &str, token: Option<String>) -> Self {
+        let http = reqwest::Client::builder()
+            .user_agent(USER_AGENT)
+            .connect_timeout(Duration::from_secs(3))
+            .timeout(Duration::from_secs(30))
+            .build()
+            // Building a client only fails when the TLS backend cannot initialise, which
+            // the process-wide provider installed in main rules out.
+            .unwrap_or_else(|e| panic!("HTTP client: {e}"));
+        Self {
+            http,
+            base: base_url.trim_end_matches('/').to_string(),
+            token,
+        }
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// GET `path` and return the body of a 2xx answer.
+    pub async fn get_text(&self, path: &str) -> Result<String, RayError> {
+        let mut request = self.http.get(format!("{}{path}", self.base));
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|source| RayError::Unreachable {
+                url: self.base.clone(),
+                source,
+            })?;
+        let status = response.status();
+        let body = response
+            .text()
+            .await
+            .map_err(|source| RayError::Unreachable {
+                url: self.base.clone(),
+                source,
+            })?;
+        match status {
+            s if s.is_success() => Ok(body),
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Err(RayError::Unauthorized {
+                path: path.to_string(),
+                status: status.as_u16(),
+            }),
+            _ => Err(RayError::Http {
+                path: path.to_string(),
+                status: status.as_u16(),
+                body: summarize_body(&body),
+            }),
+        }
+    }
+
+    /// `GET /api/gcs_healthz`: true once the GCS answers.
+    pub async fn gcs_healthy(&self) -> Result<bool, RayError> {
+        match self.get_text("/api/gcs_healthz").await {
+            Ok(_) => Ok(true),
+            Err(RayError::Http { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `GET /api/v0/nodes`: every node the GCS knows, alive or dead.
+    pub async fn nodes(&self) -> Result<Vec<RayNode>, RayError> {
+        let path = "/api/v0/nodes?limit=10000&detail=true";
+        let body = self.get_text(path).await?;
+        #[derive(Deserialize)]
+        struct Envelope {
+            data: Data,
+        }
+        #[derive(Deserialize)]
+        struct Data {
+            result: Inner,
+        }
+        #[derive(Deserialize)]
+        struct Inner {
+            result: Vec<RayNode>,
+        }
+        let envelope: Envelope = serde_json::from_str(&body).map_err(|e| RayError::Decode {
+            path: path.to_string(),
+            detail: e.to_string(),
+        })?;
+        Ok(envelope.data.result.result)
+    }
+
+    /// `GET /api/version`: the Ray version the cluster runs.
+    pub async fn ray_version(&self) -> Result<String, RayError> {
+        let body = self.get_text("/api/version").await?;
+        let value: serde_json::Value =
+            serde_json::from_str(&body).map_err(|e| RayError::Decode {
+                path: "/api/version".into(),
+                detail: e.to_string(),
+            })?;
+        Ok(value["ray_version"]
+            .as_str()
+            .unwrap_or("unknown")
+            .to_string())
+    }
+}
+
+/// Ray's error bodies are often whole Python tracebacks: keep the last meaningful line.
+pub fn summarize_body(body: &str) -> String {
+    let trimmed = body.trim();
+    if let Ok(value) = serde_json::from_str::<serde_json::Value>(trimmed) {
+        if let Some(msg) = value
+            .get("msg")
+            .or_else(|| value.get("message"))
+            .and_then(|m| m.as_str())
+        {
+            return msg.to_string();
+        }
+    }
+    let line = trimmed
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("(empty body)")
+        .trim();
+    line.chars().take(300).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn traceback_bodies_are_cut_to_their_last_line() {
+        let body = "Traceback (most recent call last):\n  File \"x.py\", line 1\nValueError: Job with submission_id x already exists.\n";
+        assert_eq!(
+            super::summarize_body(body),
+            "ValueError: Job with submission_id x already exists."
+        );
+        assert_eq!(super::summarize_body(r#"{"msg": "nope"}"#), "nope");
+    }
+}

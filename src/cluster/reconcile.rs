@@ -1,0 +1,596 @@
+//! Reconcile: observe what Docker runs for this cluster, diff it with the plan, act on
+//! the difference, then wait for Ray. Idempotent by construction: a converged cluster
+//! produces only `keep` actions. `down` is the symmetric teardown.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+use bollard::models::{NetworkCreateRequest, VolumeCreateRequest};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, InspectContainerOptions, ListContainersOptionsBuilder,
+    RemoveContainerOptionsBuilder,
+};
+use futures_util::future::try_join_all;
+use serde::Serialize;
+
+use super::docker::{self, docker_err, is_conflict, is_not_found};
+use super::plan::{self, ClusterPlan, ContainerPlan, LABEL_CLUSTER, LABEL_SPEC, PlanInputs, Role};
+use super::ray::{RayClient, RayNode};
+use super::ready::{self, Readiness};
+use super::{Error, image};
+use crate::config::profile::AuthMode;
+use crate::config::{Layout, LoadedProfile};
+use crate::ui::Reporter;
+
+/// A container of this cluster as Docker reports it.
+#[derive(Debug, Clone)]
+pub struct Observed {
+    pub id: String,
+    pub name: String,
+    pub state: String,
+    pub spec: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "action", rename_all = "lowercase")]
+pub enum Action {
+    Create { name: String },
+    Recreate { name: String, reason: String },
+    Keep { name: String },
+    Remove { name: String, reason: String },
+}
+
+impl Action {
+    pub fn name(&self) -> &str {
+        match self {
+            Action::Create { name }
+            | Action::Recreate { name, .. }
+            | Action::Keep { name }
+            | Action::Remove { name, .. } => name,
+        }
+    }
+    pub fn changes(&self) -> bool {
+        !matches!(self, Action::Keep { .. })
+    }
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Action::Create { name } => write!(f, "create    {name}"),
+            Action::Recreate { name, reason } => write!(f, "recreate  {name} ({reason})"),
+            Action::Keep { name } => write!(f, "keep      {name}"),
+            Action::Remove { name, reason } => write!(f, "remove    {name} ({reason})"),
+        }
+    }
+}
+
+/// What must change to go from `observed` to `plan`. Pure.
+pub fn diff(plan: &ClusterPlan, observed: &[Observed]) -> Vec<Action> {
+    let by_name: HashMap<&str, &Observed> = observed.iter().map(|o| (o.name.as_str(), o)).collect();
+    let mut actions = Vec::new();
+    let mut head_replaced = false;
+    for want in &plan.containers {
+        let name = want.name.clone();
+        let action = match by_name.get(want.name.as_str()) {
+            None => Action::Create { name },
+            Some(o) if o.spec.as_deref() != Some(want.spec_hash().as_str()) => Action::Recreate {
+                name,
+                reason: "spec changed".into(),
+            },
+            Some(o) if !matches!(o.state.as_str(), "running" | "restarting") => Action::Recreate {
+                name,
+                reason: format!("container is {}", o.state),
+            },
+            Some(_) if head_replaced => Action::Recreate {
+                name,
+                reason: "the head is replaced".into(),
+            },
+            Some(_) => Action::Keep { name },
+        };
+        if want.role == Role::Head && action.changes() {
+            head_replaced = true;
+        }
+        actions.push(action);
+    }
+    for o in observed {
+        if !plan.containers.iter().any(|c| c.name == o.name) {
+            actions.push(Action::Remove {
+                name: o.name.clone(),
+                reason: "not in the profile".into(),
+            });
+        }
+    }
+    actions
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct UpReport {
+    pub cluster: String,
+    pub dashboard_url: String,
+    pub image: String,
+    pub image_id: String,
+    pub actions: Vec<Action>,
+    pub changed: bool,
+    pub dry_run: bool,
+    pub nodes: Vec<RayNode>,
+    pub gpus: f64,
+    pub seconds: f64,
+    #[serde(skip)]
+    pub plan: ClusterPlan,
+}
+
+pub struct UpOptions {
+    pub dry_run: bool,
+    pub timeout: Duration,
+}
+
+fn token(loaded: &LoadedProfile) -> Result<Option<String>, Error> {
+    let ray = &loaded.profile.ray;
+    if ray.auth != AuthMode::Token {
+        return Ok(None);
+    }
+    match std::env::var(&ray.token_env) {
+        Ok(token) if !token.is_empty() => Ok(Some(token)),
+        _ => Err(Error::TokenMissing(ray.token_env.clone())),
+    }
+}
+
+/// A Ray client for the profile's dashboard (with its token, if any).
+pub fn ray_client(loaded: &LoadedProfile) -> Result<RayClient, Error> {
+    Ok(RayClient::new(&loaded.dashboard_url(), token(loaded)?))
+}
+
+/// Converges the cluster to the profile and waits until Ray is ready.
+pub async fn up(
+    loaded: &LoadedProfile,
+    options: &UpOptions,
+    reporter: &dyn Reporter,
+) -> Result<UpReport, Error> {
+    let started = Instant::now();
+    let profile = &loaded.profile;
+    let token = token(loaded)?;
+    let docker = docker::connect(profile.docker.host.as_deref()).await?;
+    let image_id = image::ensure(&docker, &profile.image, options.dry_run, reporter).await?;
+    let plan = plan::plan(
+        loaded,
+        &PlanInputs {
+            image_id: image_id.clone(),
+            token: token.clone(),
+        },
+    );
+    let observed = observe(&docker, &plan.cluster).await?;
+    let actions = diff(&plan, &observed);
+    let changed = actions.iter().any(Action::changes);
+    let mut report = UpReport {
+        cluster: plan.cluster.clone(),
+        dashboard_url: plan.dashboard_url.clone(),
+        image: profile.image.clone(),
+        image_id,
+        actions: actions.clone(),
+        changed,
+        dry_run: options.dry_run,
+        nodes: Vec::new(),
+        gpus: 0.0,
+        seconds: 0.0,
+        plan: plan.clone(),
+    };
+    if options.dry_run {
+        report.seconds = started.elapsed().as_secs_f64();
+        return Ok(report);
+    }
+
+    prepare_storage(&docker, &plan).await?;
+    ensure_network(&docker, &plan).await?;
+
+    let removals = actions.iter().filter_map(|a| match a {
+        Action::Remove { name, .. } => Some(name.as_str()),
+        _ => None,
+    });
+    try_join_all(removals.map(|name| remove(&docker, name))).await?;
+
+    let replace = |role: Role| -> Vec<&ContainerPlan> {
+        plan.containers
+            .iter()
+            .filter(|c| c.role == role)
+            .filter(|c| {
+                actions.iter().any(|a| {
+                    a.name() == c.name
+                        && matches!(a, Action::Create { .. } | Action::Recreate { .. })
+                })
+            })
+            .collect()
+    };
+    for head in replace(Role::Head) {
+        start(&docker, &plan.cluster, head, reporter).await?;
+    }
+    try_join_all(
+        replace(Role::Worker)
+            .into_iter()
+            .map(|w| start(&docker, &plan.cluster, w, reporter)),
+    )
+    .await?;
+
+    let ray = RayClient::new(&plan.dashboard_url, token);
+    let nodes = wait(&docker, &ray, &plan, options.timeout, reporter).await?;
+    report.gpus = nodes.iter().filter(|n| n.alive()).map(RayNode::gpus).sum();
+    report.nodes = nodes;
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// The cluster's containers, running or not.
+pub async fn observe(docker: &Docker, cluster: &str) -> Result<Vec<Observed>, Error> {
+    let filters = HashMap::from([("label", vec![format!("{LABEL_CLUSTER}={cluster}")])]);
+    let options = ListContainersOptionsBuilder::new()
+        .all(true)
+        .filters(&filters)
+        .build();
+    let list = docker
+        .list_containers(Some(options))
+        .await
+        .map_err(docker_err("list containers"))?;
+    Ok(list
+        .into_iter()
+        .map(|c| Observed {
+            id: c.id.unwrap_or_default(),
+            name: c
+                .names
+                .unwrap_or_default()
+                .first()
+                .map(|n| n.trim_start_matches('/').to_string())
+                .unwrap_or_default(),
+            state: c.state.map(|s| s.to_string()).unwrap_or_default(),
+            spec: c.labels.unwrap_or_default().get(LABEL_SPEC).cloned(),
+        })
+        .collect())
+}
+
+async fn prepare_storage(docker: &Docker, plan: &ClusterPlan) -> Result<(), Error> {
+    if let Some(path) = &plan.shared_host_path {
+        Layout::new(path)
+            .create()
+            .map_err(|source| Error::SharedStorage {
+                path: path.display().to_string(),
+                source,
+            })?;
+    }
+    if let Some(volume) = &plan.volume {
+        match docker.inspect_volume(&volume.name).await {
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => {
+                let mut device_options = format!("addr={}", volume.server);
+                if let Some(options) = &volume.options {
+                    device_options.push(',');
+                    device_options.push_str(options);
+                }
+                let request = VolumeCreateRequest {
+                    name: Some(volume.name.clone()),
+                    driver: Some("local".to_string()),
+                    driver_opts: Some(HashMap::from([
+                        ("type".to_string(), "nfs".to_string()),
+                        ("o".to_string(), device_options),
+                        ("device".to_string(), format!(":{}", volume.export)),
+                    ])),
+                    labels: Some(HashMap::from([(
+                        LABEL_CLUSTER.to_string(),
+                        plan.cluster.clone(),
+                    )])),
+                    ..Default::default()
+                };
+                docker
+                    .create_volume(request)
+                    .await
+                    .map_err(docker_err(format!("create volume {}", volume.name)))?;
+            }
+            Err(e) => return Err(docker_err(format!("inspect volume {}", volume.name))(e)),
+        }
+    }
+    Ok(())
+}
+
+async fn ensure_network(docker: &Docker, plan: &ClusterPlan) -> Result<(), Error> {
+    let Some(network) = &plan.network else {
+        return Ok(());
+    };
+    match docker
+        .inspect_network(
+            network,
+            None::<bollard::query_parameters::InspectNetworkOptions>,
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(e) if is_not_found(&e) => {
+            let request = NetworkCreateRequest {
+                name: network.clone(),
+                driver: Some("bridge".to_string()),
+                labels: Some(HashMap::from([(
+                    LABEL_CLUSTER.to_string(),
+                    plan.cluster.clone(),
+                )])),
+                ..Default::default()
+            };
+            match docker.create_network(request).await {
+                Ok(_) => Ok(()),
+                // Created by a concurrent `up` in the meantime: fine.
+                Err(e) if is_conflict(&e) => Ok(()),
+                Err(e) => Err(docker_err(format!("create network {network}"))(e)),
+            }
+        }
+        Err(e) => Err(docker_err(format!("inspect network {network}"))(e)),
+    }
+}
+
+async fn remove(docker: &Docker, name: &str) -> Result<(), Error> {
+    let options = RemoveContainerOptionsBuilder::new().force(true).build();
+    match docker.remove_container(name, Some(options)).await {
+        Ok(()) => Ok(()),
+        Err(e) if is_not_found(&e) => Ok(()),
+        Err(e) => Err(docker_err(format!("remove container {name}"))(e)),
+    }
+}
+
+/// Removes what stands under the name (if it is ours), creates and starts the container.
+async fn start(
+    docker: &Docker,
+    cluster: &str,
+    c: &ContainerPlan,
+    reporter: &dyn Reporter,
+) -> Result<(), Error> {
+    let task = reporter.task(&c.name);
+    task.update("creating");
+    match docker
+        .inspect_container(&c.name, None::<InspectContainerOptions>)
+        .await
+    {
+        Ok(existing) => {
+            let labels = existing.config.and_then(|c| c.labels).unwrap_or_default();
+            if labels.get(LABEL_CLUSTER).map(String::as_str) != Some(cluster) {
+                task.fail("name taken by another container");
+                return Err(Error::NameTaken {
+                    name: c.name.clone(),
+                    cluster: cluster.to_string(),
+                });
+            }
+            remove(docker, &c.name).await?;
+        }
+        Err(e) if is_not_found(&e) => {}
+        Err(e) => return Err(docker_err(format!("inspect container {}", c.name))(e)),
+    }
+    let options = CreateContainerOptionsBuilder::new().name(&c.name).build();
+    docker
+        .create_container(Some(options), docker::create_body(c, cluster))
+        .await
+        .map_err(|e| {
+            task.fail("create failed");
+            docker_err(format!("create container {}", c.name))(e)
+        })?;
+    task.update("starting");
+    docker
+        .start_container(
+            &c.name,
+            None::<bollard::query_parameters::StartContainerOptions>,
+        )
+        .await
+        .map_err(|e| {
+            task.fail("start failed");
+            docker_err(format!("start container {}", c.name))(e)
+        })?;
+    task.done("started");
+    Ok(())
+}
+
+/// Waits for Ray; fails fast when a container whose node is missing has stopped.
+async fn wait(
+    docker: &Docker,
+    ray: &RayClient,
+    plan: &ClusterPlan,
+    timeout: Duration,
+    reporter: &dyn Reporter,
+) -> Result<Vec<RayNode>, Error> {
+    let task = reporter.task("ray");
+    let total = plan.containers.len();
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut exited: Option<(String, i64)> = None;
+    let outcome = ready::wait_ready(ray, &plan.containers, deadline, |r: &Readiness| {
+        task.update(&format!("{}/{total} nodes ready", r.ready.len()));
+    })
+    .await;
+    match outcome {
+        Ok(_) => {
+            let nodes = ray.nodes().await.unwrap_or_default();
+            let nodes: Vec<RayNode> = nodes.into_iter().filter(RayNode::alive).collect();
+            let gpus: f64 = nodes.iter().map(RayNode::gpus).sum();
+            task.done(&format!("{total}/{total} nodes alive, {gpus} GPUs"));
+            Ok(nodes)
+        }
+        Err((readiness, error)) => {
+            task.fail("not ready");
+            // A stopped container explains more than a timeout does.
+            for (name, _) in &readiness.missing {
+                if let Ok(info) = docker
+                    .inspect_container(name, None::<InspectContainerOptions>)
+                    .await
+                {
+                    let state = info.state.unwrap_or_default();
+                    if state.running != Some(true) {
+                        exited = Some((name.clone(), state.exit_code.unwrap_or(-1)));
+                        break;
+                    }
+                }
+            }
+            if let Some((name, exit_code)) = exited {
+                let logs = docker::tail_logs(docker, &name, 20).await;
+                return Err(Error::NodeExited {
+                    name,
+                    exit_code,
+                    logs,
+                });
+            }
+            let mut detail = String::new();
+            for (name, problem) in &readiness.missing {
+                let logs = docker::tail_logs(docker, name, 15).await;
+                detail.push_str(&format!(
+                    "\n  {name}: {problem}\n  last lines of its log:\n{logs}"
+                ));
+            }
+            for name in &readiness.unexpected {
+                detail.push_str(&format!("\n  unexpected ALIVE node {name}"));
+            }
+            if let Some(error) = error {
+                detail.push_str(&format!("\n  last error: {error}"));
+            }
+            Err(Error::NotReady {
+                seconds: timeout.as_secs(),
+                detail,
+            })
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DownReport {
+    pub cluster: String,
+    pub removed_containers: Vec<String>,
+    pub removed_network: Option<String>,
+    pub dry_run: bool,
+    pub shared_kept: Option<String>,
+}
+
+/// Removes the cluster's containers and network; keeps the shared storage (and volume).
+pub async fn down(
+    loaded: &LoadedProfile,
+    dry_run: bool,
+    reporter: &dyn Reporter,
+) -> Result<DownReport, Error> {
+    let cluster = loaded.profile.name.clone();
+    let docker = docker::connect(loaded.profile.docker.host.as_deref()).await?;
+    let observed = observe(&docker, &cluster).await?;
+    let names: Vec<String> = observed.iter().map(|o| o.name.clone()).collect();
+    let network = plan::network_name(&cluster);
+    let network_ours = match docker
+        .inspect_network(
+            &network,
+            None::<bollard::query_parameters::InspectNetworkOptions>,
+        )
+        .await
+    {
+        Ok(info) => info.labels.unwrap_or_default().get(LABEL_CLUSTER) == Some(&cluster),
+        Err(e) if is_not_found(&e) => false,
+        Err(e) => return Err(docker_err(format!("inspect network {network}"))(e)),
+    };
+    let report = DownReport {
+        cluster,
+        removed_containers: names.clone(),
+        removed_network: network_ours.then(|| network.clone()),
+        dry_run,
+        shared_kept: loaded
+            .shared_host_path
+            .as_ref()
+            .map(|p| p.display().to_string()),
+    };
+    if dry_run {
+        return Ok(report);
+    }
+    if !names.is_empty() {
+        let task = reporter.task("containers");
+        task.update(&format!("removing {}", names.len()));
+        try_join_all(observed.iter().map(|o| remove(&docker, &o.id))).await?;
+        task.done(&format!("removed {}", names.len()));
+    }
+    if network_ours {
+        match docker.remove_network(&network).await {
+            Ok(()) => {}
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(docker_err(format!("remove network {network}"))(e)),
+        }
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::LoadedProfile;
+
+    fn plan() -> ClusterPlan {
+        plan::plan(
+            &LoadedProfile::load(None).unwrap(),
+            &PlanInputs {
+                image_id: "sha256:1".into(),
+                token: None,
+            },
+        )
+    }
+
+    fn running(c: &ContainerPlan) -> Observed {
+        Observed {
+            id: c.name.clone(),
+            name: c.name.clone(),
+            state: "running".into(),
+            spec: Some(c.spec_hash()),
+        }
+    }
+
+    #[test]
+    fn converged_cluster_only_keeps() {
+        let plan = plan();
+        let observed: Vec<_> = plan.containers.iter().map(running).collect();
+        assert!(diff(&plan, &observed).iter().all(|a| !a.changes()));
+    }
+
+    #[test]
+    fn missing_exited_changed_and_extra_containers_are_acted_on() {
+        let plan = plan();
+        let mut observed: Vec<_> = plan.containers.iter().map(running).collect();
+        observed.remove(2);
+        observed[1].state = "exited".into();
+        observed.push(Observed {
+            id: "x".into(),
+            name: "argus-local-old-0".into(),
+            state: "running".into(),
+            spec: None,
+        });
+        let actions = diff(&plan, &observed);
+        assert_eq!(
+            actions[0],
+            Action::Keep {
+                name: "argus-local-head".into()
+            }
+        );
+        assert_eq!(
+            actions[1],
+            Action::Recreate {
+                name: "argus-local-gpu-0".into(),
+                reason: "container is exited".into()
+            }
+        );
+        assert_eq!(
+            actions[2],
+            Action::Create {
+                name: "argus-local-gpu-1".into()
+            }
+        );
+        assert_eq!(
+            actions[3],
+            Action::Remove {
+                name: "argus-local-old-0".into(),
+                reason: "not in the profile".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_replaced_head_takes_the_workers_with_it() {
+        let plan = plan();
+        let mut observed: Vec<_> = plan.containers.iter().map(running).collect();
+        observed[0].spec = Some("old".into());
+        let actions = diff(&plan, &observed);
+        assert!(
+            actions.iter().all(|a| matches!(a, Action::Recreate { .. })),
+            "{actions:?}"
+        );
+    }
+}

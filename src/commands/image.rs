@@ -1,0 +1,56 @@
+//! `argus image build`.
+
+use anyhow::{Context, Result};
+
+use crate::cli::{Cli, ImageBuildArgs};
+use crate::cluster::{docker, image};
+use crate::config::LoadedProfile;
+use crate::exit::Exit;
+use crate::ui::Printer;
+
+pub async fn build(cli: &Cli, args: &ImageBuildArgs, printer: &Printer) -> Result<Exit> {
+    // The Docker endpoint comes from the profile when one is given.
+    let host = match &cli.profile {
+        Some(path) => LoadedProfile::load(Some(path))?.profile.docker.host,
+        None => None,
+    };
+    let spec = image::BuildSpec {
+        tag: args
+            .tag
+            .clone()
+            .unwrap_or_else(|| format!("argus/ray:{}", args.ray_version)),
+        ray_version: args.ray_version.clone(),
+        pip: args.pip.clone(),
+        suite: args.suite.clone(),
+        mirror: args.mirror.clone(),
+        force: args.force,
+    };
+    let docker = docker::connect(host.as_deref()).await?;
+    let reporter = printer.reporter();
+    let report = image::build(&docker, &spec, &reporter)
+        .await
+        .with_context(|| format!("cannot build image {}", spec.tag))?;
+    if printer.json {
+        printer.json(&serde_json::to_value(&report)?);
+    } else {
+        if report.reused {
+            printer.info(format!(
+                "image {} is up to date (inputs {}): not rebuilt",
+                report.tag, report.inputs
+            ));
+        } else {
+            printer.info(format!(
+                "built {} in {:.0}s ({})",
+                report.tag,
+                report.seconds,
+                crate::ui::human_bytes(report.size_bytes)
+            ));
+        }
+        printer.data(format!(
+            "{} {}",
+            report.tag,
+            image::short_id(&report.image_id)
+        ));
+    }
+    Ok(Exit::Success)
+}

@@ -1,0 +1,26 @@
+//! Command handlers: resolve the profile, call the library, print the result. The only
+//! layer that adds `anyhow` context to library errors.
+
+mod cluster;
+mod image;
+
+use anyhow::Result;
+
+use crate::cli::{Cli, Commands, ImageCommand};
+use crate::config::LoadedProfile;
+use crate::exit::Exit;
+use crate::ui::Printer;
+
+pub async fn run(cli: &Cli, printer: &Printer) -> Result<Exit> {
+    match &cli.command {
+        Commands::Up(args) => cluster::up(&profile(cli)?, args, printer).await,
+        Commands::Down(args) => cluster::down(&profile(cli)?, args, printer).await,
+        Commands::Status => cluster::status(&profile(cli)?, printer).await,
+        Commands::Image(ImageCommand::Build(args)) => image::build(cli, args, printer).await,
+    }
+}
+
+/// The profile named by `-p`, or the built-in one; validated before anything else runs.
+fn profile(cli: &Cli) -> Result<LoadedProfile> {
+    Ok(LoadedProfile::load(cli.profile.as_deref())?)
+}

@@ -1,0 +1,73 @@
+//! argus takes GPU hosts from nothing to a running verl (RL for LLMs) training job on a
+//! Ray cluster made of Docker containers, and back, reproducibly.
+//!
+//! The pipeline, one module each:
+//!
+//! ```text
+//! argus image build   the runtime image, without a registry       cluster::image
+//! argus up / down     containers + Ray, converged to a profile     cluster::{plan, reconcile, ready}
+//! argus status        containers and Ray nodes                     cluster::status
+//! ```
+//!
+//! Data flows one way: YAML -> validated config (`config`) -> a plan (pure data) ->
+//! actions against Docker / Ray / the filesystem -> records on the shared storage.
+
+pub mod cli;
+pub mod cluster;
+mod commands;
+pub mod config;
+pub mod exit;
+pub mod ui;
+
+use std::process::ExitCode;
+
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::Cli;
+use crate::ui::{Printer, Verbosity};
+
+/// Runs a parsed command line to completion and returns the process exit code.
+pub fn run(cli: Cli) -> ExitCode {
+    let verbosity = match (cli.quiet, cli.verbose) {
+        (true, _) => Verbosity::Quiet,
+        (false, 0) => Verbosity::Normal,
+        (false, _) => Verbosity::Verbose,
+    };
+    init_logging(cli.verbose, cli.quiet);
+    // One TLS provider for every HTTP client in the process (ring: light to build).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let printer = Printer::new(cli.json, verbosity, cli.no_progress);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::Exit::Failed as u8);
+        }
+    };
+    match runtime.block_on(commands::run(&cli, &printer)) {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(err) => {
+            let (code, text) = exit::report(&err);
+            eprint!("{text}");
+            ExitCode::from(code as u8)
+        }
+    }
+}
+
+fn init_logging(verbose: u8, quiet: bool) {
+    let default = match (quiet, verbose) {
+        (true, _) => "error",
+        (false, 0) => "warn",
+        (false, 1) => "argus=debug,warn",
+        (false, _) => "argus=trace,info",
+    };
+    let filter = EnvFilter::try_from_env("ARGUS_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}

@@ -1,0 +1,61 @@
+//! The printer: stdout carries data only (tables or `--json`), stderr carries messages
+//! for humans, which `-q` silences. Progress bars show only on an interactive stderr,
+//! never with `-q`, `-v` or `--no-progress`.
+
+use std::io::{IsTerminal, Write};
+
+use super::progress::ProgressReporter;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verbosity {
+    Quiet,
+    Normal,
+    Verbose,
+}
+
+#[derive(Debug, Clone)]
+pub struct Printer {
+    pub json: bool,
+    pub verbosity: Verbosity,
+    bars: bool,
+}
+
+impl Printer {
+    pub fn new(json: bool, verbosity: Verbosity, no_progress: bool) -> Self {
+        let bars =
+            !no_progress && verbosity == Verbosity::Normal && std::io::stderr().is_terminal();
+        Self {
+            json,
+            verbosity,
+            bars,
+        }
+    }
+
+    /// Data for scripts and pipes (tables, ids, paths).
+    pub fn data(&self, text: impl AsRef<str>) {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "{}", text.as_ref());
+    }
+
+    /// A JSON document on stdout.
+    pub fn json(&self, value: &serde_json::Value) {
+        self.data(serde_json::to_string_pretty(value).unwrap_or_default());
+    }
+
+    /// A message for humans on stderr; silent with `-q`.
+    pub fn info(&self, text: impl AsRef<str>) {
+        if self.verbosity != Verbosity::Quiet {
+            eprintln!("{}", text.as_ref());
+        }
+    }
+
+    /// A warning on stderr; shown even with `-q`.
+    pub fn warn(&self, text: impl AsRef<str>) {
+        eprintln!("warning: {}", text.as_ref());
+    }
+
+    /// Progress reporting for library code.
+    pub fn reporter(&self) -> ProgressReporter {
+        ProgressReporter::new(self.bars, self.verbosity == Verbosity::Quiet)
+    }
+}
