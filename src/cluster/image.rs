@@ -214,13 +214,13 @@ pub async fn build(
         })?
         .map_err(io_err(&cache))?;
 
-    if !spec.force {
-        if let Some(report) = existing(docker, &spec.tag, &inputs).await? {
-            return Ok(BuildReport {
-                seconds: started.elapsed().as_secs_f64(),
-                ..report
-            });
-        }
+    if !spec.force
+        && let Some(report) = existing(docker, &spec.tag, &inputs).await?
+    {
+        return Ok(BuildReport {
+            seconds: started.elapsed().as_secs_f64(),
+            ..report
+        });
     }
     preflight()?;
     let mirror = match &spec.mirror {
@@ -391,7 +391,7 @@ async fn build_in(
     let task = reporter.task("debootstrap");
     let rootfs_arg = rootfs.display().to_string();
     run_step(
-        &task,
+        &*task,
         "debootstrap",
         Command::new("debootstrap").args([
             "--variant=minbase",
@@ -415,14 +415,22 @@ async fn build_in(
     let mut env: Vec<(String, String)> = Vec::new();
     if let Some(ca) = host_ca_bundle() {
         copy_if_exists(&ca, &build_dir.join("ca.crt"))?;
-        env.push(("PIP_CERT".into(), "/argus-build/ca.crt".into()));
+        // requests lets REQUESTS_CA_BUNDLE override pip's --cert: point them all at it.
+        for var in [
+            "PIP_CERT",
+            "REQUESTS_CA_BUNDLE",
+            "SSL_CERT_FILE",
+            "CURL_CA_BUNDLE",
+        ] {
+            env.push((var.into(), "/argus-build/ca.crt".into()));
+        }
     }
     if let Some(conf) = host_pip_config() {
         copy_if_exists(&conf, &build_dir.join("pip.conf"))?;
         env.push(("PIP_CONFIG_FILE".into(), "/argus-build/pip.conf".into()));
     }
     run_step(
-        &task,
+        &*task,
         "python3 -m venv",
         chroot(rootfs, &env).args(["python3", "-m", "venv", VENV]),
     )
@@ -432,7 +440,7 @@ async fn build_in(
     task.update(&format!("pip install {}", requirements.join(" ")));
     let pip = format!("{VENV}/bin/pip");
     run_step(
-        &task,
+        &*task,
         "pip install",
         chroot(rootfs, &env)
             .args([
@@ -492,11 +500,7 @@ fn chroot(rootfs: &Path, env: &[(String, String)]) -> Command {
 }
 
 /// Runs a build step, showing its output as it goes; keeps the tail for the error.
-async fn run_step(
-    task: &Box<dyn Task>,
-    step: &str,
-    command: &mut Command,
-) -> Result<(), BuildError> {
+async fn run_step(task: &dyn Task, step: &str, command: &mut Command) -> Result<(), BuildError> {
     let mut child = command
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -195,14 +195,13 @@ impl RayClient {
 /// Ray's error bodies are often whole Python tracebacks: keep the last meaningful line.
 pub fn summarize_body(body: &str) -> String {
     let trimmed = body.trim();
-    if let Ok(value) = serde_json::from_str::<serde_json::Value>(trimmed) {
-        if let Some(msg) = value
+    if let Ok(value) = serde_json::from_str::<serde_json::Value>(trimmed)
+        && let Some(msg) = value
             .get("msg")
             .or_else(|| value.get("message"))
             .and_then(|m| m.as_str())
-        {
-            return msg.to_string();
-        }
+    {
+        return msg.to_string();
     }
     let line = trimmed
         .lines()

@@ -464,12 +464,12 @@ fn validate(p: &Profile, src: &Source) -> Result<Option<PathBuf>, ConfigError> {
                 )
                 .with_hint("a whole number ≥ 1 (remove the group to have none)"));
         }
-        if let Some(host) = &group.docker_host {
-            if Some(host) != p.docker.host.as_ref() {
-                return Err(src
+        if let Some(host) = &group.docker_host
+            && Some(host) != p.docker.host.as_ref()
+        {
+            return Err(src
                     .error_at(&at("docker_host"), "worker groups on another Docker endpoint (multi-host) are not yet supported")
                     .with_hint("run `argus up` on each host with its own profile, in `network: {mode: host}`, or remove docker_host"));
-            }
         }
         validate_node(&group.node(), src, &yaml_path!["workers", g])?;
         match (group.gpu_mode, &group.device_ids) {
@@ -537,10 +537,10 @@ fn validate(p: &Profile, src: &Source) -> Result<Option<PathBuf>, ConfigError> {
     }
 
     let submit = &p.submit;
-    if let Some(n) = submit.entrypoint_num_cpus {
-        if !(n >= 0.0) {
-            return Err(src.error_at(&yaml_path!["submit", "entrypoint_num_cpus"], "must be ≥ 0"));
-        }
+    if let Some(n) = submit.entrypoint_num_cpus
+        && (!n.is_finite() || n < 0.0)
+    {
+        return Err(src.error_at(&yaml_path!["submit", "entrypoint_num_cpus"], "must be ≥ 0"));
     }
     for key in submit.runtime_env.env_vars.keys() {
         if !valid_env_name(key) {
@@ -559,33 +559,33 @@ fn validate_node(node: &NodeSpec, src: &Source, at: &[Seg]) -> Result<(), Config
         path.push(Seg::Key(key.to_string()));
         path
     };
-    if let Some(cpus) = node.cpus {
-        if !(cpus > 0.0 && cpus <= 4096.0) {
-            return Err(src
-                .error_at(&field("cpus"), format!("cpus is {cpus}, must be > 0"))
-                .with_hint("a number of CPUs such as 2 or 0.5"));
-        }
+    if let Some(cpus) = node.cpus
+        && (!cpus.is_finite() || cpus <= 0.0 || cpus > 4096.0)
+    {
+        return Err(src
+            .error_at(&field("cpus"), format!("cpus is {cpus}, must be > 0"))
+            .with_hint("a number of CPUs such as 2 or 0.5"));
     }
     for (name, value) in &node.resources {
         if name.is_empty() || name == "CPU" || name == "GPU" || name == "memory" {
             return Err(src.error_at(&field("resources"), format!("{name:?} cannot be a custom resource")).with_hint("custom names such as worker_node or accelerator_h20; CPUs and GPUs have their own fields"));
         }
-        if !(*value >= 0.0) {
+        if !value.is_finite() || *value < 0.0 {
             return Err(src.error_at(
                 &field("resources"),
                 format!("resource {name} is {value}, must be ≥ 0"),
             ));
         }
     }
-    if let (Some(store), Some(shm)) = (node.object_store_memory, node.shm_size) {
-        if store > shm {
-            return Err(src
-                .error_at(
-                    &field("object_store_memory"),
-                    format!("object_store_memory ({store}) exceeds shm_size ({shm})"),
-                )
-                .with_hint("at most shm_size: the object store lives in /dev/shm"));
-        }
+    if let (Some(store), Some(shm)) = (node.object_store_memory, node.shm_size)
+        && store > shm
+    {
+        return Err(src
+            .error_at(
+                &field("object_store_memory"),
+                format!("object_store_memory ({store}) exceeds shm_size ({shm})"),
+            )
+            .with_hint("at most shm_size: the object store lives in /dev/shm"));
     }
     Ok(())
 }

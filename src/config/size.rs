@@ -29,7 +29,7 @@ impl ByteSize {
         };
         let bytes = number * multiplier as f64;
         (bytes.is_finite() && bytes >= 1.0 && bytes < u64::MAX as f64)
-            .then(|| ByteSize(bytes as u64))
+            .then_some(ByteSize(bytes as u64))
     }
 }
 
@@ -42,7 +42,7 @@ impl fmt::Display for ByteSize {
             ("k", 1 << 10),
         ];
         for (unit, size) in UNITS {
-            if self.0 >= size && self.0 % size == 0 {
+            if self.0 >= size && self.0.is_multiple_of(size) {
                 return write!(f, "{}{unit}", self.0 / size);
             }
         }

@@ -62,7 +62,7 @@ pub enum Seg {
 /// Builds a key path: `path!["workers", 1, "device_ids"]`.
 #[macro_export]
 macro_rules! yaml_path {
-    ($($seg:expr),* $(,)?) => { vec![$($crate::config::yaml::Seg::from($seg)),*] };
+    ($($seg:expr),* $(,)?) => { [$($crate::config::yaml::Seg::from($seg)),*] };
 }
 
 impl From<&str> for Seg {
@@ -205,7 +205,8 @@ fn descend<'a>(
             if matched {
                 // A key whose value is absent (`key:`) points at the key itself.
                 return if rest.is_empty()
-                    && matches!(value.0, Event::Scalar(ref v, ..) if v.is_empty())
+                    && matches!(value.0, Event::Scalar(..))
+                    && value.1.start == value.1.end
                 {
                     Some(key.1)
                 } else {
@@ -252,11 +253,15 @@ fn skip<'a>(events: &mut impl Iterator<Item = Spanned<'a>>, node: Spanned<'a>) {
 mod tests {
     use super::*;
 
-    const DOC: &str = "name: a\nworkers:\n  - name: gpu\n    device_ids: [[0, 1], [2, 3]]\n  - name: b\n    count: 0\nempty:\n";
+    const DOC: &str = "name: ''\nworkers:\n  - name: gpu\n    device_ids: [[0, 1], [2, 3]]\n  - name: b\n    count: 0\nempty:\n";
 
     #[test]
     fn locates_nested_keys_and_indices() {
-        assert_eq!(locate(DOC, &yaml_path!["name"]), Some((1, 7)));
+        assert_eq!(
+            locate(DOC, &yaml_path!["name"]),
+            Some((1, 7)),
+            "an empty quoted value is a value"
+        );
         assert_eq!(
             locate(DOC, &yaml_path!["workers", 1, "count"]),
             Some((6, 12))

@@ -1,0 +1,7 @@
+//! The integration tests: one binary, real Docker Engine, real Ray.
+//!
+//! Docker tests run by default; `ARGUS_TEST_SKIP_DOCKER=1` skips them (and says so).
+
+mod cluster;
+mod harness;
+mod profiles;

@@ -1,0 +1,191 @@
+//! Profiles: every shipped file is valid; bad input gets one located error, exit code 2
+//! (or 4 when Docker or the image cannot be reached), and nothing is created.
+
+use std::path::Path;
+
+use argus::config::LoadedProfile;
+
+use crate::harness::{TestContext, free_port, test_profile};
+
+#[test]
+fn every_shipped_profile_parses() {
+    let mut count = 0;
+    for entry in std::fs::read_dir("profiles").expect("profiles/") {
+        let path = entry.expect("entry").path();
+        if path.extension().and_then(|e| e.to_str()) == Some("yaml") {
+            LoadedProfile::load(Some(&path)).unwrap_or_else(|e| panic!("{e}"));
+            count += 1;
+        }
+    }
+    assert!(
+        count >= 3,
+        "expected local, h20-8gpu and multi-host profiles"
+    );
+}
+
+#[test]
+fn the_builtin_profile_is_profiles_local_yaml() {
+    let builtin = LoadedProfile::load(None).expect("built-in");
+    let file = LoadedProfile::load(Some(Path::new("profiles/local.yaml"))).expect("file");
+    assert_eq!(
+        format!("{:?}", builtin.profile),
+        format!("{:?}", file.profile)
+    );
+}
+
+fn bad_profile(test: &str, text: &str) -> (TestContext, std::path::PathBuf) {
+    let ctx = TestContext::new(test);
+    let path = ctx.write("bad.yaml", text);
+    (ctx, path)
+}
+
+#[test]
+fn malformed_yaml_is_a_located_usage_error() {
+    let (ctx, path) = bad_profile("malformed", "name: x\nimage: [unclosed\nworkers: []\n");
+    let run = ctx
+        .argus()
+        .profile(&path)
+        .args(["up", "--dry-run"])
+        .run()
+        .code(2);
+    assert!(
+        run.stderr.contains(&format!("{}:", path.display())),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("error: "), "{}", run.stderr);
+}
+
+#[test]
+fn unknown_key_names_file_line_column_and_valid_keys() {
+    let text = "name: x\nimage: argus/ray:2.51.1\nshared: {host_path: /tmp/x}\nworkers:\n  - name: gpu\n    count: 1\n    gpuz: 2\n";
+    let (ctx, path) = bad_profile("unknown", text);
+    ctx.argus()
+        .profile(&path)
+        .args(["up"])
+        .run()
+        .code(2)
+        .stderr_has(&format!(
+            "{}:7:5: workers[0]: unknown field `gpuz`",
+            path.display()
+        ))
+        .stderr_has("expected one of `name`, `count`, `gpus`");
+}
+
+#[test]
+fn wrong_type_is_located() {
+    let text = "name: x\nimage: argus/ray:2.51.1\nshared: {host_path: /tmp/x}\nworkers:\n  - name: gpu\n    count: two\n";
+    let (ctx, path) = bad_profile("wrongtype", text);
+    ctx.argus()
+        .profile(&path)
+        .args(["status"])
+        .run()
+        .code(2)
+        .stderr_has(&format!(
+            "{}:6:12: workers[0].count: invalid type",
+            path.display()
+        ));
+}
+
+#[test]
+fn overlapping_device_ids_point_at_the_second_use() {
+    let text = "name: x\nimage: argus/ray:2.51.1\nshared: {host_path: /tmp/x}\nworkers:\n  - name: a\n    count: 2\n    gpus: 2\n    gpu_mode: nvidia\n    device_ids: [[0, 1], [2, 1]]\n";
+    let (ctx, path) = bad_profile("overlap", text);
+    ctx.argus()
+        .profile(&path)
+        .args(["up"])
+        .run()
+        .code(2)
+        .stderr_has(&format!("{}:9:30: workers[0].device_ids[1][1]: GPU 1 is already used by workers[0].device_ids[0][1]", path.display()))
+        .stderr_has("valid: each host GPU id at most once");
+}
+
+#[test]
+fn count_below_one_and_missing_image_are_usage_errors() {
+    let text =
+        "name: x\nimage: ''\nshared: {host_path: /tmp/x}\nworkers:\n  - name: a\n    count: 1\n";
+    let (ctx, path) = bad_profile("noimage", text);
+    ctx.argus()
+        .profile(&path)
+        .args(["up"])
+        .run()
+        .code(2)
+        .stderr_has(":2:8: image: image must not be empty");
+    let text =
+        "name: x\nimage: i\nshared: {host_path: /tmp/x}\nworkers:\n  - name: a\n    count: 0\n";
+    let path = ctx.write("zero.yaml", text);
+    ctx.argus()
+        .profile(&path)
+        .args(["up"])
+        .run()
+        .code(2)
+        .stderr_has(":6:12: workers[0].count: count is 0, must be at least 1");
+}
+
+#[test]
+fn unreachable_docker_is_exit_4_with_a_hint() {
+    if TestContext::skip_docker("unreachable_docker_is_exit_4_with_a_hint") {
+        return;
+    }
+    let mut ctx = TestContext::new("unreach");
+    let name = ctx.cluster("c");
+    let mut text = test_profile(&name, &ctx.path("shared"), free_port(), 1, "");
+    text.push_str("docker:\n  host: tcp://127.0.0.1:9\n");
+    let path = ctx.write("p.yaml", &text);
+    ctx.argus()
+        .profile(&path)
+        .args(["up"])
+        .run()
+        .code(4)
+        .stderr_has("cannot reach the Docker Engine at tcp://127.0.0.1:9")
+        .stderr_has("hint: is the Docker daemon running?");
+    ctx.argus().profile(&path).args(["down"]).run().code(4);
+    assert!(
+        !ctx.path("shared").exists(),
+        "nothing may be created before Docker answers"
+    );
+}
+
+#[test]
+fn absent_image_that_cannot_be_pulled_creates_nothing() {
+    if TestContext::skip_docker("absent_image_that_cannot_be_pulled_creates_nothing") {
+        return;
+    }
+    let mut ctx = TestContext::new("noimg");
+    let name = ctx.cluster("c");
+    let text = test_profile(&name, &ctx.path("shared"), free_port(), 1, "")
+        .replace("argus/ray:2.51.1", "argus-test-absent/none:0");
+    let path = ctx.write("p.yaml", &text);
+    ctx.argus()
+        .profile(&path)
+        .args(["up"])
+        .run()
+        .code(4)
+        .stderr_has("image argus-test-absent/none:0 is not present and could not be pulled")
+        .stderr_has("hint: build it here without a registry: argus image build --tag argus-test-absent/none:0");
+    assert!(ctx.cluster_containers(&name).is_empty());
+    assert!(
+        crate::harness::docker(&[
+            "network",
+            "ls",
+            "-q",
+            "--filter",
+            &format!("name={name}-net")
+        ])
+        .trim()
+        .is_empty()
+    );
+}
+
+#[test]
+fn token_auth_without_a_token_is_a_usage_error() {
+    let ctx = TestContext::new("token");
+    let text = "name: x\nimage: i\nshared: {host_path: /tmp/x}\nray: {auth: token, token_env: ARGUS_TEST_NO_SUCH_TOKEN}\nworkers:\n  - name: a\n    count: 1\n";
+    let path = ctx.write("p.yaml", text);
+    ctx.argus()
+        .profile(&path)
+        .args(["up"])
+        .run()
+        .code(2)
+        .stderr_has("ARGUS_TEST_NO_SUCH_TOKEN is not set");
+}
