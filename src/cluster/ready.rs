@@ -110,7 +110,7 @@ pub async fn wait_ready(
             return Err((last, last_error));
         }
         tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_millis(500));
+        delay = (delay * 2).min(Duration::from_millis(200));
     }
 }
 

@@ -6,21 +6,26 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use bollard::Docker;
+use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::models::{NetworkCreateRequest, VolumeCreateRequest};
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, InspectContainerOptions, ListContainersOptionsBuilder,
     RemoveContainerOptionsBuilder,
 };
+use futures_util::StreamExt;
 use futures_util::future::try_join_all;
 use serde::Serialize;
 
 use super::docker::{self, docker_err, is_conflict, is_not_found};
-use super::plan::{self, ClusterPlan, ContainerPlan, LABEL_CLUSTER, LABEL_SPEC, PlanInputs, Role};
+use super::plan::{
+    self, ClusterPlan, ContainerPlan, LABEL_CLUSTER, LABEL_SPEC, PlanInputs, Role, SharedMount,
+};
 use super::ray::{RayClient, RayNode};
 use super::ready::{self, Readiness};
 use super::{Error, image};
+use crate::config::LoadedProfile;
+use crate::config::layout::{self, Layout};
 use crate::config::profile::AuthMode;
-use crate::config::{Layout, LoadedProfile};
 use crate::ui::Reporter;
 
 /// A container of this cluster as Docker reports it.
@@ -204,6 +209,10 @@ pub async fn up(
     };
     for head in replace(Role::Head) {
         start(&docker, &plan.cluster, head, reporter).await?;
+        if let SharedMount::Volume { target, .. } = &head.mount {
+            // The host may not see an NFS volume: make the layout from inside the head.
+            create_layout_inside(&docker, &head.name, target).await?;
+        }
     }
     try_join_all(
         replace(Role::Worker)
@@ -382,7 +391,8 @@ async fn start(
     Ok(())
 }
 
-/// Waits for Ray; fails fast when a container whose node is missing has stopped.
+/// Waits for Ray. Fails fast, with its log, when a container whose node is missing has
+/// stopped or restarted since the wait began (a crash loop never becomes ready).
 async fn wait(
     docker: &Docker,
     ray: &RayClient,
@@ -393,60 +403,121 @@ async fn wait(
     let task = reporter.task("ray");
     let total = plan.containers.len();
     let deadline = tokio::time::Instant::now() + timeout;
-    let mut exited: Option<(String, i64)> = None;
-    let outcome = ready::wait_ready(ray, &plan.containers, deadline, |r: &Readiness| {
-        task.update(&format!("{}/{total} nodes ready", r.ready.len()));
-    })
-    .await;
-    match outcome {
-        Ok(_) => {
-            let nodes = ray.nodes().await.unwrap_or_default();
-            let nodes: Vec<RayNode> = nodes.into_iter().filter(RayNode::alive).collect();
-            let gpus: f64 = nodes.iter().map(RayNode::gpus).sum();
-            task.done(&format!("{total}/{total} nodes alive, {gpus} GPUs"));
-            Ok(nodes)
-        }
-        Err((readiness, error)) => {
-            task.fail("not ready");
-            // A stopped container explains more than a timeout does.
-            for (name, _) in &readiness.missing {
-                if let Ok(info) = docker
-                    .inspect_container(name, None::<InspectContainerOptions>)
-                    .await
-                {
-                    let state = info.state.unwrap_or_default();
-                    if state.running != Some(true) {
-                        exited = Some((name.clone(), state.exit_code.unwrap_or(-1)));
-                        break;
-                    }
-                }
+    let mut restarts_before = HashMap::new();
+    for c in &plan.containers {
+        restarts_before.insert(c.name.clone(), container_health(docker, &c.name).await.1);
+    }
+    loop {
+        // Poll Ray in slices, looking at the missing nodes' containers in between.
+        let slice_end = deadline.min(tokio::time::Instant::now() + Duration::from_secs(2));
+        let outcome = ready::wait_ready(ray, &plan.containers, slice_end, |r: &Readiness| {
+            task.update(&format!("{}/{total} nodes ready", r.ready.len()));
+        })
+        .await;
+        let (readiness, error) = match outcome {
+            Ok(_) => {
+                let nodes = ray.nodes().await.unwrap_or_default();
+                let nodes: Vec<RayNode> = nodes.into_iter().filter(RayNode::alive).collect();
+                let gpus: f64 = nodes.iter().map(RayNode::gpus).sum();
+                task.done(&format!("{total}/{total} nodes alive, {gpus} GPUs"));
+                return Ok(nodes);
             }
-            if let Some((name, exit_code)) = exited {
-                let logs = docker::tail_logs(docker, &name, 20).await;
+            Err(failed) => failed,
+        };
+        for (name, _) in &readiness.missing {
+            let (running, restarts, exit_code) = container_health(docker, name).await;
+            if !running || restarts > restarts_before.get(name).copied().unwrap_or(0) {
+                task.fail(&format!("{name} stopped"));
+                let logs = docker::tail_logs(docker, name, 20).await;
                 return Err(Error::NodeExited {
-                    name,
+                    name: name.clone(),
                     exit_code,
                     logs,
                 });
             }
-            let mut detail = String::new();
-            for (name, problem) in &readiness.missing {
-                let logs = docker::tail_logs(docker, name, 15).await;
-                detail.push_str(&format!(
-                    "\n  {name}: {problem}\n  last lines of its log:\n{logs}"
-                ));
-            }
-            for name in &readiness.unexpected {
-                detail.push_str(&format!("\n  unexpected ALIVE node {name}"));
-            }
-            if let Some(error) = error {
-                detail.push_str(&format!("\n  last error: {error}"));
-            }
-            Err(Error::NotReady {
-                seconds: timeout.as_secs(),
-                detail,
-            })
         }
+        if tokio::time::Instant::now() < deadline {
+            continue;
+        }
+        task.fail("not ready");
+        let mut detail = String::new();
+        for (name, problem) in &readiness.missing {
+            let logs = docker::tail_logs(docker, name, 15).await;
+            detail.push_str(&format!(
+                "\n  {name}: {problem}\n  last lines of its log:\n{logs}"
+            ));
+        }
+        for name in &readiness.unexpected {
+            detail.push_str(&format!("\n  unexpected ALIVE node {name}"));
+        }
+        if let Some(error) = error {
+            detail.push_str(&format!("\n  last error: {error}"));
+        }
+        return Err(Error::NotReady {
+            seconds: timeout.as_secs(),
+            detail,
+        });
+    }
+}
+
+/// `mkdir -p` of the shared layout, run in `container` through the exec API.
+async fn create_layout_inside(docker: &Docker, container: &str, mount: &str) -> Result<(), Error> {
+    let mut cmd = vec!["mkdir".to_string(), "-p".to_string()];
+    cmd.extend(
+        layout::DIRECTORIES
+            .iter()
+            .map(|dir| format!("{mount}/{dir}")),
+    );
+    let failed = |source| Error::Docker {
+        action: format!("create the shared layout in {container}"),
+        source,
+    };
+    let exec = docker
+        .create_exec(
+            container,
+            CreateExecOptions {
+                cmd: Some(cmd),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                ..Default::default()
+            },
+        )
+        .await
+        .map_err(failed)?;
+    if let StartExecResults::Attached { mut output, .. } =
+        docker.start_exec(&exec.id, None).await.map_err(failed)?
+    {
+        while output.next().await.is_some() {}
+    }
+    let code = docker
+        .inspect_exec(&exec.id)
+        .await
+        .map_err(failed)?
+        .exit_code;
+    if code != Some(0) {
+        return Err(Error::SharedStorage {
+            path: mount.to_string(),
+            source: std::io::Error::other(format!("mkdir -p in {container} exited with {code:?}")),
+        });
+    }
+    Ok(())
+}
+
+/// (running, restart count, last exit code) of a container; a missing one is not running.
+async fn container_health(docker: &Docker, name: &str) -> (bool, i64, i64) {
+    match docker
+        .inspect_container(name, None::<InspectContainerOptions>)
+        .await
+    {
+        Ok(info) => {
+            let state = info.state.unwrap_or_default();
+            (
+                state.running == Some(true) && state.restarting != Some(true),
+                info.restart_count.unwrap_or(0),
+                state.exit_code.unwrap_or(-1),
+            )
+        }
+        Err(_) => (false, 0, -1),
     }
 }
 

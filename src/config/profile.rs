@@ -414,6 +414,16 @@ fn validate(p: &Profile, src: &Source) -> Result<Option<PathBuf>, ConfigError> {
             return Err(src.error_at(&yaml_path!["ray", key], "port must be between 1 and 65535"));
         }
     }
+    for (key, port) in [
+        ("gcs_port", ray.gcs_port),
+        ("dashboard_port", ray.dashboard_port),
+    ] {
+        if let Some(owner) = ray_reserved_port(port) {
+            return Err(src
+                .error_at(&yaml_path!["ray", key], format!("port {port} is {owner}"))
+                .with_hint("a port outside 10001-19999 and other than 52365, e.g. 6379 / 8265"));
+        }
+    }
     if ray.gcs_port == ray.dashboard_port {
         return Err(src.error_at(
             &yaml_path!["ray", "dashboard_port"],
@@ -590,6 +600,16 @@ fn validate_node(node: &NodeSpec, src: &Source, at: &[Seg]) -> Result<(), Config
     Ok(())
 }
 
+/// Ports Ray itself takes by default on every node, and what takes them.
+fn ray_reserved_port(port: u16) -> Option<&'static str> {
+    match port {
+        10001 => Some("Ray's client server port"),
+        10002..=19999 => Some("in Ray's default worker port range 10002-19999"),
+        52365 => Some("Ray's dashboard agent port"),
+        _ => None,
+    }
+}
+
 const DOCKER_HOSTS: &str = "unix:///var/run/docker.sock, tcp://HOST:2375 or http://HOST:2375";
 
 fn check_docker_host(host: &str) -> Result<(), String> {
@@ -685,6 +705,16 @@ mod tests {
         let err = load(&format!("{BASE}workers: []\nhead: {{cpu: 1}}\n")).unwrap_err();
         assert!(err.message.contains("unknown field `cpu`"), "{err}");
         assert_eq!(err.line, 5);
+    }
+
+    #[test]
+    fn ports_ray_uses_itself_are_refused_where_they_are_written() {
+        let err = load(&format!(
+            "{BASE}ray:\n  dashboard_port: 18265\nworkers: []\n"
+        ))
+        .unwrap_err();
+        assert_eq!((err.line, err.column), (5, 19), "{err}");
+        assert!(err.message.contains("worker port range"), "{err}");
     }
 
     #[test]

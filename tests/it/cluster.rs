@@ -275,3 +275,36 @@ fn nvidia_workers_carry_their_device_request() {
     assert_eq!(request["Capabilities"], serde_json::json!([["gpu"]]));
     assert_eq!(worker["Config"]["Labels"]["argus.role"], "worker");
 }
+
+/// A worker whose Ray refuses to start (an object store below Ray's minimum) fails `up`
+/// quickly with the container's own log, instead of waiting out the timeout.
+#[test]
+fn a_node_that_cannot_start_fails_fast_with_its_log() {
+    if TestContext::skip_docker("a_node_that_cannot_start_fails_fast_with_its_log") {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("crash");
+    let name = ctx.cluster("c");
+    // Only the worker's line has four spaces of indent.
+    let text = test_profile(&name, &ctx.path("shared"), free_port(), 1, "").replace(
+        "    object_store_memory: 128m\n",
+        "    object_store_memory: 1m\n",
+    );
+    let profile = ctx.write("p.yaml", &text);
+    // "stopped while starting Ray" is the fail-fast error; a timeout says "was not ready after".
+    let run = ctx
+        .argus()
+        .profile(&profile)
+        .args(["up"])
+        .run()
+        .code(1)
+        .stderr_has(&format!(
+            "container {name}-gpu-0 stopped while starting Ray"
+        ));
+    assert!(
+        run.stderr.to_lowercase().contains("object store"),
+        "the error shows Ray's own words:\n{}",
+        run.stderr
+    );
+}

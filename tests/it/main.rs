@@ -5,3 +5,4 @@
 mod cluster;
 mod harness;
 mod profiles;
+mod snapshots;
