@@ -14,7 +14,8 @@ use crate::exit::EXIT_CODES_HELP;
     about,
     long_about = "From GPU hosts to a running verl (RL for LLMs) training job on a Ray cluster \
                   made of Docker containers, and back, reproducibly.\n\n\
-                  Pipeline: `argus image build` (once) -> `argus up` -> `argus status` -> `argus down`.\n\
+                  Pipeline: `argus image build` (once) -> `argus up` -> `argus snapshot SRC` -> `argus status` \
+                  -> `argus down`.\n\
                   Without -p, the built-in profile (profiles/local.yaml) is used: one CPU head and \
                   two workers with two simulated GPUs each, on this machine.",
     after_help = EXIT_CODES_HELP,
@@ -73,6 +74,61 @@ pub enum Commands {
     /// Build or inspect the runtime image.
     #[command(subcommand)]
     Image(ImageCommand),
+
+    /// Freeze a source tree (verl) into common/code/<name>/<code_id>/ on the shared storage.
+    ///
+    /// Copies SRC minus .git, __pycache__, *.pyc, what the tree's .gitignore files ignore and
+    /// --exclude patterns; keeps symlinks inside the tree and the executable bit; makes the
+    /// files read-only and writes a manifest (.argus/manifest.json). The code_id is derived
+    /// from the content (prefixed with the git commit, and -dirty, for a git checkout): an
+    /// unchanged tree gives the same id and copies nothing. Atomic: an interrupted snapshot
+    /// leaves nothing under a final name. Needs no running cluster.
+    Snapshot(SnapshotArgs),
+}
+
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct SnapshotArgs {
+    #[command(subcommand)]
+    pub command: Option<SnapshotCommand>,
+
+    /// The source tree to freeze (write ./list for a directory named like a subcommand).
+    #[arg(required = true, value_name = "SRC")]
+    pub source: Option<PathBuf>,
+
+    /// Snapshot family: common/code/<name>/.
+    #[arg(long, default_value = "verl")]
+    pub name: String,
+
+    /// Set the code_id by hand ([A-Za-z0-9._-]); an existing id with other content is an error.
+    #[arg(long)]
+    pub code_id: Option<String>,
+
+    /// Leave out paths matching this gitignore-style glob (repeatable).
+    #[arg(long = "exclude", value_name = "GLOB")]
+    pub excludes: Vec<String>,
+
+    /// Copy what symlinks pointing outside the tree point to (default: refuse them).
+    #[arg(long)]
+    pub follow_links: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SnapshotCommand {
+    /// List the snapshots: id, name, created, size, source commit.
+    List,
+    /// Re-hash a snapshot; report files changed, missing or added (exit 1 on any).
+    Verify {
+        /// code_id, or name/code_id.
+        id: String,
+    },
+    /// Remove a snapshot; refused while an unfinished job uses it, unless --force.
+    Rm {
+        /// code_id, or name/code_id.
+        id: String,
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 #[derive(Debug, Args)]

@@ -7,6 +7,7 @@
 //! argus image build   the runtime image, without a registry       cluster::image
 //! argus up / down     containers + Ray, converged to a profile     cluster::{plan, reconcile, ready}
 //! argus status        containers and Ray nodes                     cluster::status
+//! argus snapshot      a source tree frozen under common/code/       snapshot
 //! ```
 //!
 //! Data flows one way: YAML -> validated config (`config`) -> a plan (pure data) ->
@@ -17,6 +18,7 @@ pub mod cluster;
 mod commands;
 pub mod config;
 pub mod exit;
+pub mod snapshot;
 pub mod ui;
 
 use std::process::ExitCode;

@@ -3,6 +3,7 @@
 
 mod cluster;
 mod image;
+mod snapshot;
 
 use anyhow::Result;
 
@@ -17,6 +18,7 @@ pub async fn run(cli: &Cli, printer: &Printer) -> Result<Exit> {
         Commands::Down(args) => cluster::down(&profile(cli)?, args, printer).await,
         Commands::Status => cluster::status(&profile(cli)?, printer).await,
         Commands::Image(ImageCommand::Build(args)) => image::build(cli, args, printer).await,
+        Commands::Snapshot(args) => snapshot::run(&profile(cli)?, args, printer),
     }
 }
 

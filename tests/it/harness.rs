@@ -164,6 +164,14 @@ impl Argus {
         self.command.args(args);
         self
     }
+    pub fn arg_path(mut self, path: &Path) -> Self {
+        self.command.arg(path);
+        self
+    }
+    /// Starts it without waiting (to interrupt it).
+    pub fn spawn(mut self) -> std::process::Child {
+        self.command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().expect("spawn argus")
+    }
     pub fn profile(mut self, path: &Path) -> Self {
         self.command.arg("-p").arg(path);
         self

@@ -3,6 +3,7 @@
 //! Docker tests run by default; `ARGUS_TEST_SKIP_DOCKER=1` skips them (and says so).
 
 mod cluster;
+mod code_snapshot;
 mod harness;
 mod profiles;
 mod snapshots;
