@@ -18,7 +18,8 @@ pub fn run(loaded: &LoadedProfile, args: &SnapshotArgs, printer: &Printer) -> Re
         Some(SnapshotCommand::List) => list(&layout, printer),
         Some(SnapshotCommand::Verify { id }) => check(&layout, id, printer),
         Some(SnapshotCommand::Rm { id, force }) => {
-            let path = snapshot::remove(&layout.code(), &layout.jobs(), id, *force).with_context(|| format!("cannot remove snapshot {id}"))?;
+            let path = snapshot::remove(&layout.code(), &layout.jobs(), id, *force)
+                .with_context(|| format!("cannot remove snapshot {id}"))?;
             if printer.json {
                 printer.json(&serde_json::json!({"removed": path}));
             } else {
@@ -42,15 +43,25 @@ fn create(layout: &Layout, args: &SnapshotArgs, printer: &Printer) -> Result<Exi
         follow_links: args.follow_links,
     };
     let reporter = printer.reporter();
-    let report = snapshot::snapshot(&layout.code(), &options, &reporter).with_context(|| format!("cannot snapshot {}", source.display()))?;
+    let report = snapshot::snapshot(&layout.code(), &options, &reporter)
+        .with_context(|| format!("cannot snapshot {}", source.display()))?;
     if printer.json {
         printer.json(&serde_json::to_value(&report)?);
         return Ok(Exit::Success);
     }
     if report.created {
-        printer.info(format!("snapshot {} created: {} files, {} at {}", report.code_id, report.files, human_bytes(report.bytes), report.path.display()));
+        printer.info(format!(
+            "snapshot {} created: {} files, {} at {}",
+            report.code_id,
+            report.files,
+            human_bytes(report.bytes),
+            report.path.display()
+        ));
     } else {
-        printer.info(format!("snapshot {} already exists with this content: nothing copied", report.code_id));
+        printer.info(format!(
+            "snapshot {} already exists with this content: nothing copied",
+            report.code_id
+        ));
     }
     printer.data(&report.code_id);
     Ok(Exit::Success)
@@ -62,14 +73,25 @@ fn list(layout: &Layout, printer: &Printer) -> Result<Exit> {
         printer.json(&serde_json::to_value(&snapshots)?);
         return Ok(Exit::Success);
     }
-    let mut rows = vec![["CODE_ID", "NAME", "CREATED", "FILES", "SIZE", "COMMIT"].map(String::from).to_vec()];
+    let mut rows = vec![
+        ["CODE_ID", "NAME", "CREATED", "FILES", "SIZE", "COMMIT"]
+            .map(String::from)
+            .to_vec(),
+    ];
     for s in &snapshots {
         let commit = match (&s.git_commit, s.git_dirty) {
             (Some(c), true) => format!("{c} (dirty)"),
             (Some(c), false) => c.clone(),
             (None, _) => "-".to_string(),
         };
-        rows.push(vec![s.code_id.clone(), s.name.clone(), s.created.clone(), s.files.to_string(), human_bytes(s.bytes), commit]);
+        rows.push(vec![
+            s.code_id.clone(),
+            s.name.clone(),
+            s.created.clone(),
+            s.files.to_string(),
+            human_bytes(s.bytes),
+            commit,
+        ]);
     }
     printer.data(table(&rows));
     Ok(Exit::Success)
@@ -81,19 +103,31 @@ fn check(layout: &Layout, id: &str, printer: &Printer) -> Result<Exit> {
     if printer.json {
         printer.json(&serde_json::to_value(&report)?);
     } else {
-        for (what, files) in [("changed", &report.changed), ("missing", &report.missing), ("added", &report.added)] {
+        for (what, files) in [
+            ("changed", &report.changed),
+            ("missing", &report.missing),
+            ("added", &report.added),
+        ] {
             for file in files {
                 printer.data(format!("{what:<8} {file}"));
             }
         }
         if report.ok() {
-            printer.info(format!("snapshot {id} is intact: {} entries match its manifest", report.checked));
+            printer.info(format!(
+                "snapshot {id} is intact: {} entries match its manifest",
+                report.checked
+            ));
         }
     }
     if report.ok() {
         Ok(Exit::Success)
     } else {
-        printer.warn(format!("snapshot {id} differs from its manifest: {} changed, {} missing, {} added", report.changed.len(), report.missing.len(), report.added.len()));
+        printer.warn(format!(
+            "snapshot {id} differs from its manifest: {} changed, {} missing, {} added",
+            report.changed.len(),
+            report.missing.len(),
+            report.added.len()
+        ));
         Ok(Exit::Failed)
     }
 }

@@ -32,10 +32,16 @@ pub fn file_sha256(path: &Path) -> std::io::Result<String> {
 }
 
 /// Runs `work` on every item with one thread per core; the first error wins.
-pub fn parallel<T: Send, R: Send>(items: Vec<T>, work: impl Fn(T) -> Result<R, Error> + Sync) -> Result<Vec<R>, Error> {
-    let threads = std::thread::available_parallelism().map_or(2, |n| n.get()).min(8);
+pub fn parallel<T: Send, R: Send>(
+    items: Vec<T>,
+    work: impl Fn(T) -> Result<R, Error> + Sync,
+) -> Result<Vec<R>, Error> {
+    let threads = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .min(8);
     let slots: Vec<Mutex<Option<T>>> = items.into_iter().map(|i| Mutex::new(Some(i))).collect();
-    let results: Vec<Mutex<Option<Result<R, Error>>>> = slots.iter().map(|_| Mutex::new(None)).collect();
+    let results: Vec<Mutex<Option<Result<R, Error>>>> =
+        slots.iter().map(|_| Mutex::new(None)).collect();
     let next = AtomicUsize::new(0);
     std::thread::scope(|scope| {
         for _ in 0..threads {
@@ -43,7 +49,9 @@ pub fn parallel<T: Send, R: Send>(items: Vec<T>, work: impl Fn(T) -> Result<R, E
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(slot) = slots.get(i) else { break };
-                    let Some(item) = slot.lock().ok().and_then(|mut s| s.take()) else { continue };
+                    let Some(item) = slot.lock().ok().and_then(|mut s| s.take()) else {
+                        continue;
+                    };
                     let result = work(item);
                     let failed = result.is_err();
                     if let Ok(mut r) = results[i].lock() {
@@ -68,7 +76,11 @@ pub fn parallel<T: Send, R: Send>(items: Vec<T>, work: impl Fn(T) -> Result<R, E
 }
 
 /// Fills in each file's sha256.
-pub fn hash_entries(_root: &Path, entries: Vec<Entry>, task: &dyn Task) -> Result<Vec<Entry>, Error> {
+pub fn hash_entries(
+    _root: &Path,
+    entries: Vec<Entry>,
+    task: &dyn Task,
+) -> Result<Vec<Entry>, Error> {
     let total = entries.len();
     let done = AtomicUsize::new(0);
     parallel(entries, |mut entry| {
@@ -76,7 +88,7 @@ pub fn hash_entries(_root: &Path, entries: Vec<Entry>, task: &dyn Task) -> Resul
             entry.sha256 = file_sha256(&entry.source).map_err(io("cannot read", &entry.source))?;
         }
         let n = done.fetch_add(1, Ordering::Relaxed) + 1;
-        if n % 200 == 0 {
+        if n.is_multiple_of(200) {
             task.update(&format!("hashed {n}/{total} files"));
         }
         Ok(entry)

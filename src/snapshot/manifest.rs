@@ -39,7 +39,14 @@ pub struct FileRecord {
 }
 
 impl Manifest {
-    pub fn new(source: &Path, code_id: &str, name: &str, tree_hash: &str, git: Option<&GitState>, entries: &[Entry]) -> Self {
+    pub fn new(
+        source: &Path,
+        code_id: &str,
+        name: &str,
+        tree_hash: &str,
+        git: Option<&GitState>,
+        entries: &[Entry],
+    ) -> Self {
         Self {
             format: 1,
             name: name.to_string(),
@@ -57,15 +64,31 @@ impl Manifest {
     pub fn read(snapshot: &Path) -> Result<Self, Error> {
         let path = snapshot.join(MANIFEST);
         let text = std::fs::read_to_string(&path).map_err(io("cannot read the manifest", &path))?;
-        serde_json::from_str(&text).map_err(|e| Error::Io { action: "corrupt manifest", path, source: std::io::Error::other(e) })
+        serde_json::from_str(&text).map_err(|e| Error::Io {
+            action: "corrupt manifest",
+            path,
+            source: std::io::Error::other(e),
+        })
     }
 }
 
 impl From<&Entry> for FileRecord {
     fn from(entry: &Entry) -> Self {
         match &entry.kind {
-            Kind::File { executable } => FileRecord { path: entry.rel.clone(), size: entry.size, executable: *executable, sha256: Some(entry.sha256.clone()), link: None },
-            Kind::Symlink { target } => FileRecord { path: entry.rel.clone(), size: 0, executable: false, sha256: None, link: Some(target.clone()) },
+            Kind::File { executable } => FileRecord {
+                path: entry.rel.clone(),
+                size: entry.size,
+                executable: *executable,
+                sha256: Some(entry.sha256.clone()),
+                link: None,
+            },
+            Kind::Symlink { target } => FileRecord {
+                path: entry.rel.clone(),
+                size: 0,
+                executable: false,
+                sha256: None,
+                link: Some(target.clone()),
+            },
         }
     }
 }

@@ -27,12 +27,21 @@ pub enum Error {
     SourceNotDir(PathBuf),
     #[error("symlink {link} points outside the source tree (to {target})")]
     LinkOutside { link: String, target: String },
-    #[error("invalid {what} {value:?}: only letters, digits, '.', '_' and '-', and not '.' or '..'")]
+    #[error(
+        "invalid {what} {value:?}: only letters, digits, '.', '_' and '-', and not '.' or '..'"
+    )]
     InvalidId { what: &'static str, value: String },
     #[error("invalid --exclude pattern {pattern:?}: {reason}")]
     BadPattern { pattern: String, reason: String },
-    #[error("snapshot {name}/{code_id} already exists with different content (tree {existing}, this source {new})")]
-    Conflict { name: String, code_id: String, existing: String, new: String },
+    #[error(
+        "snapshot {name}/{code_id} already exists with different content (tree {existing}, this source {new})"
+    )]
+    Conflict {
+        name: String,
+        code_id: String,
+        existing: String,
+        new: String,
+    },
     #[error("no snapshot {0}")]
     NotFound(String),
     #[error("snapshot {id} is used by unfinished job(s): {jobs}")]
@@ -68,8 +77,15 @@ impl Classify for Error {
     }
 }
 
-pub(crate) fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
-    move |source| Error::Io { action, path: path.to_path_buf(), source }
+pub(crate) fn io<'a>(
+    action: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> Error + 'a {
+    move |source| Error::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// Ids and names: `[A-Za-z0-9._-]+`, not `.` or `..` (they become directory names).
@@ -78,8 +94,17 @@ pub fn validate_id(what: &'static str, value: &str) -> Result<(), Error> {
         && value.len() <= 128
         && value != "."
         && value != ".."
-        && value.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
-    if ok { Ok(()) } else { Err(Error::InvalidId { what, value: value.to_string() }) }
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidId {
+            what,
+            value: value.to_string(),
+        })
+    }
 }
 
 pub struct SnapshotOptions {
@@ -106,7 +131,11 @@ pub struct SnapshotReport {
 }
 
 /// Snapshots `options.source` into `<code_root>/<name>/<code_id>/`.
-pub fn snapshot(code_root: &Path, options: &SnapshotOptions, reporter: &dyn Reporter) -> Result<SnapshotReport, Error> {
+pub fn snapshot(
+    code_root: &Path,
+    options: &SnapshotOptions,
+    reporter: &dyn Reporter,
+) -> Result<SnapshotReport, Error> {
     let started = std::time::Instant::now();
     validate_id("name", &options.name)?;
     if let Some(id) = &options.code_id {
@@ -153,14 +182,29 @@ pub fn snapshot(code_root: &Path, options: &SnapshotOptions, reporter: &dyn Repo
         let existing = Manifest::read(&target)?;
         if existing.tree_hash != tree_hash {
             task.fail("id taken");
-            return Err(Error::Conflict { name: options.name.clone(), code_id, existing: existing.tree_hash, new: tree_hash });
+            return Err(Error::Conflict {
+                name: options.name.clone(),
+                code_id,
+                existing: existing.tree_hash,
+                new: tree_hash,
+            });
         }
         task.done(&format!("{code_id} unchanged ({files} files)"));
         return Ok(report(false));
     }
-    let manifest = Manifest::new(&source, &code_id, &options.name, &tree_hash, git.as_ref(), &hashed);
+    let manifest = Manifest::new(
+        &source,
+        &code_id,
+        &options.name,
+        &tree_hash,
+        git.as_ref(),
+        &hashed,
+    );
     publish::publish(&source, &dir, &code_id, &hashed, &manifest, &*task)?;
-    task.done(&format!("{code_id} ({files} files, {})", crate::ui::human_bytes(bytes)));
+    task.done(&format!(
+        "{code_id} ({files} files, {})",
+        crate::ui::human_bytes(bytes)
+    ));
     Ok(report(true))
 }
 
@@ -178,11 +222,17 @@ pub struct ListedSnapshot {
 /// Every published snapshot under `code_root`, by name then creation time.
 pub fn list(code_root: &Path) -> Result<Vec<ListedSnapshot>, Error> {
     let mut out = Vec::new();
-    let Ok(names) = std::fs::read_dir(code_root) else { return Ok(out) };
+    let Ok(names) = std::fs::read_dir(code_root) else {
+        return Ok(out);
+    };
     for name in names.flatten() {
-        let Ok(ids) = std::fs::read_dir(name.path()) else { continue };
+        let Ok(ids) = std::fs::read_dir(name.path()) else {
+            continue;
+        };
         for id in ids.flatten() {
-            let Ok(manifest) = Manifest::read(&id.path()) else { continue };
+            let Ok(manifest) = Manifest::read(&id.path()) else {
+                continue;
+            };
             out.push(ListedSnapshot {
                 name: name.file_name().to_string_lossy().into_owned(),
                 code_id: manifest.code_id.clone(),
@@ -204,7 +254,11 @@ pub fn find(code_root: &Path, id: &str) -> Result<PathBuf, Error> {
         validate_id("name", name)?;
         validate_id("code id", code_id)?;
         let path = code_root.join(name).join(code_id);
-        return if path.join(manifest::MANIFEST).is_file() { Ok(path) } else { Err(Error::NotFound(id.to_string())) };
+        return if path.join(manifest::MANIFEST).is_file() {
+            Ok(path)
+        } else {
+            Err(Error::NotFound(id.to_string()))
+        };
     }
     validate_id("code id", id)?;
     let matches: Vec<PathBuf> = std::fs::read_dir(code_root)
@@ -217,18 +271,27 @@ pub fn find(code_root: &Path, id: &str) -> Result<PathBuf, Error> {
     match matches.as_slice() {
         [one] => Ok(one.clone()),
         [] => Err(Error::NotFound(id.to_string())),
-        _ => Err(Error::InvalidId { what: "code id (it exists under several names; write name/code_id)", value: id.to_string() }),
+        _ => Err(Error::InvalidId {
+            what: "code id (it exists under several names; write name/code_id)",
+            value: id.to_string(),
+        }),
     }
 }
 
 /// Removes a snapshot, unless an unfinished job record under `jobs_root` names it.
 pub fn remove(code_root: &Path, jobs_root: &Path, id: &str, force: bool) -> Result<PathBuf, Error> {
     let path = find(code_root, id)?;
-    let code_id = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let code_id = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     if !force {
         let users = unfinished_jobs_using(jobs_root, &code_id);
         if !users.is_empty() {
-            return Err(Error::InUse { id: id.to_string(), jobs: users.join(", ") });
+            return Err(Error::InUse {
+                id: id.to_string(),
+                jobs: users.join(", "),
+            });
         }
     }
     publish::remove_tree(&path)?;
@@ -239,9 +302,16 @@ pub fn remove(code_root: &Path, jobs_root: &Path, id: &str, force: bool) -> Resu
 pub fn unfinished_jobs_using(jobs_root: &Path, code_id: &str) -> Vec<String> {
     let mut users = Vec::new();
     for job in std::fs::read_dir(jobs_root).into_iter().flatten().flatten() {
-        let Ok(text) = std::fs::read_to_string(job.path().join("job.json")) else { continue };
-        let Ok(record) = serde_json::from_str::<serde_json::Value>(&text) else { continue };
-        let finished = matches!(record["status"].as_str(), Some("SUCCEEDED" | "FAILED" | "STOPPED"));
+        let Ok(text) = std::fs::read_to_string(job.path().join("job.json")) else {
+            continue;
+        };
+        let Ok(record) = serde_json::from_str::<serde_json::Value>(&text) else {
+            continue;
+        };
+        let finished = matches!(
+            record["status"].as_str(),
+            Some("SUCCEEDED" | "FAILED" | "STOPPED")
+        );
         if record["code_id"].as_str() == Some(code_id) && !finished {
             users.push(job.file_name().to_string_lossy().into_owned());
         }

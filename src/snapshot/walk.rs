@@ -54,9 +54,17 @@ fn collect_under(
 ) -> Result<(), Error> {
     let mut overrides = OverrideBuilder::new(dir);
     for pattern in excludes {
-        overrides.add(&format!("!{pattern}")).map_err(|e| Error::BadPattern { pattern: pattern.clone(), reason: e.to_string() })?;
+        overrides
+            .add(&format!("!{pattern}"))
+            .map_err(|e| Error::BadPattern {
+                pattern: pattern.clone(),
+                reason: e.to_string(),
+            })?;
     }
-    let overrides = overrides.build().map_err(|e| Error::BadPattern { pattern: excludes.join(" "), reason: e.to_string() })?;
+    let overrides = overrides.build().map_err(|e| Error::BadPattern {
+        pattern: excludes.join(" "),
+        reason: e.to_string(),
+    })?;
     let walker = WalkBuilder::new(dir)
         .standard_filters(false)
         .git_ignore(true)
@@ -67,14 +75,22 @@ fn collect_under(
         .filter_entry(|e| !matches!(e.file_name().to_str(), Some(".git" | "__pycache__")))
         .build();
     for item in walker {
-        let item = item.map_err(|e| Error::Io { action: "cannot read", path: dir.to_path_buf(), source: std::io::Error::other(e.to_string()) })?;
+        let item = item.map_err(|e| Error::Io {
+            action: "cannot read",
+            path: dir.to_path_buf(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
         let path = item.path();
-        let Ok(rel_here) = path.strip_prefix(dir) else { continue };
+        let Ok(rel_here) = path.strip_prefix(dir) else {
+            continue;
+        };
         if rel_here.as_os_str().is_empty() {
             continue;
         }
         let rel = join_rel(prefix, rel_here);
-        let Some(file_type) = item.file_type() else { continue };
+        let Some(file_type) = item.file_type() else {
+            continue;
+        };
         if file_type.is_dir() {
             continue;
         }
@@ -86,20 +102,48 @@ fn collect_under(
             let parent = path.parent().unwrap_or(dir);
             let resolved = normalize(&parent.join(&target));
             let canonical = std::fs::canonicalize(&resolved).unwrap_or(resolved.clone());
-            if let Ok(inside) = canonical.strip_prefix(root).or_else(|_| resolved.strip_prefix(root)) {
+            if let Ok(inside) = canonical
+                .strip_prefix(root)
+                .or_else(|_| resolved.strip_prefix(root))
+            {
                 // Inside the tree: stays a link, relative so it works wherever the snapshot is.
-                let link_dir = Path::new(&rel).parent().map(Path::to_path_buf).unwrap_or_default();
-                out.push(Entry { rel, source: path.to_path_buf(), kind: Kind::Symlink { target: relative(&link_dir, inside) }, size: 0, sha256: String::new() });
+                let link_dir = Path::new(&rel)
+                    .parent()
+                    .map(Path::to_path_buf)
+                    .unwrap_or_default();
+                out.push(Entry {
+                    rel,
+                    source: path.to_path_buf(),
+                    kind: Kind::Symlink {
+                        target: relative(&link_dir, inside),
+                    },
+                    size: 0,
+                    sha256: String::new(),
+                });
                 continue;
             }
             if !follow_links || !canonical.exists() {
-                return Err(Error::LinkOutside { link: rel, target: target.display().to_string() });
+                return Err(Error::LinkOutside {
+                    link: rel,
+                    target: target.display().to_string(),
+                });
             }
             if canonical.is_dir() {
                 if depth > 16 {
-                    return Err(Error::LinkOutside { link: rel, target: "a chain of more than 16 followed directory links".into() });
+                    return Err(Error::LinkOutside {
+                        link: rel,
+                        target: "a chain of more than 16 followed directory links".into(),
+                    });
                 }
-                collect_under(root, &canonical, &rel, excludes, follow_links, depth + 1, out)?;
+                collect_under(
+                    root,
+                    &canonical,
+                    &rel,
+                    excludes,
+                    follow_links,
+                    depth + 1,
+                    out,
+                )?;
             } else {
                 out.push(file_entry(rel, &canonical)?);
             }
@@ -114,12 +158,26 @@ fn file_entry(rel: String, path: &Path) -> Result<Entry, Error> {
     use std::os::unix::fs::PermissionsExt;
     let meta = std::fs::metadata(path).map_err(io("cannot read", path))?;
     let executable = meta.permissions().mode() & 0o111 != 0;
-    Ok(Entry { rel, source: path.to_path_buf(), kind: Kind::File { executable }, size: meta.len(), sha256: String::new() })
+    Ok(Entry {
+        rel,
+        source: path.to_path_buf(),
+        kind: Kind::File { executable },
+        size: meta.len(),
+        sha256: String::new(),
+    })
 }
 
 fn join_rel(prefix: &str, rel: &Path) -> String {
-    let rel = rel.components().map(|c| c.as_os_str().to_string_lossy()).collect::<Vec<_>>().join("/");
-    if prefix.is_empty() { rel } else { format!("{prefix}/{rel}") }
+    let rel = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/");
+    if prefix.is_empty() {
+        rel
+    } else {
+        format!("{prefix}/{rel}")
+    }
 }
 
 /// Removes `.` and `..` without touching the filesystem.
@@ -142,9 +200,18 @@ fn relative(from: &Path, to: &Path) -> String {
     let from: Vec<_> = from.components().collect();
     let to: Vec<_> = to.components().collect();
     let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
-    let mut parts: Vec<String> = std::iter::repeat_n("..".to_string(), from.len() - common).collect();
-    parts.extend(to[common..].iter().map(|c| c.as_os_str().to_string_lossy().into_owned()));
-    if parts.is_empty() { ".".to_string() } else { parts.join("/") }
+    let mut parts: Vec<String> =
+        std::iter::repeat_n("..".to_string(), from.len() - common).collect();
+    parts.extend(
+        to[common..]
+            .iter()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned()),
+    );
+    if parts.is_empty() {
+        ".".to_string()
+    } else {
+        parts.join("/")
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -158,8 +225,18 @@ pub fn git_state(root: &Path) -> Option<GitState> {
     if !root.join(".git").exists() {
         return None;
     }
-    let git = |args: &[&str]| Command::new("git").arg("-C").arg(root).args(args).output().ok().filter(|o| o.status.success());
-    let commit = String::from_utf8_lossy(&git(&["rev-parse", "--short=10", "HEAD"])?.stdout).trim().to_string();
+    let git = |args: &[&str]| {
+        Command::new("git")
+            .arg("-C")
+            .arg(root)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+    };
+    let commit = String::from_utf8_lossy(&git(&["rev-parse", "--short=10", "HEAD"])?.stdout)
+        .trim()
+        .to_string();
     let dirty = git(&["status", "--porcelain"]).is_none_or(|o| !o.stdout.is_empty());
     Some(GitState { commit, dirty })
 }
@@ -170,9 +247,15 @@ mod tests {
 
     #[test]
     fn relative_paths_between_tree_dirs() {
-        assert_eq!(relative(Path::new("a/b"), Path::new("a/c/f.py")), "../c/f.py");
+        assert_eq!(
+            relative(Path::new("a/b"), Path::new("a/c/f.py")),
+            "../c/f.py"
+        );
         assert_eq!(relative(Path::new(""), Path::new("x")), "x");
         assert_eq!(relative(Path::new("a"), Path::new("a/x")), "x");
-        assert_eq!(normalize(Path::new("/r/a/../b/./c")), PathBuf::from("/r/b/c"));
+        assert_eq!(
+            normalize(Path::new("/r/a/../b/./c")),
+            PathBuf::from("/r/b/c")
+        );
     }
 }

@@ -28,12 +28,19 @@ fn sample_tree(root: &Path) {
     write(&root.join("pkg/__init__.py"), "");
     write(&root.join("pkg/core/model.py"), "W = 1\n");
     write(&root.join("scripts/run.sh"), "#!/bin/sh\necho hi\n");
-    std::fs::set_permissions(root.join("scripts/run.sh"), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    std::fs::set_permissions(
+        root.join("scripts/run.sh"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .expect("chmod");
     write(&root.join(".gitignore"), "*.log\nbuild/\n");
     write(&root.join("train.log"), "ignored");
     write(&root.join("build/out.bin"), "ignored");
     write(&root.join(".git/HEAD"), "ref: refs/heads/main\n");
-    write(&root.join("pkg/__pycache__/model.cpython-311.pyc"), "bytecode");
+    write(
+        &root.join("pkg/__pycache__/model.cpython-311.pyc"),
+        "bytecode",
+    );
     write(&root.join("pkg/stray.pyc"), "bytecode");
     std::os::unix::fs::symlink("core/model.py", root.join("pkg/alias.py")).expect("symlink");
 }
@@ -61,45 +68,126 @@ fn a_snapshot_holds_exactly_the_tree_minus_what_is_ignored() {
     let (ctx, shared, profile) = context("snapexact");
     let src = ctx.path("src");
     sample_tree(&src);
-    let report = ctx.argus().profile(&profile).args(["snapshot", "--json"]).arg_path(&src).run().code(0).json();
+    let report = ctx
+        .argus()
+        .profile(&profile)
+        .args(["snapshot", "--json"])
+        .arg_path(&src)
+        .run()
+        .code(0)
+        .json();
     let code_id = report["code_id"].as_str().expect("code_id").to_string();
     let dir = shared.join("common/code/verl").join(&code_id);
     assert_eq!(report["path"], dir.display().to_string());
     assert_eq!(
         files_under(&dir),
-        [".argus/manifest.json", ".gitignore", "pkg/__init__.py", "pkg/alias.py", "pkg/core/model.py", "scripts/run.sh"]
+        [
+            ".argus/manifest.json",
+            ".gitignore",
+            "pkg/__init__.py",
+            "pkg/alias.py",
+            "pkg/core/model.py",
+            "scripts/run.sh"
+        ]
     );
     assert_eq!(report["files"], 4, "{report:#}");
-    assert_eq!(std::fs::read_link(dir.join("pkg/alias.py")).expect("link"), PathBuf::from("core/model.py"));
-    assert_eq!(std::fs::read_to_string(dir.join("pkg/alias.py")).expect("through link"), "W = 1\n");
-    let mode = |rel: &str| std::fs::metadata(dir.join(rel)).expect("meta").permissions().mode() & 0o777;
-    assert_eq!(mode("scripts/run.sh"), 0o555, "executable kept, write bits removed");
+    assert_eq!(
+        std::fs::read_link(dir.join("pkg/alias.py")).expect("link"),
+        PathBuf::from("core/model.py")
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("pkg/alias.py")).expect("through link"),
+        "W = 1\n"
+    );
+    let mode = |rel: &str| {
+        std::fs::metadata(dir.join(rel))
+            .expect("meta")
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(
+        mode("scripts/run.sh"),
+        0o555,
+        "executable kept, write bits removed"
+    );
     assert_eq!(mode("pkg/core/model.py"), 0o444);
-    assert_eq!(std::fs::read_to_string(dir.join("scripts/run.sh")).expect("bytes"), "#!/bin/sh\necho hi\n");
+    assert_eq!(
+        std::fs::read_to_string(dir.join("scripts/run.sh")).expect("bytes"),
+        "#!/bin/sh\necho hi\n"
+    );
 
-    let manifest: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(dir.join(".argus/manifest.json")).expect("manifest")).expect("json");
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join(".argus/manifest.json")).expect("manifest"),
+    )
+    .expect("json");
     assert_eq!(manifest["code_id"], code_id.as_str());
-    assert_eq!(manifest["source"], std::fs::canonicalize(&src).expect("canon").display().to_string());
-    let paths: Vec<&str> = manifest["files"].as_array().expect("files").iter().map(|f| f["path"].as_str().unwrap_or("")).collect();
-    assert_eq!(paths, [".gitignore", "pkg/__init__.py", "pkg/alias.py", "pkg/core/model.py", "scripts/run.sh"]);
+    assert_eq!(
+        manifest["source"],
+        std::fs::canonicalize(&src)
+            .expect("canon")
+            .display()
+            .to_string()
+    );
+    let paths: Vec<&str> = manifest["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .map(|f| f["path"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            ".gitignore",
+            "pkg/__init__.py",
+            "pkg/alias.py",
+            "pkg/core/model.py",
+            "scripts/run.sh"
+        ]
+    );
     let run_sh = &manifest["files"][4];
     assert_eq!(run_sh["executable"], true);
     assert_eq!(run_sh["size"], 18);
     assert_eq!(run_sh["sha256"].as_str().map(str::len), Some(64));
 
     // The same tree again: the same id, one directory, nothing copied.
-    let again = ctx.argus().profile(&profile).args(["snapshot", "--json"]).arg_path(&src).run().code(0).json();
+    let again = ctx
+        .argus()
+        .profile(&profile)
+        .args(["snapshot", "--json"])
+        .arg_path(&src)
+        .run()
+        .code(0)
+        .json();
     assert_eq!(again["code_id"], code_id.as_str());
     assert_eq!(again["created"], false);
-    assert_eq!(std::fs::read_dir(shared.join("common/code/verl")).expect("dir").count(), 1);
+    assert_eq!(
+        std::fs::read_dir(shared.join("common/code/verl"))
+            .expect("dir")
+            .count(),
+        1
+    );
 
     // One changed byte: another id.
     write(&src.join("pkg/core/model.py"), "W = 2\n");
-    let changed = ctx.argus().profile(&profile).args(["snapshot", "--json"]).arg_path(&src).run().code(0).json();
+    let changed = ctx
+        .argus()
+        .profile(&profile)
+        .args(["snapshot", "--json"])
+        .arg_path(&src)
+        .run()
+        .code(0)
+        .json();
     assert_ne!(changed["code_id"], code_id.as_str());
 
     // Listed, both.
-    let list = ctx.argus().profile(&profile).args(["snapshot", "list", "--json"]).run().code(0).json();
+    let list = ctx
+        .argus()
+        .profile(&profile)
+        .args(["snapshot", "list", "--json"])
+        .run()
+        .code(0)
+        .json();
     assert_eq!(list.as_array().map(Vec::len), Some(2));
 }
 
@@ -109,20 +197,60 @@ fn a_git_checkout_prefixes_the_id_with_its_commit_and_dirty_state() {
     let src = ctx.path("src");
     write(&src.join("a.py"), "A = 1\n");
     let git = |args: &[&str]| {
-        let ok = Command::new("git").arg("-C").arg(&src).args(["-c", "user.name=t", "-c", "user.email=t@t"]).args(args).output().expect("git").status.success();
+        let ok = Command::new("git")
+            .arg("-C")
+            .arg(&src)
+            .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+            .args(args)
+            .output()
+            .expect("git")
+            .status
+            .success();
         assert!(ok, "git {args:?}");
     };
     git(&["init", "-q"]);
     git(&["add", "."]);
     git(&["commit", "-qm", "x"]);
-    let head = Command::new("git").arg("-C").arg(&src).args(["rev-parse", "--short=10", "HEAD"]).output().expect("git").stdout;
+    let head = Command::new("git")
+        .arg("-C")
+        .arg(&src)
+        .args(["rev-parse", "--short=10", "HEAD"])
+        .output()
+        .expect("git")
+        .stdout;
     let head = String::from_utf8_lossy(&head).trim().to_string();
-    let clean = ctx.argus().profile(&profile).args(["snapshot", "--json"]).arg_path(&src).run().code(0).json();
-    assert!(clean["code_id"].as_str().unwrap_or("").starts_with(&format!("{head}-")), "{clean:#}");
+    let clean = ctx
+        .argus()
+        .profile(&profile)
+        .args(["snapshot", "--json"])
+        .arg_path(&src)
+        .run()
+        .code(0)
+        .json();
+    assert!(
+        clean["code_id"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with(&format!("{head}-")),
+        "{clean:#}"
+    );
     assert_eq!(clean["git_dirty"], false);
     write(&src.join("a.py"), "A = 2\n");
-    let dirty = ctx.argus().profile(&profile).args(["snapshot", "--json"]).arg_path(&src).run().code(0).json();
-    assert!(dirty["code_id"].as_str().unwrap_or("").starts_with(&format!("{head}-dirty-")), "{dirty:#}");
+    let dirty = ctx
+        .argus()
+        .profile(&profile)
+        .args(["snapshot", "--json"])
+        .arg_path(&src)
+        .run()
+        .code(0)
+        .json();
+    assert!(
+        dirty["code_id"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with(&format!("{head}-dirty-")),
+        "{dirty:#}"
+    );
 }
 
 #[test]
@@ -132,13 +260,32 @@ fn two_snapshots_coexist_and_each_imports_its_own_marker() {
     for (id, marker) in [("codeA", "alpha"), ("codeB", "beta")] {
         let src = ctx.path(id);
         write(&src.join("marker.py"), &format!("MARKER = {marker:?}\n"));
-        let report = ctx.argus().profile(&profile).args(["snapshot", "--json", "--code-id", id]).arg_path(&src).run().code(0).json();
+        let report = ctx
+            .argus()
+            .profile(&profile)
+            .args(["snapshot", "--json", "--code-id", id])
+            .arg_path(&src)
+            .run()
+            .code(0)
+            .json();
         assert_eq!(report["code_id"], id);
         paths.push((report["path"].as_str().expect("path").to_string(), marker));
     }
     for (path, marker) in paths {
-        let out = Command::new("python3").args(["-c", "import sys; sys.path.insert(0, sys.argv[1]); import marker; print(marker.MARKER)", &path]).output().expect("python3");
-        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), marker, "{}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new("python3")
+            .args([
+                "-c",
+                "import sys; sys.path.insert(0, sys.argv[1]); import marker; print(marker.MARKER)",
+                &path,
+            ])
+            .output()
+            .expect("python3");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            marker,
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 
@@ -157,13 +304,22 @@ fn a_snapshot_killed_mid_copy_leaves_nothing_under_a_final_name() {
     let family = shared.join("common/code/verl");
     let tmp_of = |id: &str| -> Option<PathBuf> {
         let prefix = format!(".tmp-{id}-");
-        std::fs::read_dir(&family).ok()?.flatten().find(|e| e.file_name().to_string_lossy().starts_with(&prefix)).map(|e| e.path())
+        std::fs::read_dir(&family)
+            .ok()?
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .map(|e| e.path())
     };
     // The copy phase lasts a fraction of a second: kill as soon as its directory appears.
     // If the kill lands after the rename, that attempt proves nothing: try again.
     for attempt in 0..5 {
         let id = format!("big{attempt}");
-        let mut child = ctx.argus().profile(&profile).args(["snapshot", "--code-id", &id]).arg_path(&src).spawn();
+        let mut child = ctx
+            .argus()
+            .profile(&profile)
+            .args(["snapshot", "--code-id", &id])
+            .arg_path(&src)
+            .spawn();
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
         let tmp = loop {
             if let Some(tmp) = tmp_of(&id) {
@@ -179,12 +335,24 @@ fn a_snapshot_killed_mid_copy_leaves_nothing_under_a_final_name() {
         if family.join(&id).exists() || tmp.is_none() {
             continue;
         }
-        assert!(tmp_of(&id).is_some(), "a killed snapshot leaves only its temporary directory");
+        assert!(
+            tmp_of(&id).is_some(),
+            "a killed snapshot leaves only its temporary directory"
+        );
         // The next run succeeds and removes the leftovers.
-        ctx.argus().profile(&profile).args(["snapshot", "--code-id", &id]).arg_path(&src).run().code(0);
+        ctx.argus()
+            .profile(&profile)
+            .args(["snapshot", "--code-id", &id])
+            .arg_path(&src)
+            .run()
+            .code(0);
         assert!(tmp_of(&id).is_none(), "leftovers removed");
         assert!(family.join(&id).is_dir());
-        ctx.argus().profile(&profile).args(["snapshot", "verify", &id]).run().code(0);
+        ctx.argus()
+            .profile(&profile)
+            .args(["snapshot", "verify", &id])
+            .run()
+            .code(0);
         return;
     }
     panic!("never managed to interrupt a snapshot during its copy");
@@ -195,8 +363,18 @@ fn verify_reports_modified_deleted_and_added_files() {
     let (ctx, shared, profile) = context("snapverify");
     let src = ctx.path("src");
     sample_tree(&src);
-    ctx.argus().profile(&profile).args(["snapshot", "--code-id", "v1"]).arg_path(&src).run().code(0);
-    ctx.argus().profile(&profile).args(["snapshot", "verify", "v1"]).run().code(0).stderr_has("intact");
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot", "--code-id", "v1"])
+        .arg_path(&src)
+        .run()
+        .code(0);
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot", "verify", "v1"])
+        .run()
+        .code(0)
+        .stderr_has("intact");
     let dir = shared.join("common/code/verl/v1");
     let model = dir.join("pkg/core/model.py");
     std::fs::set_permissions(&model, std::fs::Permissions::from_mode(0o644)).expect("chmod");
@@ -204,7 +382,13 @@ fn verify_reports_modified_deleted_and_added_files() {
     std::fs::set_permissions(&model, std::fs::Permissions::from_mode(0o444)).expect("chmod");
     std::fs::remove_file(dir.join("pkg/__init__.py")).expect("delete");
     std::fs::write(dir.join("pkg/new.py"), "").expect("add");
-    let report = ctx.argus().profile(&profile).args(["snapshot", "verify", "v1", "--json"]).run().code(1).json();
+    let report = ctx
+        .argus()
+        .profile(&profile)
+        .args(["snapshot", "verify", "v1", "--json"])
+        .run()
+        .code(1)
+        .json();
     assert_eq!(report["changed"], serde_json::json!(["pkg/core/model.py"]));
     assert_eq!(report["missing"], serde_json::json!(["pkg/__init__.py"]));
     assert_eq!(report["added"], serde_json::json!(["pkg/new.py"]));
@@ -215,14 +399,39 @@ fn rm_refuses_a_snapshot_an_unfinished_job_uses() {
     let (ctx, shared, profile) = context("snaprm");
     let src = ctx.path("src");
     write(&src.join("a.py"), "");
-    ctx.argus().profile(&profile).args(["snapshot", "--code-id", "inuse"]).arg_path(&src).run().code(0);
-    write(&shared.join("jobs/job-1/job.json"), r#"{"code_id": "inuse", "status": "RUNNING"}"#);
-    ctx.argus().profile(&profile).args(["snapshot", "rm", "inuse"]).run().code(2).stderr_has("used by unfinished job(s): job-1");
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot", "--code-id", "inuse"])
+        .arg_path(&src)
+        .run()
+        .code(0);
+    write(
+        &shared.join("jobs/job-1/job.json"),
+        r#"{"code_id": "inuse", "status": "RUNNING"}"#,
+    );
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot", "rm", "inuse"])
+        .run()
+        .code(2)
+        .stderr_has("used by unfinished job(s): job-1");
     assert!(shared.join("common/code/verl/inuse").is_dir());
-    write(&shared.join("jobs/job-1/job.json"), r#"{"code_id": "inuse", "status": "SUCCEEDED"}"#);
-    ctx.argus().profile(&profile).args(["snapshot", "rm", "inuse"]).run().code(0);
+    write(
+        &shared.join("jobs/job-1/job.json"),
+        r#"{"code_id": "inuse", "status": "SUCCEEDED"}"#,
+    );
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot", "rm", "inuse"])
+        .run()
+        .code(0);
     assert!(!shared.join("common/code/verl/inuse").exists());
-    ctx.argus().profile(&profile).args(["snapshot", "rm", "inuse"]).run().code(2).stderr_has("no snapshot inuse");
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot", "rm", "inuse"])
+        .run()
+        .code(2)
+        .stderr_has("no snapshot inuse");
 }
 
 #[test]
@@ -230,30 +439,93 @@ fn bad_input_is_refused_and_changes_nothing() {
     let (ctx, shared, profile) = context("snapbad");
     let src = ctx.path("src");
     write(&src.join("a.py"), "A = 1\n");
-    ctx.argus().profile(&profile).args(["snapshot"]).arg_path(&ctx.path("nope")).run().code(2).stderr_has("does not exist");
-    ctx.argus().profile(&profile).args(["snapshot"]).arg_path(&src.join("a.py")).run().code(2).stderr_has("is not a directory");
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot"])
+        .arg_path(&ctx.path("nope"))
+        .run()
+        .code(2)
+        .stderr_has("does not exist");
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot"])
+        .arg_path(&src.join("a.py"))
+        .run()
+        .code(2)
+        .stderr_has("is not a directory");
     for bad in ["../escape", "a/b", "..", "."] {
-        ctx.argus().profile(&profile).args(["snapshot", "--code-id", bad]).arg_path(&src).run().code(2).stderr_has("invalid code id");
+        ctx.argus()
+            .profile(&profile)
+            .args(["snapshot", "--code-id", bad])
+            .arg_path(&src)
+            .run()
+            .code(2)
+            .stderr_has("invalid code id");
     }
-    assert!(!shared.join("common/code/verl").exists() || std::fs::read_dir(shared.join("common/code/verl")).expect("dir").count() == 0);
+    assert!(
+        !shared.join("common/code/verl").exists()
+            || std::fs::read_dir(shared.join("common/code/verl"))
+                .expect("dir")
+                .count()
+                == 0
+    );
 
     // An existing id with other content is an error, never an overwrite.
-    ctx.argus().profile(&profile).args(["snapshot", "--code-id", "fixed"]).arg_path(&src).run().code(0);
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot", "--code-id", "fixed"])
+        .arg_path(&src)
+        .run()
+        .code(0);
     write(&src.join("a.py"), "A = 2\n");
-    ctx.argus().profile(&profile).args(["snapshot", "--code-id", "fixed"]).arg_path(&src).run().code(2).stderr_has("already exists with different content");
-    assert_eq!(std::fs::read_to_string(shared.join("common/code/verl/fixed/a.py")).expect("kept"), "A = 1\n");
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot", "--code-id", "fixed"])
+        .arg_path(&src)
+        .run()
+        .code(2)
+        .stderr_has("already exists with different content");
+    assert_eq!(
+        std::fs::read_to_string(shared.join("common/code/verl/fixed/a.py")).expect("kept"),
+        "A = 1\n"
+    );
 
     // A symlink out of the tree is refused unless followed.
     std::os::unix::fs::symlink(ctx.path("outside.txt"), src.join("out.txt")).expect("symlink");
     write(&ctx.path("outside.txt"), "outside");
-    ctx.argus().profile(&profile).args(["snapshot"]).arg_path(&src).run().code(2).stderr_has("points outside the source tree").stderr_has("--follow-links");
-    let followed = ctx.argus().profile(&profile).args(["snapshot", "--json", "--follow-links"]).arg_path(&src).run().code(0).json();
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot"])
+        .arg_path(&src)
+        .run()
+        .code(2)
+        .stderr_has("points outside the source tree")
+        .stderr_has("--follow-links");
+    let followed = ctx
+        .argus()
+        .profile(&profile)
+        .args(["snapshot", "--json", "--follow-links"])
+        .arg_path(&src)
+        .run()
+        .code(0)
+        .json();
     let copied = Path::new(followed["path"].as_str().expect("path")).join("out.txt");
-    assert!(!std::fs::symlink_metadata(&copied).expect("meta").file_type().is_symlink());
+    assert!(
+        !std::fs::symlink_metadata(&copied)
+            .expect("meta")
+            .file_type()
+            .is_symlink()
+    );
     assert_eq!(std::fs::read_to_string(copied).expect("copied"), "outside");
 
     // Shared storage that cannot be written: a clear I/O error, exit 1.
     let blocked = ctx.write("blocked", "a file where a directory should be");
     let profile2 = ctx.write("p2.yaml", &format!("name: snap\nimage: i\nshared: {{host_path: {}/shared}}\nworkers: [{{name: gpu, count: 1}}]\n", blocked.display()));
-    ctx.argus().profile(&profile2).args(["snapshot", "--exclude", "out.txt"]).arg_path(&src).run().code(1).stderr_has("cannot create");
+    ctx.argus()
+        .profile(&profile2)
+        .args(["snapshot", "--exclude", "out.txt"])
+        .arg_path(&src)
+        .run()
+        .code(1)
+        .stderr_has("cannot create");
 }

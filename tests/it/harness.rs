@@ -170,7 +170,11 @@ impl Argus {
     }
     /// Starts it without waiting (to interrupt it).
     pub fn spawn(mut self) -> std::process::Child {
-        self.command.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().expect("spawn argus")
+        self.command
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn argus")
     }
     pub fn profile(mut self, path: &Path) -> Self {
         self.command.arg("-p").arg(path);
