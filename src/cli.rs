@@ -32,6 +32,11 @@ pub struct Cli {
     )]
     pub profile: Option<PathBuf>,
 
+    /// The old submitter's RayConfig YAML (address, shared_root, ...) instead of a profile,
+    /// for `submit` and `job`.
+    #[arg(long, global = true, value_name = "FILE", conflicts_with = "profile")]
+    pub config: Option<PathBuf>,
+
     /// Print machine-readable JSON on stdout instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
@@ -84,6 +89,74 @@ pub enum Commands {
     /// unchanged tree gives the same id and copies nothing. Atomic: an interrupted snapshot
     /// leaves nothing under a final name. Needs no running cluster.
     Snapshot(SnapshotArgs),
+
+    /// Submit a JobSpec as a Ray job: a verl entrypoint with Hydra overrides, or a custom command.
+    ///
+    /// The driver runs on a worker (entrypoint_resources {worker_node: 1} by default). Records
+    /// go to <shared>/jobs/<id>/ (config with secrets redacted, logs, debug, checkpoints).
+    /// Overrides are checked against the verl configs in the code snapshot. Exit code with
+    /// --wait/--follow: 0 SUCCEEDED, 1 FAILED, 3 STOPPED.
+    Submit(SubmitArgs),
+
+    /// Inspect and control jobs: status, logs, stop, list, wait.
+    #[command(subcommand)]
+    Job(JobCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// The JobSpec (YAML).
+    pub jobspec: PathBuf,
+
+    /// Print the exact payload (entrypoint, runtime_env, resources); submit and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Wait for the job to end; the exit code tells SUCCEEDED / FAILED / STOPPED.
+    #[arg(long)]
+    pub wait: bool,
+
+    /// Stream the driver's log until the job ends (implies --wait).
+    #[arg(long)]
+    pub follow: bool,
+
+    /// Change a JobSpec field (--set total_training_steps=5) or add a Hydra override
+    /// (--set overrides.trainer.logger=[console]). Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+
+    /// Do not check override keys against the snapshot's verl configs.
+    #[arg(long)]
+    pub no_check: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobCommand {
+    /// A job's status (from the cluster, or argus's record once the cluster forgot it).
+    Status { id: String },
+    /// A job's driver log.
+    Logs {
+        id: String,
+        /// Stream until the job ends.
+        #[arg(short, long)]
+        follow: bool,
+    },
+    /// Stop a job.
+    Stop {
+        id: String,
+        /// Wait until it has stopped.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Every job the cluster or argus's records know.
+    List,
+    /// Wait for a job to end; exit 0 SUCCEEDED, 1 FAILED, 3 STOPPED.
+    Wait {
+        id: String,
+        /// Give up after this many seconds (exit 1; the job keeps running).
+        #[arg(long, value_name = "SECONDS")]
+        timeout: Option<u64>,
+    },
 }
 
 #[derive(Debug, Args)]

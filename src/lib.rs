@@ -8,6 +8,7 @@
 //! argus up / down     containers + Ray, converged to a profile     cluster::{plan, reconcile, ready}
 //! argus status        containers and Ray nodes                     cluster::status
 //! argus snapshot      a source tree frozen under common/code/       snapshot
+//! argus submit, job   a JobSpec as a Ray job, watched and recorded  submit
 //! ```
 //!
 //! Data flows one way: YAML -> validated config (`config`) -> a plan (pure data) ->
@@ -19,6 +20,7 @@ mod commands;
 pub mod config;
 pub mod exit;
 pub mod snapshot;
+pub mod submit;
 pub mod ui;
 
 use std::process::ExitCode;

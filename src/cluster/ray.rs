@@ -87,6 +87,7 @@ pub struct RayClient {
     http: reqwest::Client,
     base: String,
     token: Option<String>,
+    connect_retries: u32,
 }
 
 impl RayClient {
@@ -103,6 +104,7 @@ impl RayClient {
             http,
             base: base_url.trim_end_matches('/').to_string(),
             token,
+            connect_retries: 0,
         }
     }
 
@@ -112,37 +114,76 @@ impl RayClient {
 
     /// GET `path` and return the body of a 2xx answer.
     pub async fn get_text(&self, path: &str) -> Result<String, RayError> {
-        let mut request = self.http.get(format!("{}{path}", self.base));
-        if let Some(token) = &self.token {
-            request = request.bearer_auth(token);
+        self.send(reqwest::Method::GET, path, None).await
+    }
+
+    /// Sends a request and returns the body of a 2xx answer. A request that could not be
+    /// sent at all (connection refused) is retried twice with backoff: nothing reached Ray.
+    pub async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Result<String, RayError> {
+        let mut delay = Duration::from_millis(300);
+        let mut attempt = 0;
+        loop {
+            let mut request = self
+                .http
+                .request(method.clone(), format!("{}{path}", self.base));
+            if let Some(token) = &self.token {
+                request = request.bearer_auth(token);
+            }
+            if let Some(body) = body {
+                request = request.json(body);
+            }
+            let response = match request.send().await {
+                Ok(response) => response,
+                Err(e) if e.is_connect() && attempt < self.connect_retries => {
+                    attempt += 1;
+                    tracing::debug!("Ray at {} not reachable ({e}); retry {attempt}", self.base);
+                    tokio::time::sleep(delay).await;
+                    delay *= 2;
+                    continue;
+                }
+                Err(source) => {
+                    return Err(RayError::Unreachable {
+                        url: self.base.clone(),
+                        source,
+                    });
+                }
+            };
+            let status = response.status();
+            let text = response
+                .text()
+                .await
+                .map_err(|source| RayError::Unreachable {
+                    url: self.base.clone(),
+                    source,
+                })?;
+            return match status {
+                s if s.is_success() => Ok(text),
+                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Err(RayError::Unauthorized {
+                    path: path.to_string(),
+                    status: status.as_u16(),
+                }),
+                _ => Err(RayError::Http {
+                    path: path.to_string(),
+                    status: status.as_u16(),
+                    body: summarize_body(&text),
+                }),
+            };
         }
-        let response = request
-            .send()
-            .await
-            .map_err(|source| RayError::Unreachable {
-                url: self.base.clone(),
-                source,
-            })?;
-        let status = response.status();
-        let body = response
-            .text()
-            .await
-            .map_err(|source| RayError::Unreachable {
-                url: self.base.clone(),
-                source,
-            })?;
-        match status {
-            s if s.is_success() => Ok(body),
-            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Err(RayError::Unauthorized {
-                path: path.to_string(),
-                status: status.as_u16(),
-            }),
-            _ => Err(RayError::Http {
-                path: path.to_string(),
-                status: status.as_u16(),
-                body: summarize_body(&body),
-            }),
-        }
+    }
+
+    /// Retries of unsent requests (0 for readiness polling, which has its own loop).
+    pub fn with_connect_retries(mut self, retries: u32) -> Self {
+        self.connect_retries = retries;
+        self
+    }
+
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
     }
 
     /// `GET /api/gcs_healthz`: true once the GCS answers.

@@ -7,3 +7,4 @@ mod code_snapshot;
 mod harness;
 mod profiles;
 mod snapshots;
+mod submit;

@@ -1,0 +1,286 @@
+//! `argus submit` and `argus job status | logs | stop | list | wait`.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+
+use crate::cli::{Cli, JobCommand, SubmitArgs};
+use crate::cluster::reconcile;
+use crate::config::jobspec::LoadedJobSpec;
+use crate::config::ray_config::RayConfig;
+use crate::config::secrets::redact_json;
+use crate::exit::Exit;
+use crate::submit::ray::{JobInfo, JobsApi};
+use crate::submit::watch::{self, WaitOptions};
+use crate::submit::{self, Target};
+use crate::ui::{Printer, table};
+
+/// The cluster jobs go to: the RayConfig given with --config, else the profile.
+fn target(cli: &Cli) -> Result<Target> {
+    if let Some(path) = &cli.config {
+        let (config, _) = RayConfig::load(path)?;
+        let token = std::env::var("RAY_AUTH_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty());
+        return Ok(Target::from_ray_config(&config, token));
+    }
+    let loaded = super::profile(cli)?;
+    let ray = reconcile::ray_client(&loaded)?.with_connect_retries(2);
+    Ok(Target::from_profile(&loaded, ray))
+}
+
+/// The exit code a job's final status stands for.
+fn exit_for(status: &str) -> Exit {
+    match status {
+        "SUCCEEDED" => Exit::Success,
+        "STOPPED" => Exit::Stopped,
+        "FAILED" => Exit::Failed,
+        _ => Exit::Success,
+    }
+}
+
+fn print_log(text: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes());
+    let _ = out.flush();
+}
+
+pub async fn submit(cli: &Cli, args: &SubmitArgs, printer: &Printer) -> Result<Exit> {
+    let loaded = LoadedJobSpec::load(&args.jobspec, &args.sets)?;
+    let target = target(cli)?;
+    let prepared = submit::prepare(&target, &loaded, !args.no_check)
+        .with_context(|| format!("cannot submit {}", args.jobspec.display()))?;
+    for note in &prepared.notes {
+        printer.warn(note);
+    }
+    if args.dry_run {
+        let payload = redact_json(prepared.payload.clone());
+        if printer.json {
+            printer.json(&serde_json::json!({"payload": payload, "checked_overrides_against": prepared.checked_overrides_against}));
+        } else {
+            printer.json(&payload);
+            printer.info("dry run: nothing was submitted or written");
+        }
+        return Ok(Exit::Success);
+    }
+    let report = submit::submit(&target, &prepared)
+        .await
+        .with_context(|| format!("cannot submit {}", args.jobspec.display()))?;
+    let id = &report.submission_id;
+    if !(args.wait || args.follow) {
+        if printer.json {
+            printer.json(&serde_json::to_value(&report)?);
+        } else {
+            printer.data(id);
+            if let Some(dir) = &report.record_dir {
+                printer.info(format!("submitted {id}; records in {}", dir.display()));
+            }
+            printer.info(format!("follow it with: argus job logs {id} --follow"));
+        }
+        return Ok(Exit::Success);
+    }
+    printer.info(format!("submitted {id}"));
+    let options = WaitOptions {
+        timeout: None,
+        time_limit: prepared.time_limit_s.map(Duration::from_secs),
+        follow: args.follow && !printer.json,
+    };
+    let info = watch::wait(&target, id, &options, print_log)
+        .await
+        .with_context(|| format!("while waiting for job {id}"))?;
+    finish(printer, &info)
+}
+
+fn finish(printer: &Printer, info: &JobInfo) -> Result<Exit> {
+    let id = info.submission_id.clone().unwrap_or_default();
+    if printer.json {
+        printer.json(&serde_json::to_value(info)?);
+    } else {
+        printer.info(format!(
+            "job {id} {}{}",
+            info.status,
+            info.message
+                .as_ref()
+                .map(|m| format!(": {m}"))
+                .unwrap_or_default()
+        ));
+    }
+    Ok(exit_for(&info.status))
+}
+
+pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<Exit> {
+    let target = target(cli)?;
+    match command {
+        JobCommand::Status { id } => {
+            let (info, record, from_cluster) = watch::status(&target, id)
+                .await
+                .with_context(|| format!("cannot read the status of job {id}"))?;
+            if printer.json {
+                printer.json(&serde_json::json!({"job": info, "record": record, "from_cluster": from_cluster}));
+            } else {
+                let mut rows = vec![
+                    vec!["submission_id".to_string(), id.clone()],
+                    vec!["status".to_string(), info.status.clone()],
+                ];
+                if let Some(m) = &info.message {
+                    rows.push(vec!["message".into(), m.clone()]);
+                }
+                if let Some(n) = &info.driver_node_id {
+                    rows.push(vec!["driver_node_id".into(), n.clone()]);
+                }
+                if let Some(r) = &record {
+                    rows.push(vec!["workload".into(), r.workload.clone()]);
+                    rows.push(vec![
+                        "code".into(),
+                        r.code_id.clone().unwrap_or_else(|| r.code_path.clone()),
+                    ]);
+                    if let Some(why) = &r.stopped_by_argus {
+                        rows.push(vec!["stopped_by_argus".into(), why.clone()]);
+                    }
+                }
+                rows.push(vec![
+                    "source".into(),
+                    if from_cluster {
+                        "cluster".into()
+                    } else {
+                        "argus record (the cluster no longer knows this job)".into()
+                    },
+                ]);
+                printer.data(table(&rows));
+            }
+            Ok(Exit::Success)
+        }
+        JobCommand::Logs { id, follow: false } => {
+            let api = JobsApi { ray: &target.ray };
+            match api.logs(id).await {
+                Ok(logs) => print_log(&logs),
+                Err(e) => {
+                    let saved = target
+                        .records()
+                        .map(|r| r.dir(id).join("logs/driver.log"))
+                        .filter(|p| p.is_file());
+                    match saved {
+                        Some(path) => {
+                            printer.info(format!(
+                                "(from {}: the cluster no longer has this job)",
+                                path.display()
+                            ));
+                            print_log(&std::fs::read_to_string(&path)?);
+                        }
+                        None => {
+                            return Err(submit::Error::from(e))
+                                .with_context(|| format!("cannot read the logs of job {id}"));
+                        }
+                    }
+                }
+            }
+            Ok(Exit::Success)
+        }
+        JobCommand::Logs { id, follow: true } | JobCommand::Wait { id, .. } => {
+            let follow = matches!(command, JobCommand::Logs { .. });
+            let timeout = match command {
+                JobCommand::Wait { timeout, .. } => timeout.map(Duration::from_secs),
+                _ => None,
+            };
+            let time_limit = target
+                .records()
+                .and_then(|r| r.read(id))
+                .and_then(|r| r.time_limit_s)
+                .map(Duration::from_secs);
+            let options = WaitOptions {
+                timeout,
+                time_limit,
+                follow,
+            };
+            let info = watch::wait(&target, id, &options, print_log)
+                .await
+                .with_context(|| format!("while waiting for job {id}"))?;
+            finish(printer, &info)
+        }
+        JobCommand::Stop { id, wait } => {
+            let api = JobsApi { ray: &target.ray };
+            let stopped = api
+                .stop(id)
+                .await
+                .map_err(submit::Error::from)
+                .with_context(|| format!("cannot stop job {id}"))?;
+            if !stopped {
+                printer.info(format!("job {id} had already ended"));
+            }
+            if *wait {
+                let info = watch::wait(
+                    &target,
+                    id,
+                    &WaitOptions {
+                        timeout: None,
+                        time_limit: None,
+                        follow: false,
+                    },
+                    |_| {},
+                )
+                .await?;
+                return finish(printer, &info);
+            }
+            printer.info(format!("stop sent to job {id}"));
+            Ok(Exit::Success)
+        }
+        JobCommand::List => list(&target, printer).await,
+    }
+}
+
+async fn list(target: &Target, printer: &Printer) -> Result<Exit> {
+    let api = JobsApi { ray: &target.ray };
+    let mut rows: BTreeMap<String, (String, String, String, String)> = BTreeMap::new();
+    let from_cluster = match api.list().await {
+        Ok(jobs) => jobs,
+        Err(e) => {
+            printer.warn(format!(
+                "the cluster's job list is unavailable ({e}); showing argus's records"
+            ));
+            Vec::new()
+        }
+    };
+    for job in &from_cluster {
+        let Some(id) = job.submission_id.clone() else {
+            continue;
+        };
+        let meta = job.metadata.clone().unwrap_or_default();
+        rows.insert(
+            id,
+            (
+                job.status.clone(),
+                meta.get("workload").cloned().unwrap_or_else(|| "-".into()),
+                meta.get("code_id").cloned().unwrap_or_else(|| "-".into()),
+                "cluster".into(),
+            ),
+        );
+    }
+    for record in target.records().map(|r| r.list()).unwrap_or_default() {
+        rows.entry(record.submission_id.clone())
+            .and_modify(|row| row.3 = "cluster+record".into())
+            .or_insert((
+                record.status.clone(),
+                record.workload.clone(),
+                record.code_id.clone().unwrap_or_else(|| "-".into()),
+                "record".into(),
+            ));
+    }
+    if printer.json {
+        let list: Vec<_> = rows.iter().map(|(id, (status, workload, code, source))| serde_json::json!({"submission_id": id, "status": status, "workload": workload, "code_id": code, "source": source})).collect();
+        printer.json(&serde_json::Value::Array(list));
+        return Ok(Exit::Success);
+    }
+    let mut table_rows = vec![
+        ["SUBMISSION_ID", "STATUS", "WORKLOAD", "CODE_ID", "SOURCE"]
+            .map(String::from)
+            .to_vec(),
+    ];
+    table_rows.extend(
+        rows.into_iter()
+            .map(|(id, (a, b, c, d))| vec![id, a, b, c, d]),
+    );
+    printer.data(table(&table_rows));
+    Ok(Exit::Success)
+}
