@@ -90,6 +90,16 @@ pub enum Commands {
     /// leaves nothing under a final name. Needs no running cluster.
     Snapshot(SnapshotArgs),
 
+    /// Put datasets (GSM8K in verl's format) and models (the HF cache) on the shared storage.
+    ///
+    /// Through the profile's HF_ENDPOINT (the hub, or a mirror), from this host; no cluster
+    /// needed. Models land in <shared>/common/hf/hub (the standard HF cache layout,
+    /// readable offline); the printed path is the model path for jobs. Datasets are
+    /// transformed exactly as verl's preprocessing does and written atomically to
+    /// <shared>/common/datasets/<name>/ with a manifest. What is complete is not fetched
+    /// again. Without flags, prepares what the profile's `prepare:` section lists.
+    Prepare(PrepareArgs),
+
     /// Submit a JobSpec as a Ray job: a verl entrypoint with Hydra overrides, or a custom command.
     ///
     /// The driver runs on a worker (entrypoint_resources {worker_node: 1} by default). Records
@@ -101,6 +111,30 @@ pub enum Commands {
     /// Inspect and control jobs: status, logs, stop, list, wait.
     #[command(subcommand)]
     Job(JobCommand),
+}
+
+#[derive(Debug, Args)]
+pub struct PrepareArgs {
+    /// A model repo, optionally at a revision: Qwen/Qwen2.5-0.5B-Instruct[@main]. Repeatable.
+    #[arg(long, value_name = "REPO[@REV]")]
+    pub model: Vec<String>,
+
+    /// Only model files matching this glob (repeatable), e.g. --include '*.json'.
+    #[arg(long, value_name = "GLOB")]
+    pub include: Vec<String>,
+
+    /// Leave out model files matching this glob (repeatable), e.g. --exclude '*.bin'.
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+
+    /// gsm8k (RL: prompt, reward_model, ...) or gsm8k-sft (messages). Repeatable.
+    #[arg(long, value_name = "NAME")]
+    pub dataset: Vec<String>,
+
+    /// Read the raw dataset from this directory (the hub repo's layout: main/train-*.parquet,
+    /// main/test-*.parquet) instead of downloading it.
+    #[arg(long, value_name = "DIR")]
+    pub from: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

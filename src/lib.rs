@@ -7,6 +7,7 @@
 //! argus image build   the runtime image, without a registry       cluster::image
 //! argus up / down     containers + Ray, converged to a profile     cluster::{plan, reconcile, ready}
 //! argus status        containers and Ray nodes                     cluster::status
+//! argus prepare       GSM8K in verl's format, models in the HF cache data
 //! argus snapshot      a source tree frozen under common/code/       snapshot
 //! argus submit, job   a JobSpec as a Ray job, watched and recorded  submit
 //! ```
@@ -18,6 +19,7 @@ pub mod cli;
 pub mod cluster;
 mod commands;
 pub mod config;
+pub mod data;
 pub mod exit;
 pub mod snapshot;
 pub mod submit;

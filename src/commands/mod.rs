@@ -4,6 +4,7 @@
 mod cluster;
 mod image;
 mod job;
+mod prepare;
 mod snapshot;
 
 use anyhow::Result;
@@ -20,6 +21,7 @@ pub async fn run(cli: &Cli, printer: &Printer) -> Result<Exit> {
         Commands::Status => cluster::status(&profile(cli)?, printer).await,
         Commands::Image(ImageCommand::Build(args)) => image::build(cli, args, printer).await,
         Commands::Snapshot(args) => snapshot::run(&profile(cli)?, args, printer),
+        Commands::Prepare(args) => prepare::run(&profile(cli)?, args, printer).await,
         Commands::Submit(args) => job::submit(cli, args, printer).await,
         Commands::Job(command) => job::run(cli, command, printer).await,
     }

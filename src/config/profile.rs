@@ -40,6 +40,20 @@ pub struct Profile {
     pub workers: Vec<WorkerGroup>,
     #[serde(default)]
     pub submit: SubmitSection,
+    /// What `argus prepare` without flags prepares.
+    #[serde(default)]
+    pub prepare: PrepareSection,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrepareSection {
+    /// `gsm8k`, `gsm8k-sft`.
+    #[serde(default)]
+    pub datasets: Vec<String>,
+    /// `org/name` or `org/name@revision`.
+    #[serde(default)]
+    pub models: Vec<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -5,6 +5,8 @@
 mod cluster;
 mod code_snapshot;
 mod harness;
+mod hub;
+mod prepare;
 mod profiles;
 mod snapshots;
 mod submit;

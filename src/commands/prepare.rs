@@ -1,0 +1,109 @@
+//! `argus prepare`.
+
+use anyhow::{Context, Result};
+
+use crate::cli::PrepareArgs;
+use crate::config::{Layout, LoadedProfile};
+use crate::data::hf::{DEFAULT_ENDPOINT, HubClient};
+use crate::data::{self, Dataset, Prepare};
+use crate::exit::Exit;
+use crate::ui::{Printer, human_bytes};
+
+/// The hub endpoint: the profile's HF_ENDPOINT, else the environment's, else the hub.
+fn endpoint(loaded: &LoadedProfile) -> String {
+    loaded
+        .profile
+        .env
+        .get("HF_ENDPOINT")
+        .cloned()
+        .or_else(|| std::env::var("HF_ENDPOINT").ok())
+        .filter(|e| !e.is_empty())
+        .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string())
+}
+
+/// HF_TOKEN from the environment, else the profile's env (never printed or written).
+fn token(loaded: &LoadedProfile) -> Option<String> {
+    std::env::var("HF_TOKEN")
+        .ok()
+        .or_else(|| loaded.profile.env.get("HF_TOKEN").cloned())
+        .filter(|t| !t.is_empty())
+}
+
+pub async fn run(loaded: &LoadedProfile, args: &PrepareArgs, printer: &Printer) -> Result<Exit> {
+    let Some(host) = &loaded.shared_host_path else {
+        return Err(data::Error::NoHostPath.into());
+    };
+    let (mut models, mut datasets) = (args.model.clone(), args.dataset.clone());
+    if models.is_empty() && datasets.is_empty() {
+        models = loaded.profile.prepare.models.clone();
+        datasets = loaded.profile.prepare.datasets.clone();
+        if models.is_empty() && datasets.is_empty() {
+            printer.info("nothing to prepare: pass --dataset / --model, or list them in the profile's `prepare:` section");
+            return Ok(Exit::Success);
+        }
+    }
+    let datasets = datasets
+        .iter()
+        .map(|d| Dataset::parse(d))
+        .collect::<Result<Vec<_>, _>>()?;
+    let prepare = Prepare {
+        client: HubClient::new(&endpoint(loaded), token(loaded)),
+        host: Layout::new(host),
+        mount: Layout::new(&loaded.profile.shared.mount),
+    };
+    let reporter = printer.reporter();
+    let mut reports = Vec::new();
+    for model in &models {
+        let report = data::prepare_model(&prepare, model, &args.include, &args.exclude, &reporter)
+            .await
+            .with_context(|| format!("cannot prepare model {model}"))?;
+        if !printer.json {
+            let what = if report.files_downloaded == 0 {
+                "already complete".to_string()
+            } else {
+                format!(
+                    "{} files, {} downloaded",
+                    report.files_downloaded,
+                    human_bytes(report.bytes_downloaded)
+                )
+            };
+            printer.info(format!(
+                "model {}@{} ({}): {what}",
+                report.repo,
+                report.revision,
+                &report.commit[..report.commit.len().min(10)]
+            ));
+            printer.data(&report.path);
+        }
+        reports.push(serde_json::to_value(&report)?);
+    }
+    for dataset in datasets {
+        let report = data::prepare_dataset(&prepare, dataset, args.from.as_deref(), &reporter)
+            .await
+            .with_context(|| format!("cannot prepare dataset {}", dataset.dir_name()))?;
+        if !printer.json {
+            let rows: Vec<String> = report
+                .outputs
+                .iter()
+                .map(|o| format!("{} ({} rows)", o.file, o.rows))
+                .collect();
+            let what = if report.written {
+                "written"
+            } else {
+                "already up to date"
+            };
+            printer.info(format!(
+                "dataset {} from {}: {what}: {}",
+                report.dataset.dir_name(),
+                report.source,
+                rows.join(", ")
+            ));
+            printer.data(&report.path);
+        }
+        reports.push(serde_json::to_value(&report)?);
+    }
+    if printer.json {
+        printer.json(&serde_json::Value::Array(reports));
+    }
+    Ok(Exit::Success)
+}

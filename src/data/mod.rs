@@ -1,0 +1,363 @@
+//! Data and models on the shared storage: a Hugging Face client and cache (`hf`,
+//! `hf_cache`, `download`), GSM8K in verl's format (`gsm8k`, pure) and its parquet files
+//! (`parquet`). Everything is written from this host, atomically.
+
+pub mod download;
+pub mod gsm8k;
+pub mod hf;
+pub mod hf_cache;
+pub mod parquet;
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Layout;
+use crate::exit::{Classify, Exit};
+use crate::snapshot::hash::file_sha256;
+use crate::ui::Reporter;
+use download::{CachedFile, SnapshotSpec};
+use hf::{HubClient, HubError, RepoKind};
+use hf_cache::HubCache;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Hub(#[from] HubError),
+    #[error(transparent)]
+    Transform(#[from] gsm8k::MissingSolution),
+    #[error(transparent)]
+    Parquet(#[from] parquet::ParquetError),
+    #[error(
+        "no raw {split} split under {dir} (expected {dir}/main/{split}-*.parquet, the hub repo's layout)"
+    )]
+    NoRawSplit { split: String, dir: String },
+    #[error("unknown dataset {0:?}")]
+    UnknownDataset(String),
+    #[error("the profile's shared storage is an NFS volume, not a path on this host")]
+    NoHostPath,
+    #[error("{action} {}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Classify for Error {
+    fn exit(&self) -> Exit {
+        match self {
+            Error::Hub(HubError::NotFound { .. })
+            | Error::Transform(_)
+            | Error::NoRawSplit { .. }
+            | Error::UnknownDataset(_)
+            | Error::NoHostPath => Exit::Usage,
+            Error::Hub(HubError::Unreachable { .. } | HubError::Http { .. }) => Exit::Unreachable,
+            _ => Exit::Failed,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            Error::Hub(HubError::NotFound { .. }) => Some("check the repo id and revision; a mirror may also answer 401 for a missing file".into()),
+            Error::Hub(HubError::Unreachable { .. }) => Some("set HF_ENDPOINT (in the profile's env, or the environment) to a reachable hub or mirror".into()),
+            Error::Transform(_) => Some("the raw data is not GSM8K-shaped: every answer ends with a `#### <number>` line".into()),
+            Error::UnknownDataset(_) => Some("--dataset gsm8k or --dataset gsm8k-sft".into()),
+            Error::NoHostPath => Some("prepare writes from this host: use shared.host_path (an NFS mount on the host)".into()),
+            _ => None,
+        }
+    }
+}
+
+fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
+    move |source| Error::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Where prepare reads from and writes to.
+pub struct Prepare {
+    pub client: HubClient,
+    /// The shared storage on this host.
+    pub host: Layout,
+    /// The same storage inside the containers (for the paths jobs use).
+    pub mount: Layout,
+}
+
+impl Prepare {
+    pub fn cache(&self) -> HubCache {
+        HubCache::new(self.host.hf_home().join("hub"))
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ModelReport {
+    pub repo: String,
+    pub revision: String,
+    pub commit: String,
+    /// The snapshot directory as the containers see it: the model path for jobs.
+    pub path: String,
+    pub host_path: PathBuf,
+    pub files: Vec<CachedFile>,
+    pub files_downloaded: usize,
+    pub bytes_downloaded: u64,
+}
+
+/// `REPO[@REV]` -> (repo, revision).
+pub fn split_revision(spec: &str) -> (&str, &str) {
+    spec.split_once('@').unwrap_or((spec, "main"))
+}
+
+pub async fn prepare_model(
+    p: &Prepare,
+    model: &str,
+    include: &[String],
+    exclude: &[String],
+    reporter: &dyn Reporter,
+) -> Result<ModelReport, Error> {
+    let (repo, revision) = split_revision(model);
+    let spec = SnapshotSpec {
+        kind: RepoKind::Model,
+        repo: repo.into(),
+        revision: revision.into(),
+        include: include.to_vec(),
+        exclude: exclude.to_vec(),
+    };
+    let result = download::snapshot(&p.client, &p.cache(), &spec, reporter).await?;
+    let relative = result
+        .dir
+        .strip_prefix(p.host.root())
+        .unwrap_or(&result.dir)
+        .to_path_buf();
+    Ok(ModelReport {
+        repo: result.repo,
+        revision: result.revision,
+        commit: result.commit,
+        path: p.mount.root().join(relative).display().to_string(),
+        host_path: result.dir,
+        files: result.files,
+        files_downloaded: result.files_downloaded,
+        bytes_downloaded: result.bytes_downloaded,
+    })
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Dataset {
+    Gsm8k,
+    Gsm8kSft,
+}
+
+impl Dataset {
+    pub fn parse(name: &str) -> Result<Self, Error> {
+        match name {
+            "gsm8k" => Ok(Dataset::Gsm8k),
+            "gsm8k-sft" | "gsm8k_sft" => Ok(Dataset::Gsm8kSft),
+            other => Err(Error::UnknownDataset(other.to_string())),
+        }
+    }
+    /// The directory under common/datasets/.
+    pub fn dir_name(self) -> &'static str {
+        match self {
+            Dataset::Gsm8k => "gsm8k",
+            Dataset::Gsm8kSft => "gsm8k_sft",
+        }
+    }
+}
+
+/// Bumped when the transform's output changes.
+const TRANSFORM_VERSION: u32 = 1;
+pub const RAW_REPO: &str = "openai/gsm8k";
+const SPLITS: [&str; 2] = ["train", "test"];
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileDigest {
+    pub file: String,
+    pub sha256: String,
+    #[serde(default)]
+    pub rows: usize,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct DatasetManifest {
+    pub dataset: Dataset,
+    pub transform_version: u32,
+    /// `openai/gsm8k@<commit>` from the hub, or `local:<dir>`.
+    pub source: String,
+    pub source_commit: Option<String>,
+    pub raw_files: Vec<FileDigest>,
+    pub outputs: Vec<FileDigest>,
+    pub argus_version: String,
+    pub created: String,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct DatasetReport {
+    pub dataset: Dataset,
+    /// As the containers see it.
+    pub path: String,
+    pub host_path: PathBuf,
+    pub source: String,
+    pub outputs: Vec<FileDigest>,
+    /// False when the existing files already matched the source (nothing written).
+    pub written: bool,
+}
+
+/// Raw split files: `<dir>/main/<split>-*.parquet`, sorted (shards in order).
+fn raw_files(dir: &Path, split: &str) -> Result<Vec<PathBuf>, Error> {
+    let main = dir.join("main");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&main)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(&format!("{split}-")) && n.ends_with(".parquet"))
+        })
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(Error::NoRawSplit {
+            split: split.to_string(),
+            dir: dir.display().to_string(),
+        });
+    }
+    Ok(files)
+}
+
+pub async fn prepare_dataset(
+    p: &Prepare,
+    dataset: Dataset,
+    from: Option<&Path>,
+    reporter: &dyn Reporter,
+) -> Result<DatasetReport, Error> {
+    let (raw_dir, source, commit) = match from {
+        Some(dir) => (dir.to_path_buf(), format!("local:{}", dir.display()), None),
+        None => {
+            let spec = SnapshotSpec {
+                kind: RepoKind::Dataset,
+                repo: RAW_REPO.into(),
+                revision: "main".into(),
+                include: vec![
+                    "main/train-*.parquet".into(),
+                    "main/test-*.parquet".into(),
+                    "README.md".into(),
+                ],
+                exclude: Vec::new(),
+            };
+            let result = download::snapshot(&p.client, &p.cache(), &spec, reporter).await?;
+            let commit = result.commit.clone();
+            (result.dir, format!("{RAW_REPO}@{commit}"), Some(commit))
+        }
+    };
+    let out_dir = p.host.datasets().join(dataset.dir_name());
+    let report = |outputs, written| DatasetReport {
+        dataset,
+        path: p
+            .mount
+            .datasets()
+            .join(dataset.dir_name())
+            .display()
+            .to_string(),
+        host_path: out_dir.clone(),
+        source: source.clone(),
+        outputs,
+        written,
+    };
+
+    let task = reporter.task(dataset.dir_name());
+    let mut raw = Vec::new();
+    let mut raw_digests = Vec::new();
+    for split in SPLITS {
+        for file in raw_files(&raw_dir, split)? {
+            raw_digests.push(FileDigest {
+                file: file
+                    .strip_prefix(&raw_dir)
+                    .unwrap_or(&file)
+                    .display()
+                    .to_string(),
+                sha256: file_sha256(&file).map_err(io("cannot read", &file))?,
+                rows: 0,
+            });
+            raw.push((split, file));
+        }
+    }
+    // Up to date: same transform of the same raw bytes, outputs untouched since.
+    if let Some(existing) = read_manifest(&out_dir)
+        && existing.transform_version == TRANSFORM_VERSION
+        && existing.dataset == dataset
+        && existing.raw_files == raw_digests
+        && existing
+            .outputs
+            .iter()
+            .all(|o| file_sha256(&out_dir.join(&o.file)).ok().as_deref() == Some(o.sha256.as_str()))
+    {
+        task.done("up to date");
+        return Ok(report(existing.outputs, false));
+    }
+
+    task.update("reading the raw splits");
+    let mut batches = Vec::new();
+    for split in SPLITS {
+        let mut rows = Vec::new();
+        for (s, file) in &raw {
+            if *s == split {
+                rows.extend(parquet::read_raw(file)?);
+            }
+        }
+        // Transform every split before writing anything: a bad row leaves no half dataset.
+        let batch = match dataset {
+            Dataset::Gsm8k => parquet::rl_batch(&gsm8k::to_rl(split, &rows)?),
+            Dataset::Gsm8kSft => parquet::sft_batch(&gsm8k::to_sft(split, &rows)?),
+        }
+        .map_err(|e| parquet::ParquetError {
+            path: split.to_string(),
+            detail: e.to_string(),
+        })?;
+        batches.push((split, batch));
+    }
+    std::fs::create_dir_all(&out_dir).map_err(io("cannot create", &out_dir))?;
+    let mut outputs = Vec::new();
+    for (split, batch) in &batches {
+        let file = out_dir.join(format!("{split}.parquet"));
+        task.update(&format!("writing {}", file.display()));
+        parquet::write_atomic(&file, batch)?;
+        outputs.push(FileDigest {
+            file: format!("{split}.parquet"),
+            sha256: file_sha256(&file).map_err(io("cannot read", &file))?,
+            rows: parquet::rows(batch),
+        });
+    }
+    let manifest = DatasetManifest {
+        dataset,
+        transform_version: TRANSFORM_VERSION,
+        source: source.clone(),
+        source_commit: commit,
+        raw_files: raw_digests,
+        outputs: outputs.clone(),
+        argus_version: env!("CARGO_PKG_VERSION").into(),
+        created: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+    };
+    let manifest_path = out_dir.join("manifest.json");
+    crate::submit::records::write_atomic(
+        &manifest_path,
+        &serde_json::to_vec_pretty(&manifest).unwrap_or_default(),
+    )
+    .map_err(io("cannot write", &manifest_path))?;
+    task.done(
+        &outputs
+            .iter()
+            .map(|o| format!("{} {} rows", o.file, o.rows))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    Ok(report(outputs, true))
+}
+
+pub fn read_manifest(dir: &Path) -> Option<DatasetManifest> {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).ok()?).ok()
+}

@@ -1,0 +1,404 @@
+//! `argus prepare` against a real HF-protocol server (olah on loopback), checked by the
+//! Python libraries verl uses: huggingface_hub and transformers offline, pyarrow, datasets.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::harness::{TestContext, poll};
+use crate::hub::{
+    self, Olah, bytes, gsm8k_rows, head_commit, run_python, sha256_hex, tiny_model, write_raw_gsm8k,
+};
+
+fn profile(ctx: &TestContext, endpoint: &str) -> (PathBuf, PathBuf) {
+    let shared = ctx.path("shared");
+    let profile = ctx.write("p.yaml", &format!("name: prep\nimage: i\nshared: {{host_path: {}}}\nenv: {{HF_ENDPOINT: \"{endpoint}\"}}\nworkers: [{{name: gpu, count: 1}}]\n", shared.display()));
+    (profile, shared)
+}
+
+#[test]
+fn a_model_lands_in_the_hf_cache_readable_offline_and_is_fetched_once() {
+    let ctx = TestContext::new("prepmodel");
+    let olah = Olah::start(&ctx.path("olah"));
+    let repo = tiny_model(&olah.mirrors, "acme/tiny", 300_000);
+    let commit = head_commit(&repo);
+    let (profile, shared) = profile(&ctx, &olah.endpoint);
+
+    let report = ctx
+        .argus()
+        .profile(&profile)
+        .args(["prepare", "--model", "acme/tiny", "--json"])
+        .run()
+        .code(0)
+        .json();
+    let model = &report[0];
+    assert_eq!(model["commit"], commit.as_str());
+    assert_eq!(
+        model["path"],
+        format!("/mnt/shared/common/hf/hub/models--acme--tiny/snapshots/{commit}")
+    );
+    assert_eq!(model["files_downloaded"], 6);
+
+    // huggingface_hub and transformers find everything offline, byte for byte.
+    let hf_home = shared.join("common/hf");
+    let check = format!(
+        "import os, sys\nfrom huggingface_hub import snapshot_download\np = snapshot_download('acme/tiny', local_files_only=True)\nrepo = {repo:?}\nfor f in ['config.json', 'tokenizer_config.json', 'vocab.json', 'small.safetensors', 'extra/nested/generation_config.json']:\n    assert open(os.path.join(p, f), 'rb').read() == open(os.path.join(repo, f), 'rb').read(), f\nimport hashlib\nassert hashlib.sha256(open(os.path.join(p, 'model.safetensors'), 'rb').read()).hexdigest() == {lfs:?}\nfrom transformers import AutoConfig\nprint(AutoConfig.from_pretrained('acme/tiny').model_type)\n",
+        repo = repo.display().to_string(),
+        lfs = sha256_hex(&bytes(300_000, 2)),
+    );
+    let out = run_python(
+        &check,
+        &[
+            ("HF_HOME", hf_home.to_str().expect("utf8")),
+            ("HF_HUB_OFFLINE", "1"),
+            ("TRANSFORMERS_OFFLINE", "1"),
+        ],
+    );
+    assert_eq!(out.trim().lines().last(), Some("gpt2"));
+    let refs = std::fs::read(hf_home.join("hub/models--acme--tiny/refs/main")).expect("ref");
+    assert_eq!(
+        refs,
+        commit.as_bytes(),
+        "refs/main holds the commit with no trailing newline"
+    );
+
+    // A second prepare transfers nothing.
+    let again = ctx
+        .argus()
+        .profile(&profile)
+        .args(["prepare", "--model", "acme/tiny", "--json"])
+        .run()
+        .code(0)
+        .json();
+    assert_eq!(again[0]["files_downloaded"], 0);
+    assert_eq!(again[0]["bytes_downloaded"], 0);
+
+    // --include narrows the files.
+    let only = ctx
+        .argus()
+        .profile(&profile)
+        .args([
+            "prepare",
+            "--model",
+            "acme/tiny@main",
+            "--include",
+            "*.json",
+            "--json",
+        ])
+        .run()
+        .code(0)
+        .json();
+    assert_eq!(only[0]["files"].as_array().map(Vec::len), Some(4));
+}
+
+#[test]
+fn missing_repos_and_files_are_not_found() {
+    let ctx = TestContext::new("prepmissing");
+    let olah = Olah::start(&ctx.path("olah"));
+    tiny_model(&olah.mirrors, "acme/tiny", 1000);
+    let (profile, shared) = profile(&ctx, &olah.endpoint);
+    ctx.argus()
+        .profile(&profile)
+        .args(["prepare", "--model", "acme/nope"])
+        .run()
+        .code(2)
+        .stderr_has("model acme/nope@main not found")
+        .stderr_has("answered 401");
+    ctx.argus()
+        .profile(&profile)
+        .args(["prepare", "--model", "acme/tiny@no-such-branch"])
+        .run()
+        .code(2)
+        .stderr_has("not found");
+    assert!(!shared.join("common/hf/hub/models--acme--nope").exists());
+}
+
+#[test]
+fn an_interrupted_download_resumes_or_restarts_cleanly() {
+    let ctx = TestContext::new("prepkill");
+    let mut olah = Olah::start(&ctx.path("olah"));
+    let size = 120 << 20;
+    tiny_model(&olah.mirrors, "acme/big", size);
+    let (profile, shared) = profile(&ctx, &olah.endpoint);
+    let blobs = shared.join("common/hf/hub/models--acme--big/blobs");
+    let mut child = ctx
+        .argus()
+        .profile(&profile)
+        .args(["prepare", "--model", "acme/big"])
+        .spawn();
+    // Stop the server while the big file is in flight.
+    poll(
+        "the download to be under way",
+        Duration::from_secs(60),
+        || {
+            std::fs::read_dir(&blobs)
+                .ok()?
+                .flatten()
+                .find(|e| {
+                    e.file_name().to_string_lossy().ends_with(".incomplete")
+                        && e.metadata().map(|m| m.len() > 0).unwrap_or(false)
+                })
+                .map(|_| ())
+        },
+    );
+    olah.stop();
+    let first = child.wait().expect("wait");
+    olah.restart();
+    if !first.success() {
+        // Gave up while the server was away: the next run finishes the job.
+        ctx.argus()
+            .profile(&profile)
+            .args(["prepare", "--model", "acme/big"])
+            .run()
+            .code(0);
+    }
+    let expected = sha256_hex(&bytes(size, 2));
+    let blob = blobs.join(&expected);
+    assert!(blob.is_file(), "the verified blob is in place");
+    assert_eq!(
+        hub::sha256_hex(&std::fs::read(&blob).expect("blob")),
+        expected
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(&blobs)
+        .expect("blobs")
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".incomplete"))
+        .collect();
+    assert!(leftovers.is_empty(), "no .incomplete left");
+}
+
+/// Bytes that do not match their etag cannot be produced by olah (it hashes what it
+/// serves), so this failure shape uses a fake server: a HEAD with one sha256, a GET with
+/// other bytes of the same length.
+#[test]
+fn a_corrupted_blob_is_rejected_and_never_published() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    let good = bytes(4096, 7);
+    let bad = bytes(4096, 8);
+    let etag = sha256_hex(&good);
+    let served_etag = etag.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().take(20).flatten() {
+            let mut stream = stream;
+            let mut request = [0u8; 4096];
+            let n = stream.read(&mut request).unwrap_or(0);
+            let head = String::from_utf8_lossy(&request[..n]).to_string();
+            let response = if head.starts_with("GET /api/models/acme/bad/revision/main") {
+                let body = r#"{"sha": "c0ffee", "siblings": [{"rfilename": "model.safetensors"}]}"#;
+                format!(
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                )
+                .into_bytes()
+            } else if head.starts_with("HEAD") {
+                format!("HTTP/1.1 200 OK\r\ncontent-length: 4096\r\nx-repo-commit: c0ffee\r\netag: \"{served_etag}\"\r\nconnection: close\r\n\r\n").into_bytes()
+            } else {
+                let mut r = b"HTTP/1.1 200 OK\r\ncontent-length: 4096\r\nconnection: close\r\n\r\n"
+                    .to_vec();
+                r.extend_from_slice(&bad);
+                r
+            };
+            let _ = stream.write_all(&response);
+        }
+    });
+    let ctx = TestContext::new("prepcorrupt");
+    let (profile, shared) = profile(&ctx, &format!("http://127.0.0.1:{port}"));
+    ctx.argus()
+        .profile(&profile)
+        .args(["prepare", "--model", "acme/bad"])
+        .run()
+        .code(1)
+        .stderr_has("downloaded bytes do not match");
+    let repo = shared.join("common/hf/hub/models--acme--bad");
+    assert!(
+        !repo.join("blobs").join(&etag).exists(),
+        "never published under its etag"
+    );
+    assert!(
+        !repo.join(format!("blobs/{etag}.incomplete")).exists(),
+        "the bad bytes are discarded"
+    );
+    assert!(!repo.join("snapshots/c0ffee/model.safetensors").exists());
+}
+
+/// verl's rule, written from the design brief, applied with `datasets` as verl does.
+const REFERENCE: &str = r#####"
+import re, sys, datasets
+INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
+raw, out, kind = sys.argv[1], sys.argv[2], sys.argv[3]
+for split in ['train', 'test']:
+    ds = datasets.load_dataset('parquet', data_files={split: f'{raw}/main/{split}-00000-of-00001.parquet'})[split]
+    def rl(example, idx):
+        q, a = example.pop('question'), example.pop('answer')
+        m = re.search(r'#### (\-?[0-9\.\,]+)', a)
+        gt = m.group(0).split('#### ')[1].replace(',', '')
+        return {'data_source': 'openai/gsm8k', 'prompt': [{'role': 'user', 'content': q + ' ' + INSTRUCTION}], 'ability': 'math',
+                'reward_model': {'style': 'rule', 'ground_truth': gt},
+                'extra_info': {'split': split, 'index': idx, 'answer': a, 'question': q}}
+    def sft(example, idx):
+        q, a = example['question'], example['answer']
+        return {'messages': [{'role': 'user', 'content': q + ' ' + INSTRUCTION}, {'role': 'assistant', 'content': a}]}
+    if kind == 'rl':
+        ds = ds.map(rl, with_indices=True)
+    else:
+        ds = ds.map(sft, with_indices=True, remove_columns=['question', 'answer'])
+    ds.to_parquet(f'{out}/{split}.parquet')
+"#####;
+
+const COMPARE: &str = r#"
+import sys, pyarrow.parquet as pq, datasets
+ours, ref = sys.argv[1], sys.argv[2]
+for split in ['train', 'test']:
+    a, b = pq.read_table(f'{ours}/{split}.parquet'), pq.read_table(f'{ref}/{split}.parquet')
+    assert a.schema.remove_metadata() == b.schema.remove_metadata(), (a.schema, b.schema)
+    assert a.column_names == b.column_names
+    assert a.to_pylist() == b.to_pylist(), split
+    loaded = datasets.load_dataset('parquet', data_files={split: f'{ours}/{split}.parquet'})[split]
+    assert loaded.num_rows == a.num_rows
+    print(split, a.num_rows, a.schema.field(0).name)
+"#;
+
+fn reference(ctx: &TestContext, raw: &Path, kind: &str) -> PathBuf {
+    let out = ctx.path(&format!("reference-{kind}"));
+    std::fs::create_dir_all(&out).expect("mkdir");
+    let script = ctx.write(&format!("reference-{kind}.py"), REFERENCE);
+    let ok = std::process::Command::new(hub::python())
+        .arg(&script)
+        .arg(raw)
+        .arg(&out)
+        .arg(kind)
+        .output()
+        .expect("python");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    out
+}
+
+fn compare(ctx: &TestContext, ours: &Path, reference: &Path) -> String {
+    let script = ctx.write("compare.py", COMPARE);
+    let out = std::process::Command::new(hub::python())
+        .arg(&script)
+        .arg(ours)
+        .arg(reference)
+        .output()
+        .expect("python");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn gsm8k_through_the_mirror_matches_verls_preprocessing_exactly() {
+    let ctx = TestContext::new("prepgsm8k");
+    let olah = Olah::start(&ctx.path("olah"));
+    let raw = ctx.path("raw");
+    write_raw_gsm8k(&raw, &gsm8k_rows("train", 40), &gsm8k_rows("test", 13));
+    let files: Vec<(&str, Vec<u8>)> = [
+        "main/train-00000-of-00001.parquet",
+        "main/test-00000-of-00001.parquet",
+        "README.md",
+    ]
+    .iter()
+    .map(|f| (*f, std::fs::read(raw.join(f)).expect("raw")))
+    .collect();
+    let repo = hub::git_repo(&olah.mirrors, "datasets", "openai/gsm8k", &files, &[]);
+    let (profile, shared) = profile(&ctx, &olah.endpoint);
+
+    let report = ctx
+        .argus()
+        .profile(&profile)
+        .args([
+            "prepare",
+            "--dataset",
+            "gsm8k",
+            "--dataset",
+            "gsm8k-sft",
+            "--json",
+        ])
+        .run()
+        .code(0)
+        .json();
+    assert_eq!(report[0]["path"], "/mnt/shared/common/datasets/gsm8k");
+    assert_eq!(report[0]["written"], true);
+    let rl = shared.join("common/datasets/gsm8k");
+    let out = compare(&ctx, &rl, &reference(&ctx, &raw, "rl"));
+    assert!(
+        out.contains("train 40 data_source") && out.contains("test 13"),
+        "{out}"
+    );
+    compare(
+        &ctx,
+        &shared.join("common/datasets/gsm8k_sft"),
+        &reference(&ctx, &raw, "sft"),
+    );
+
+    let manifest: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(rl.join("manifest.json")).expect("manifest"))
+            .expect("json");
+    assert_eq!(manifest["source_commit"], head_commit(&repo).as_str());
+    assert_eq!(manifest["outputs"][0]["rows"], 40);
+    assert_eq!(
+        manifest["outputs"][0]["sha256"],
+        sha256_hex(&std::fs::read(rl.join("train.parquet")).expect("train")).as_str()
+    );
+
+    // Idempotent: nothing rewritten, nothing downloaded.
+    let before = std::fs::metadata(rl.join("train.parquet"))
+        .expect("meta")
+        .modified()
+        .expect("mtime");
+    let again = ctx
+        .argus()
+        .profile(&profile)
+        .args(["prepare", "--dataset", "gsm8k", "--json"])
+        .run()
+        .code(0)
+        .json();
+    assert_eq!(again[0]["written"], false);
+    assert_eq!(
+        std::fs::metadata(rl.join("train.parquet"))
+            .expect("meta")
+            .modified()
+            .expect("mtime"),
+        before
+    );
+}
+
+#[test]
+fn a_raw_row_without_a_solution_names_its_split_and_row_and_writes_nothing() {
+    let ctx = TestContext::new("prepbad");
+    let raw = ctx.path("raw");
+    let mut test = gsm8k_rows("test", 5);
+    test[3].1 = "no final answer here".to_string();
+    write_raw_gsm8k(&raw, &gsm8k_rows("train", 5), &test);
+    let (profile, shared) = profile(&ctx, "http://127.0.0.1:9");
+    ctx.argus()
+        .profile(&profile)
+        .args(["prepare", "--dataset", "gsm8k", "--from"])
+        .arg_path(&raw)
+        .run()
+        .code(2)
+        .stderr_has("test row 3: the answer has no `#### <number>` line");
+    assert!(
+        !shared.join("common/datasets/gsm8k/train.parquet").exists(),
+        "nothing written, not even the good split"
+    );
+    // --from a good copy works without any endpoint.
+    let good = ctx.path("good");
+    write_raw_gsm8k(&good, &gsm8k_rows("train", 5), &gsm8k_rows("test", 2));
+    ctx.argus()
+        .profile(&profile)
+        .args(["prepare", "--dataset", "gsm8k", "--from"])
+        .arg_path(&good)
+        .run()
+        .code(0)
+        .stdout_has("/mnt/shared/common/datasets/gsm8k");
+}
