@@ -108,6 +108,16 @@ pub enum Commands {
     /// --wait/--follow: 0 SUCCEEDED, 1 FAILED, 3 STOPPED.
     Submit(SubmitArgs),
 
+    /// The whole pipeline from scratch, recorded: up, prepare, snapshot, submit, wait, collect.
+    ///
+    /// Prepares what the JobSpec names (its datasets, its model), snapshots its `code.source`,
+    /// submits, follows the logs to the end and writes <shared>/runs/<run_id>/run.lock.yaml
+    /// (image, Ray version, profile and JobSpec as used, code tree hash, dataset sha256s,
+    /// model commit and etags) and report.json (stage timings, job status, where logs and
+    /// checkpoints are). A stopped run is finished by running it again. With --lock, replays
+    /// a recorded run and refuses when an input drifted. Exit code: the job's (0/1/3).
+    Run(RunArgs),
+
     /// Inspect and control jobs: status, logs, stop, list, wait.
     #[command(subcommand)]
     Job(JobCommand),
@@ -135,6 +145,25 @@ pub struct PrepareArgs {
     /// main/test-*.parquet) instead of downloading it.
     #[arg(long, value_name = "DIR")]
     pub from: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The JobSpec (not needed with --lock, which carries the one it used).
+    #[arg(required_unless_present = "lock")]
+    pub jobspec: Option<PathBuf>,
+
+    /// Replay the run recorded in this run.lock.yaml, with its pinned inputs.
+    #[arg(long, value_name = "FILE")]
+    pub lock: Option<PathBuf>,
+
+    /// With --lock: run even if inputs drifted (the drift is recorded in the report).
+    #[arg(long, requires = "lock")]
+    pub allow_drift: bool,
+
+    /// Take the cluster down when the job has ended (the shared data stays).
+    #[arg(long)]
+    pub down_after: bool,
 }
 
 #[derive(Debug, Args)]

@@ -49,6 +49,9 @@ pub fn classify(err: &anyhow::Error) -> (Exit, Option<String>) {
         if let Some(e) = cause.downcast_ref::<crate::cluster::ray::RayError>() {
             return (e.exit(), e.hint());
         }
+        if let Some(e) = cause.downcast_ref::<crate::run::Error>() {
+            return (e.exit(), e.hint());
+        }
         if let Some(e) = cause.downcast_ref::<crate::data::Error>() {
             return (e.exit(), e.hint());
         }

@@ -10,6 +10,7 @@
 //! argus prepare       GSM8K in verl's format, models in the HF cache data
 //! argus snapshot      a source tree frozen under common/code/       snapshot
 //! argus submit, job   a JobSpec as a Ray job, watched and recorded  submit
+//! argus run           all of the above from scratch, locked         run
 //! ```
 //!
 //! Data flows one way: YAML -> validated config (`config`) -> a plan (pure data) ->
@@ -21,6 +22,7 @@ mod commands;
 pub mod config;
 pub mod data;
 pub mod exit;
+pub mod run;
 pub mod snapshot;
 pub mod submit;
 pub mod ui;

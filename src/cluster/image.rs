@@ -23,7 +23,9 @@ use crate::exit::{Classify, Exit};
 use crate::ui::{Reporter, Task};
 
 /// Bumped whenever the recipe below changes what ends up in the image.
-const RECIPE_VERSION: u32 = 1;
+const RECIPE_VERSION: u32 = 2;
+/// Installed beside Ray in every image: verl reads its parquet datasets with pyarrow.
+pub const BASE_PIP: [&str; 1] = ["pyarrow"];
 pub const LABEL_INPUTS: &str = "argus.image.inputs";
 pub const VENV: &str = "/opt/ray";
 
@@ -436,6 +438,7 @@ async fn build_in(
     )
     .await?;
     let mut requirements = vec![format!("ray[default]=={}", spec.ray_version)];
+    requirements.extend(BASE_PIP.iter().map(|p| p.to_string()));
     requirements.extend(spec.pip.iter().cloned());
     task.update(&format!("pip install {}", requirements.join(" ")));
     let pip = format!("{VENV}/bin/pip");

@@ -5,6 +5,7 @@ mod cluster;
 mod image;
 mod job;
 mod prepare;
+mod run;
 mod snapshot;
 
 use anyhow::Result;
@@ -23,6 +24,7 @@ pub async fn run(cli: &Cli, printer: &Printer) -> Result<Exit> {
         Commands::Snapshot(args) => snapshot::run(&profile(cli)?, args, printer),
         Commands::Prepare(args) => prepare::run(&profile(cli)?, args, printer).await,
         Commands::Submit(args) => job::submit(cli, args, printer).await,
+        Commands::Run(args) => run::run(cli, args, printer).await,
         Commands::Job(command) => job::run(cli, command, printer).await,
     }
 }

@@ -4,30 +4,9 @@ use anyhow::{Context, Result};
 
 use crate::cli::PrepareArgs;
 use crate::config::{Layout, LoadedProfile};
-use crate::data::hf::{DEFAULT_ENDPOINT, HubClient};
 use crate::data::{self, Dataset, Prepare};
 use crate::exit::Exit;
 use crate::ui::{Printer, human_bytes};
-
-/// The hub endpoint: the profile's HF_ENDPOINT, else the environment's, else the hub.
-fn endpoint(loaded: &LoadedProfile) -> String {
-    loaded
-        .profile
-        .env
-        .get("HF_ENDPOINT")
-        .cloned()
-        .or_else(|| std::env::var("HF_ENDPOINT").ok())
-        .filter(|e| !e.is_empty())
-        .unwrap_or_else(|| DEFAULT_ENDPOINT.to_string())
-}
-
-/// HF_TOKEN from the environment, else the profile's env (never printed or written).
-fn token(loaded: &LoadedProfile) -> Option<String> {
-    std::env::var("HF_TOKEN")
-        .ok()
-        .or_else(|| loaded.profile.env.get("HF_TOKEN").cloned())
-        .filter(|t| !t.is_empty())
-}
 
 pub async fn run(loaded: &LoadedProfile, args: &PrepareArgs, printer: &Printer) -> Result<Exit> {
     let Some(host) = &loaded.shared_host_path else {
@@ -47,7 +26,7 @@ pub async fn run(loaded: &LoadedProfile, args: &PrepareArgs, printer: &Printer) 
         .map(|d| Dataset::parse(d))
         .collect::<Result<Vec<_>, _>>()?;
     let prepare = Prepare {
-        client: HubClient::new(&endpoint(loaded), token(loaded)),
+        client: data::hub_client(loaded),
         host: Layout::new(host),
         mount: Layout::new(&loaded.profile.shared.mount),
     };

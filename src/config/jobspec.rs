@@ -69,6 +69,27 @@ pub struct JobSpec {
     pub time_limit: Option<TimeLimit>,
     /// The command of a `custom` workload.
     pub entrypoint: Option<String>,
+    /// `argus run`: snapshot this source tree as the job's code.
+    pub code: Option<CodeSource>,
+    /// `argus run`: prepare the datasets from this raw copy (the hub repo's layout)
+    /// instead of the hub. Relative to the JobSpec file.
+    pub data_from: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CodeSource {
+    /// A directory, relative to the JobSpec file.
+    pub source: String,
+    /// The snapshot family under common/code/ (default verl).
+    #[serde(default = "default_code_name")]
+    pub name: String,
+    #[serde(default)]
+    pub exclude: Vec<String>,
+}
+
+fn default_code_name() -> String {
+    "verl".to_string()
 }
 
 /// One Hydra override: `key` and either a YAML value (formatted by argus) or raw text.
@@ -255,6 +276,30 @@ impl LoadedJobSpec {
         Self::from_source(source, sets)
     }
 
+    /// Paths in the JobSpec (code.source, data_from) made absolute against its directory.
+    pub fn absolutize(&mut self) {
+        let base = self
+            .source
+            .origin
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        let base = std::fs::canonicalize(&base).unwrap_or(base);
+        let abs = |p: &str| {
+            if Path::new(p).is_absolute() {
+                p.to_string()
+            } else {
+                base.join(p).display().to_string()
+            }
+        };
+        if let Some(code) = &mut self.spec.code {
+            code.source = abs(&code.source);
+        }
+        if let Some(from) = &mut self.spec.data_from {
+            *from = abs(from);
+        }
+    }
+
     /// Parses, applies `--set key=value` (top-level fields, or `overrides.<hydra key>`),
     /// and validates.
     pub fn from_source(mut source: Source, sets: &[String]) -> Result<Self, ConfigError> {
@@ -335,13 +380,24 @@ fn validate(spec: &JobSpec, src: &Source) -> Result<(), ConfigError> {
             )
             .with_hint("letters, digits, '.', '_' and '-' (not '.' or '..')"));
     }
+    let given = [
+        spec.code_path.is_some(),
+        spec.code_id.is_some(),
+        spec.code.is_some(),
+    ];
+    if given.iter().filter(|g| **g).count() > 1 {
+        let at = if spec.code.is_some() {
+            "code"
+        } else {
+            "code_id"
+        };
+        return Err(src.error_at(
+            &yaml_path![at],
+            "give one of code_path, code_id and code.source",
+        ));
+    }
     match (&spec.code_path, &spec.code_id) {
-        (Some(_), Some(_)) => {
-            return Err(src.error_at(
-                &yaml_path!["code_id"],
-                "give code_path or code_id, not both",
-            ));
-        }
+        (None, None) if spec.code.is_some() => {}
         (None, None) => {
             return Err(src
                 .error_at(&[], "missing code_path (or code_id)")

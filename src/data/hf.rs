@@ -399,6 +399,13 @@ impl HubClient {
                     .map_err(io("cannot create"))?
             };
             let mut written = if keep { have } else { 0 };
+            // Hash as the bytes arrive (what a resume keeps is hashed first): no second read.
+            let mut hasher = Sha256::new();
+            if keep && meta.sha256().is_some() {
+                hash_prefix(incomplete, &mut hasher)
+                    .await
+                    .map_err(io("cannot read"))?;
+            }
             progress(written);
             let mut stream = response.bytes_stream();
             let mut broken = None;
@@ -407,6 +414,9 @@ impl HubClient {
                     match chunk {
                         Ok(bytes) => {
                             out.write_all(&bytes).await.map_err(io("cannot write"))?;
+                            if meta.sha256().is_some() {
+                                hasher.update(&bytes);
+                            }
                             written += bytes.len() as u64;
                             transferred += bytes.len() as u64;
                             progress(written);
@@ -450,7 +460,7 @@ impl HubClient {
                 });
             }
             if let Some(expected) = meta.sha256() {
-                let actual = sha256_file(incomplete).await.map_err(io("cannot read"))?;
+                let actual = crate::snapshot::hash::hex(&hasher.finalize());
                 if actual != expected {
                     let _ = tokio::fs::remove_file(incomplete).await;
                     return Err(HubError::Corrupt {
@@ -465,17 +475,18 @@ impl HubClient {
     }
 }
 
-/// sha256 of a file, streamed, off the async threads.
-pub async fn sha256_file(path: &Path) -> std::io::Result<String> {
-    let path = path.to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        let mut file = std::fs::File::open(&path)?;
-        let mut hasher = Sha256::new();
-        std::io::copy(&mut file, &mut hasher)?;
-        Ok(crate::snapshot::hash::hex(&hasher.finalize()))
-    })
-    .await
-    .map_err(std::io::Error::other)?
+/// Feeds what a partial download already holds into `hasher`.
+async fn hash_prefix(path: &Path, hasher: &mut Sha256) -> std::io::Result<()> {
+    use tokio::io::AsyncReadExt;
+    let mut file = tokio::fs::File::open(path).await?;
+    let mut buffer = vec![0u8; 256 * 1024];
+    loop {
+        let n = file.read(&mut buffer).await?;
+        if n == 0 {
+            return Ok(());
+        }
+        hasher.update(&buffer[..n]);
+    }
 }
 
 #[cfg(test)]

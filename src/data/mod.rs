@@ -77,6 +77,23 @@ fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
     }
 }
 
+/// A hub client for the profile: its HF_ENDPOINT (else the environment's, else the hub)
+/// and HF_TOKEN (the environment's, else the profile's; never printed or written).
+pub fn hub_client(loaded: &crate::config::LoadedProfile) -> HubClient {
+    let env = &loaded.profile.env;
+    let endpoint = env
+        .get("HF_ENDPOINT")
+        .cloned()
+        .or_else(|| std::env::var("HF_ENDPOINT").ok())
+        .filter(|e| !e.is_empty())
+        .unwrap_or_else(|| hf::DEFAULT_ENDPOINT.to_string());
+    let token = std::env::var("HF_TOKEN")
+        .ok()
+        .or_else(|| env.get("HF_TOKEN").cloned())
+        .filter(|t| !t.is_empty());
+    HubClient::new(&endpoint, token)
+}
+
 /// Where prepare reads from and writes to.
 pub struct Prepare {
     pub client: HubClient,

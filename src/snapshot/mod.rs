@@ -319,3 +319,18 @@ pub fn unfinished_jobs_using(jobs_root: &Path, code_id: &str) -> Vec<String> {
     users.sort();
     users
 }
+
+/// The tree hash `snapshot` would give `source` (nothing copied): for drift checks.
+pub fn tree_hash_of(
+    source: &Path,
+    excludes: &[String],
+    reporter: &dyn Reporter,
+) -> Result<String, Error> {
+    let source =
+        std::fs::canonicalize(source).map_err(|_| Error::SourceMissing(source.to_path_buf()))?;
+    let task = reporter.task("code");
+    let entries = walk::collect(&source, excludes, false)?;
+    let hashed = hash::hash_entries(&source, entries, &*task)?;
+    task.done("hashed");
+    Ok(hash::tree_hash(&hashed))
+}

@@ -47,6 +47,8 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("code.source is snapshotted by `argus run`; `argus submit` needs code_id or code_path")]
+    NeedsRun,
     #[error("job {id} is still {status} after waiting {seconds}s")]
     WaitTimeout {
         id: String,
@@ -64,7 +66,8 @@ impl Classify for Error {
             | Error::UnknownOverride { .. }
             | Error::CodeNotFound { .. }
             | Error::UnknownJob(_)
-            | Error::BadId(_) => Exit::Usage,
+            | Error::BadId(_)
+            | Error::NeedsRun => Exit::Usage,
             Error::Records { .. } | Error::WaitTimeout { .. } => Exit::Failed,
         }
     }
@@ -218,6 +221,7 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
     let layout = Layout::new(&target.mount);
 
     let (code_path, code_id) = match (&spec.code_path, &spec.code_id) {
+        (None, None) if spec.code.is_some() => return Err(Error::NeedsRun),
         (Some(path), _) => (
             path.clone(),
             Path::new(path)
@@ -315,6 +319,22 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
     }
 
     let mut env_vars = target.env_vars.clone();
+    // What argus resolved, for any workload's own use (a custom script reads its data here).
+    let resolved = [
+        ("ARGUS_CODE_PATH", Some(code_path.clone())),
+        ("ARGUS_TRAIN_FILE", inputs.train_file.clone()),
+        ("ARGUS_VAL_FILE", inputs.val_file.clone()),
+        ("ARGUS_MODEL_PATH", inputs.model_path.clone()),
+        (
+            "ARGUS_JOB_DIR",
+            Some(format!("{}/{submission_id}", layout.jobs().display())),
+        ),
+    ];
+    env_vars.extend(
+        resolved
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k.to_string(), v))),
+    );
     env_vars.extend(spec.env_vars.iter().map(|(k, v)| (k.clone(), v.0.clone())));
     let mut python_path = vec![code_path.clone()];
     python_path.extend(target.user_code_path.clone());

@@ -255,6 +255,9 @@ pub fn gsm8k_rows(split: &str, n: usize) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The hub repo's card: its `configs` front matter is what makes `load_dataset(dir, "main")` work.
+pub const GSM8K_README: &str = "---\nconfigs:\n- config_name: main\n  data_files:\n  - split: train\n    path: main/train-*\n  - split: test\n    path: main/test-*\n---\n# gsm8k (generated, GSM8K-shaped)\n";
+
 /// Writes raw split files in the hub repo's layout (`main/<split>-00000-of-00001.parquet`).
 pub fn write_raw_gsm8k(dir: &Path, train: &[(String, String)], test: &[(String, String)]) {
     std::fs::create_dir_all(dir.join("main")).expect("main dir");
@@ -269,9 +272,5 @@ pub fn write_raw_gsm8k(dir: &Path, train: &[(String, String)], test: &[(String, 
         &[],
     );
     std::fs::remove_file(spec).expect("rm rows");
-    std::fs::write(
-        dir.join("README.md"),
-        "---\nconfigs: [main]\n---\n# gsm8k (generated)\n",
-    )
-    .expect("readme");
+    std::fs::write(dir.join("README.md"), GSM8K_README).expect("readme");
 }

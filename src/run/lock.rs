@@ -1,0 +1,213 @@
+//! The run lock (`runs/<run_id>/run.lock.yaml`): everything a run used, pinned, so that
+//! `argus run --lock` replays it and refuses when something drifted.
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::data::FileDigest;
+use crate::data::download::CachedFile;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RunLock {
+    pub format: u32,
+    pub run_id: String,
+    pub created: String,
+    pub argus_version: String,
+    pub image: ImagePin,
+    pub ray_version: String,
+    /// The profile as used (secrets redacted).
+    pub profile: serde_yaml::Value,
+    /// The JobSpec as used: paths absolute, secrets redacted.
+    pub jobspec: serde_yaml::Value,
+    pub code: CodePin,
+    #[serde(default)]
+    pub datasets: Vec<DatasetPin>,
+    #[serde(default)]
+    pub model: Option<ModelPin>,
+    pub submission_id: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ImagePin {
+    pub reference: String,
+    pub id: String,
+    /// The registry digest, when the image came from a registry.
+    #[serde(default)]
+    pub digest: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CodePin {
+    pub name: String,
+    pub code_id: String,
+    pub tree_hash: String,
+    #[serde(default)]
+    pub source: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DatasetPin {
+    pub name: String,
+    pub source: String,
+    pub files: Vec<FileDigest>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelPin {
+    pub repo: String,
+    pub revision: String,
+    pub commit: String,
+    pub files: Vec<PinnedFile>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PinnedFile {
+    pub path: String,
+    pub etag: String,
+}
+
+impl From<&CachedFile> for PinnedFile {
+    fn from(f: &CachedFile) -> Self {
+        PinnedFile {
+            path: f.path.clone(),
+            etag: f.etag.clone(),
+        }
+    }
+}
+
+impl RunLock {
+    pub fn read(path: &Path) -> Result<Self, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        serde_yaml::from_str(&text).map_err(|e| format!("{}: not a run lock: {e}", path.display()))
+    }
+}
+
+/// What a replay found, to compare with the lock.
+#[derive(Debug, Clone, Default)]
+pub struct Observed {
+    pub image_id: Option<String>,
+    pub code_tree_hash: Option<String>,
+    /// (dataset name, file, sha256 on the shared storage now).
+    pub dataset_files: Vec<(String, String, Option<String>)>,
+    pub model_commit: Option<String>,
+}
+
+/// Every difference between the lock and what is there now, one sentence each. Pure.
+pub fn drift(lock: &RunLock, now: &Observed) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(id) = &now.image_id
+        && *id != lock.image.id
+    {
+        out.push(format!(
+            "image {}: is {id}, the lock pins {}",
+            lock.image.reference, lock.image.id
+        ));
+    }
+    if let Some(hash) = &now.code_tree_hash
+        && *hash != lock.code.tree_hash
+    {
+        out.push(format!(
+            "code {}: the tree hash is {hash}, the lock pins {} ({})",
+            lock.code.source.as_deref().unwrap_or(&lock.code.code_id),
+            lock.code.tree_hash,
+            lock.code.code_id
+        ));
+    }
+    for (dataset, file, sha) in &now.dataset_files {
+        let pinned = lock
+            .datasets
+            .iter()
+            .find(|d| &d.name == dataset)
+            .and_then(|d| d.files.iter().find(|f| &f.file == file));
+        match (pinned, sha) {
+            (Some(p), Some(sha)) if *sha != p.sha256 => out.push(format!(
+                "dataset {dataset}/{file}: sha256 is {sha}, the lock pins {}",
+                p.sha256
+            )),
+            (Some(_), None) => out.push(format!("dataset {dataset}/{file}: missing")),
+            _ => {}
+        }
+    }
+    if let (Some(model), Some(commit)) = (&lock.model, &now.model_commit)
+        && *commit != model.commit
+    {
+        out.push(format!(
+            "model {}@{}: the cache's ref is {commit}, the lock pins {}",
+            model.repo, model.revision, model.commit
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lock() -> RunLock {
+        RunLock {
+            format: 1,
+            run_id: "r".into(),
+            created: "t".into(),
+            argus_version: "0".into(),
+            image: ImagePin {
+                reference: "argus/ray:2.51.1".into(),
+                id: "sha256:a".into(),
+                digest: None,
+            },
+            ray_version: "2.51.1".into(),
+            profile: serde_yaml::Value::Null,
+            jobspec: serde_yaml::Value::Null,
+            code: CodePin {
+                name: "verl".into(),
+                code_id: "c".into(),
+                tree_hash: "t1".into(),
+                source: Some("/src".into()),
+            },
+            datasets: vec![DatasetPin {
+                name: "gsm8k".into(),
+                source: "s".into(),
+                files: vec![FileDigest {
+                    file: "train.parquet".into(),
+                    sha256: "s1".into(),
+                    rows: 1,
+                }],
+            }],
+            model: Some(ModelPin {
+                repo: "acme/tiny".into(),
+                revision: "main".into(),
+                commit: "m1".into(),
+                files: vec![],
+            }),
+            submission_id: "j".into(),
+        }
+    }
+
+    #[test]
+    fn no_drift_when_everything_matches() {
+        let now = Observed {
+            image_id: Some("sha256:a".into()),
+            code_tree_hash: Some("t1".into()),
+            dataset_files: vec![("gsm8k".into(), "train.parquet".into(), Some("s1".into()))],
+            model_commit: Some("m1".into()),
+        };
+        assert!(drift(&lock(), &now).is_empty());
+    }
+
+    #[test]
+    fn each_drift_is_named() {
+        let now = Observed {
+            image_id: Some("sha256:b".into()),
+            code_tree_hash: Some("t2".into()),
+            dataset_files: vec![("gsm8k".into(), "train.parquet".into(), Some("s2".into()))],
+            model_commit: Some("m2".into()),
+        };
+        let d = drift(&lock(), &now);
+        assert_eq!(d.len(), 4, "{d:?}");
+        assert!(d[0].starts_with("image argus/ray:2.51.1"));
+        assert!(d[1].starts_with("code /src"));
+        assert!(d[2].starts_with("dataset gsm8k/train.parquet"));
+        assert!(d[3].starts_with("model acme/tiny@main"));
+    }
+}
