@@ -8,5 +8,6 @@ mod harness;
 mod hub;
 mod prepare;
 mod profiles;
+mod run;
 mod snapshots;
 mod submit;
