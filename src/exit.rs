@@ -39,6 +39,12 @@ pub trait Classify {
 /// The exit code and hint of the first error in the chain that knows them.
 pub fn classify(err: &anyhow::Error) -> (Exit, Option<String>) {
     for cause in err.chain() {
+        if cause
+            .downcast_ref::<crate::config::profile::NoHostPath>()
+            .is_some()
+        {
+            return (Exit::Usage, Some("prepare, snapshot and run write from this host: use shared.host_path (the NFS export mounted on the host)".into()));
+        }
         // A config error's "valid:" line is part of its own text.
         if cause.downcast_ref::<crate::config::ConfigError>().is_some() {
             return (Exit::Usage, None);

@@ -77,6 +77,42 @@ pub async fn ensure(
     Ok(info.id.unwrap_or_default())
 }
 
+/// argus's own image (`argus/ray:<version>`), built when absent; other images are left
+/// to `up`, which pulls them.
+pub async fn ensure_built(
+    docker_host: Option<&str>,
+    reference: &str,
+    reporter: &dyn Reporter,
+) -> Result<(), BuildError> {
+    let Some(version) = reference.strip_prefix("argus/ray:") else {
+        return Ok(());
+    };
+    let docker = super::docker::connect(docker_host).await?;
+    if docker.inspect_image(reference).await.is_ok() {
+        return Ok(());
+    }
+    let spec = BuildSpec {
+        tag: reference.to_string(),
+        ray_version: version.to_string(),
+        pip: Vec::new(),
+        suite: "bookworm".into(),
+        mirror: None,
+        force: false,
+    };
+    build(&docker, &spec, reporter).await.map(|_| ())
+}
+
+/// The registry digest of a local image, when it came from a registry.
+pub async fn digest(docker_host: Option<&str>, reference: &str) -> Result<Option<String>, Error> {
+    let docker = super::docker::connect(docker_host).await?;
+    Ok(docker
+        .inspect_image(reference)
+        .await
+        .ok()
+        .and_then(|i| i.repo_digests)
+        .and_then(|d| d.first().cloned()))
+}
+
 /// The `argus image build` flags that produce `image` (for hints).
 pub fn build_flags_for(image: &str) -> String {
     match image.strip_prefix("argus/ray:") {

@@ -9,9 +9,7 @@ use crate::exit::Exit;
 use crate::ui::{Printer, human_bytes};
 
 pub async fn run(loaded: &LoadedProfile, args: &PrepareArgs, printer: &Printer) -> Result<Exit> {
-    let Some(host) = &loaded.shared_host_path else {
-        return Err(data::Error::NoHostPath.into());
-    };
+    let host = loaded.host_layout()?;
     let (mut models, mut datasets) = (args.model.clone(), args.dataset.clone());
     if models.is_empty() && datasets.is_empty() {
         models = loaded.profile.prepare.models.clone();
@@ -27,7 +25,7 @@ pub async fn run(loaded: &LoadedProfile, args: &PrepareArgs, printer: &Printer) 
         .collect::<Result<Vec<_>, _>>()?;
     let prepare = Prepare {
         client: data::hub_client(loaded),
-        host: Layout::new(host),
+        host,
         mount: Layout::new(&loaded.profile.shared.mount),
     };
     let reporter = printer.reporter();

@@ -9,10 +9,7 @@ use crate::snapshot::{self, SnapshotOptions, verify};
 use crate::ui::{Printer, human_bytes, table};
 
 pub fn run(loaded: &LoadedProfile, args: &SnapshotArgs, printer: &Printer) -> Result<Exit> {
-    let Some(root) = &loaded.shared_host_path else {
-        return Err(snapshot::Error::NoHostPath.into());
-    };
-    let layout = Layout::new(root);
+    let layout = loaded.host_layout()?;
     match &args.command {
         None => create(&layout, args, printer),
         Some(SnapshotCommand::List) => list(&layout, printer),

@@ -268,7 +268,20 @@ pub struct LoadedProfile {
     pub shared_host_path: Option<PathBuf>,
 }
 
+/// Work that writes the shared storage from this host needs it mounted here.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the profile's shared storage is an NFS volume, not a path on this host")]
+pub struct NoHostPath;
+
 impl LoadedProfile {
+    /// The shared storage as this host sees it (prepare, snapshot and run write there).
+    pub fn host_layout(&self) -> Result<super::Layout, NoHostPath> {
+        self.shared_host_path
+            .as_ref()
+            .map(super::Layout::new)
+            .ok_or(NoHostPath)
+    }
+
     /// Loads `path`, or the built-in local profile when `None`.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
         let source = match path {

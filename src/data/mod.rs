@@ -34,8 +34,6 @@ pub enum Error {
     NoRawSplit { split: String, dir: String },
     #[error("unknown dataset {0:?}")]
     UnknownDataset(String),
-    #[error("the profile's shared storage is an NFS volume, not a path on this host")]
-    NoHostPath,
     #[error("{action} {}", path.display())]
     Io {
         action: &'static str,
@@ -51,8 +49,7 @@ impl Classify for Error {
             Error::Hub(HubError::NotFound { .. })
             | Error::Transform(_)
             | Error::NoRawSplit { .. }
-            | Error::UnknownDataset(_)
-            | Error::NoHostPath => Exit::Usage,
+            | Error::UnknownDataset(_) => Exit::Usage,
             Error::Hub(HubError::Unreachable { .. } | HubError::Http { .. }) => Exit::Unreachable,
             _ => Exit::Failed,
         }
@@ -63,7 +60,6 @@ impl Classify for Error {
             Error::Hub(HubError::Unreachable { .. }) => Some("set HF_ENDPOINT (in the profile's env, or the environment) to a reachable hub or mirror".into()),
             Error::Transform(_) => Some("the raw data is not GSM8K-shaped: every answer ends with a `#### <number>` line".into()),
             Error::UnknownDataset(_) => Some("--dataset gsm8k or --dataset gsm8k-sft".into()),
-            Error::NoHostPath => Some("prepare writes from this host: use shared.host_path (an NFS mount on the host)".into()),
             _ => None,
         }
     }

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use crate::cluster::image;
 use crate::cluster::reconcile::{self, UpOptions};
-use crate::cluster::{docker, image};
 use crate::config::jobspec::{LoadedJobSpec, Workload};
 use crate::config::secrets::{REDACTED, redact_json};
 use crate::config::yaml::Source;
@@ -36,8 +36,6 @@ pub enum Error {
     BadLock(String),
     #[error("the lock redacted {0}; set it in the environment to replay")]
     MissingSecret(String),
-    #[error("the profile's shared storage is an NFS volume, not a path on this host")]
-    NoHostPath,
     #[error("cannot write the run record at {}", path.display())]
     Record {
         path: PathBuf,
@@ -50,7 +48,7 @@ impl Classify for Error {
     fn exit(&self) -> Exit {
         match self {
             Error::Drift { .. } | Error::Record { .. } => Exit::Failed,
-            Error::BadLock(_) | Error::MissingSecret(_) | Error::NoHostPath => Exit::Usage,
+            Error::BadLock(_) | Error::MissingSecret(_) => Exit::Usage,
         }
     }
     fn hint(&self) -> Option<String> {
@@ -204,10 +202,8 @@ pub async fn run(
     reporter: &dyn Reporter,
     mut on_log: impl FnMut(&str) + Send,
 ) -> anyhow::Result<RunReport> {
-    let Some(host) = loaded.shared_host_path.clone() else {
-        return Err(Error::NoHostPath.into());
-    };
-    let host_layout = Layout::new(&host);
+    let host_layout = loaded.host_layout()?;
+    let host = host_layout.root().to_path_buf();
     let mount = Layout::new(&loaded.profile.shared.mount);
     job.absolutize();
     let run_id = new_run_id();
@@ -230,7 +226,8 @@ pub async fn run(
 
     // up: the image (built here when absent and it is argus's own), then the cluster.
     rec.begin("up")?;
-    ensure_image(loaded, reporter).await?;
+    let docker_host = loaded.profile.docker.host.as_deref();
+    image::ensure_built(docker_host, &loaded.profile.image, reporter).await?;
     let timeout = Duration::from_secs(loaded.profile.ray.ready_timeout_s);
     let up = reconcile::up(
         loaded,
@@ -458,13 +455,7 @@ pub async fn run(
     rec.report.job_message = info.message.clone();
     rec.report.driver_log = Some(job_dir.join("logs/driver.log").display().to_string());
     rec.report.checkpoints = Some(job_dir.join("checkpoints").display().to_string());
-    let docker = docker::connect(loaded.profile.docker.host.as_deref()).await?;
-    let digest = docker
-        .inspect_image(&loaded.profile.image)
-        .await
-        .ok()
-        .and_then(|i| i.repo_digests)
-        .and_then(|d| d.first().cloned());
+    let digest = image::digest(docker_host, &loaded.profile.image).await?;
     let lock = RunLock {
         format: 1,
         run_id: run_id.clone(),
@@ -506,26 +497,4 @@ pub async fn run(
     rec.report.seconds = rec.started.elapsed().as_secs_f64();
     rec.save()?;
     Ok(rec.report)
-}
-
-/// argus's own image (`argus/ray:<version>`) is built here when absent: a run starts from nothing.
-async fn ensure_image(loaded: &LoadedProfile, reporter: &dyn Reporter) -> anyhow::Result<()> {
-    let reference = &loaded.profile.image;
-    let Some(version) = reference.strip_prefix("argus/ray:") else {
-        return Ok(());
-    };
-    let docker = docker::connect(loaded.profile.docker.host.as_deref()).await?;
-    if docker.inspect_image(reference).await.is_ok() {
-        return Ok(());
-    }
-    let spec = image::BuildSpec {
-        tag: reference.clone(),
-        ray_version: version.to_string(),
-        pip: Vec::new(),
-        suite: "bookworm".into(),
-        mirror: None,
-        force: false,
-    };
-    image::build(&docker, &spec, reporter).await?;
-    Ok(())
 }

@@ -46,8 +46,6 @@ pub enum Error {
     NotFound(String),
     #[error("snapshot {id} is used by unfinished job(s): {jobs}")]
     InUse { id: String, jobs: String },
-    #[error("the profile's shared storage is an NFS volume, not a path on this host")]
-    NoHostPath,
     #[error("{action} {path}")]
     Io {
         action: &'static str,
@@ -69,7 +67,6 @@ impl Classify for Error {
             Error::LinkOutside { .. } => Some("pass --follow-links to copy what the link points to, or --exclude it".into()),
             Error::Conflict { .. } => Some("snapshots are immutable: choose another --code-id, or leave it out to derive one from the content".into()),
             Error::InUse { .. } => Some("wait for those jobs to finish, or pass --force".into()),
-            Error::NoHostPath => Some("snapshots are written from this host: use shared.host_path (an NFS mount on the host)".into()),
             Error::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => Some("the shared storage is not writable by this user".into()),
             Error::Io { source, .. } if source.raw_os_error() == Some(28) => Some("the disk is full; nothing was published".into()),
             _ => None,
