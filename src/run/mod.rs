@@ -268,8 +268,10 @@ pub async fn run(
             )
             .read_ref(data::hf::RepoKind::Model, &model.repo, &model.revision);
         }
-        if let (Some(code), Some(source)) = (&spec.code, &lock.code.source) {
-            let _ = source;
+        // The source as it is now, hashed without snapshotting it.
+        if let Some(code) = &spec.code
+            && lock.code.source.is_some()
+        {
             observed.code_tree_hash = Some(crate::snapshot::tree_hash_of(
                 Path::new(&code.source),
                 &code.exclude,
