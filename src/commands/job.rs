@@ -1,7 +1,6 @@
 //! `argus submit` and `argus job status | logs | stop | list | wait`.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -39,12 +38,6 @@ fn exit_for(status: &str) -> Exit {
         "FAILED" => Exit::Failed,
         _ => Exit::Success,
     }
-}
-
-fn print_log(text: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes());
-    let _ = out.flush();
 }
 
 pub async fn submit(cli: &Cli, args: &SubmitArgs, printer: &Printer) -> Result<Exit> {
@@ -87,7 +80,7 @@ pub async fn submit(cli: &Cli, args: &SubmitArgs, printer: &Printer) -> Result<E
         time_limit: prepared.time_limit_s.map(Duration::from_secs),
         follow: args.follow && !printer.json,
     };
-    let info = watch::wait(&target, id, &options, print_log)
+    let info = watch::wait(&target, id, &options, |text| printer.raw(text))
         .await
         .with_context(|| format!("while waiting for job {id}"))?;
     finish(printer, &info)
@@ -155,7 +148,7 @@ pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<E
         JobCommand::Logs { id, follow: false } => {
             let api = JobsApi { ray: &target.ray };
             match api.logs(id).await {
-                Ok(logs) => print_log(&logs),
+                Ok(logs) => printer.raw(&logs),
                 Err(e) => {
                     let saved = target
                         .records()
@@ -167,7 +160,7 @@ pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<E
                                 "(from {}: the cluster no longer has this job)",
                                 path.display()
                             ));
-                            print_log(&std::fs::read_to_string(&path)?);
+                            printer.raw(&std::fs::read_to_string(&path)?);
                         }
                         None => {
                             return Err(submit::Error::from(e))
@@ -194,7 +187,7 @@ pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<E
                 time_limit,
                 follow,
             };
-            let info = watch::wait(&target, id, &options, print_log)
+            let info = watch::wait(&target, id, &options, |text| printer.raw(text))
                 .await
                 .with_context(|| format!("while waiting for job {id}"))?;
             finish(printer, &info)

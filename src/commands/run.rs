@@ -1,7 +1,5 @@
 //! `argus run`.
 
-use std::io::Write;
-
 use anyhow::{Context, Result};
 
 use crate::cli::{Cli, RunArgs};
@@ -35,12 +33,7 @@ pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
         follow: !printer.json,
     };
     let reporter = printer.reporter();
-    let print_log = |text: &str| {
-        let mut out = std::io::stdout().lock();
-        let _ = out.write_all(text.as_bytes());
-        let _ = out.flush();
-    };
-    let report = run::run(&loaded, job, &options, &reporter, print_log)
+    let report = run::run(&loaded, job, &options, &reporter, |text| printer.raw(text))
         .await
         .context("the run stopped")?;
     let status = report.job_status.clone().unwrap_or_default();

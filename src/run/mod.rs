@@ -95,7 +95,7 @@ pub struct RunOptions {
 
 /// `run-<yyyymmdd-hhmmss>-<hex>`.
 pub fn new_run_id() -> String {
-    submit::generate_id(Workload::Custom).replacen("custom", "run", 1)
+    submit::generate_id("run")
 }
 
 /// The JobSpec and profile a replay uses: the lock's own, secrets back from the environment.

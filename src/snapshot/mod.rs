@@ -87,13 +87,7 @@ pub(crate) fn io<'a>(
 
 /// Ids and names: `[A-Za-z0-9._-]+`, not `.` or `..` (they become directory names).
 pub fn validate_id(what: &'static str, value: &str) -> Result<(), Error> {
-    let ok = !value.is_empty()
-        && value.len() <= 128
-        && value != "."
-        && value != ".."
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c));
+    let ok = crate::config::jobspec::valid_id(value);
     if ok {
         Ok(())
     } else {

@@ -189,8 +189,8 @@ pub struct Prepared {
     pub jobspec_record: String,
 }
 
-/// `<workload>-<yyyymmdd-hhmmss>-<4 hex>`: readable, sortable, unique enough.
-pub fn generate_id(workload: Workload) -> String {
+/// `<prefix>-<yyyymmdd-hhmmss>-<4 hex>` (prefix: the workload, or `run`): readable, sortable, unique enough.
+pub fn generate_id(prefix: &str) -> String {
     let now = std::time::SystemTime::now();
     let stamp = humantime::format_rfc3339_seconds(now)
         .to_string()
@@ -203,7 +203,7 @@ pub fn generate_id(workload: Workload) -> String {
         .map(|d| d.subsec_nanos())
         .unwrap_or(0);
     let random = (nanos ^ std::process::id().rotate_left(16)) & 0xffff;
-    format!("{}-{stamp}-{random:04x}", workload.as_str())
+    format!("{}-{stamp}-{random:04x}", prefix)
 }
 
 /// Resolves the JobSpec against the target and builds the payload. Reads the shared
@@ -213,7 +213,7 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
     let submission_id = spec
         .submission_id
         .clone()
-        .unwrap_or_else(|| generate_id(spec.workload));
+        .unwrap_or_else(|| generate_id(spec.workload.as_str()));
     if !crate::config::jobspec::valid_id(&submission_id) {
         return Err(Error::BadId(submission_id));
     }

@@ -37,6 +37,13 @@ impl Printer {
         let _ = writeln!(out, "{}", text.as_ref());
     }
 
+    /// Text on stdout exactly as given, flushed at once (a job's log as it streams).
+    pub fn raw(&self, text: &str) {
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(text.as_bytes());
+        let _ = out.flush();
+    }
+
     /// A JSON document on stdout.
     pub fn json(&self, value: &serde_json::Value) {
         self.data(serde_json::to_string_pretty(value).unwrap_or_default());
