@@ -52,7 +52,7 @@ pub fn classify(err: &anyhow::Error) -> (Exit, Option<String>) {
         if let Some(e) = cause.downcast_ref::<crate::cluster::Error>() {
             return (e.exit(), e.hint());
         }
-        if let Some(e) = cause.downcast_ref::<crate::cluster::ray::RayError>() {
+        if let Some(e) = cause.downcast_ref::<crate::ray::RayError>() {
             return (e.exit(), e.hint());
         }
         if let Some(e) = cause.downcast_ref::<crate::run::Error>() {

@@ -25,6 +25,14 @@ pub mod exit;
 pub mod run;
 pub mod snapshot;
 pub mod submit;
+
+// Leaf modules: shared by several stages, importing none of them.
+pub mod digest;
+pub mod fsx;
+pub mod http;
+pub mod lock;
+pub mod ray;
+pub mod records;
 pub mod ui;
 
 use std::process::ExitCode;

@@ -7,7 +7,6 @@
 pub mod docker;
 pub mod image;
 pub mod plan;
-pub mod ray;
 pub mod ready;
 pub mod reconcile;
 pub mod status;

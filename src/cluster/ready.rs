@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::plan::{ContainerPlan, ExpectedNode};
-use super::ray::{RayClient, RayError, RayNode};
+use crate::ray::{RayClient, RayError, RayNode};
 
 /// How far the cluster is from ready.
 #[derive(Debug, Clone, Default)]

@@ -20,7 +20,7 @@ use super::docker::{self, docker_err, is_conflict, is_not_found};
 use super::plan::{
     self, ClusterPlan, ContainerPlan, LABEL_CLUSTER, LABEL_SPEC, PlanInputs, Role, SharedMount,
 };
-use super::ray::{RayClient, RayNode};
+use crate::ray::{RayClient, RayNode};
 use super::ready::{self, Readiness};
 use super::{Error, image};
 use crate::config::LoadedProfile;

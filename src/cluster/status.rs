@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::Error;
 use super::docker;
-use super::ray::RayNode;
+use crate::ray::RayNode;
 use super::reconcile::{observe, ray_client};
 use crate::config::LoadedProfile;
 

@@ -11,7 +11,7 @@ use crate::config::jobspec::LoadedJobSpec;
 use crate::config::ray_config::RayConfig;
 use crate::config::secrets::redact_json;
 use crate::exit::Exit;
-use crate::submit::ray::{JobInfo, JobsApi};
+use crate::ray::jobs::{JobInfo, JobsApi};
 use crate::submit::watch::{self, WaitOptions};
 use crate::submit::{self, Target};
 use crate::ui::{Printer, table};

@@ -14,7 +14,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
-use crate::cluster::ray::USER_AGENT;
+use crate::http::USER_AGENT;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RepoKind {
@@ -460,7 +460,7 @@ impl HubClient {
                 });
             }
             if let Some(expected) = meta.sha256() {
-                let actual = crate::snapshot::hash::hex(&hasher.finalize());
+                let actual = crate::digest::hex(&hasher.finalize());
                 if actual != expected {
                     let _ = tokio::fs::remove_file(incomplete).await;
                     return Err(HubError::Corrupt {

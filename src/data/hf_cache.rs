@@ -56,7 +56,7 @@ impl HubCache {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent)?;
         }
-        crate::submit::records::write_atomic(&path, commit.as_bytes())
+        crate::fsx::write_atomic(&path, commit.as_bytes())
     }
 
     /// The etag of the blob `snapshots/<commit>/<file>` points at, if it is whole.

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Layout;
 use crate::exit::{Classify, Exit};
-use crate::snapshot::hash::file_sha256;
+use crate::digest::file_sha256;
 use crate::ui::Reporter;
 use download::{CachedFile, SnapshotSpec};
 use hf::{HubClient, HubError, RepoKind};
@@ -356,7 +356,7 @@ pub async fn prepare_dataset(
         created: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
     };
     let manifest_path = out_dir.join("manifest.json");
-    crate::submit::records::write_atomic(
+    crate::fsx::write_atomic(
         &manifest_path,
         &serde_json::to_vec_pretty(&manifest).unwrap_or_default(),
     )

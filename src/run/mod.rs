@@ -22,7 +22,7 @@ use crate::config::yaml::Source;
 use crate::config::{Layout, LoadedProfile};
 use crate::data::{self, Dataset, Prepare};
 use crate::exit::{Classify, Exit};
-use crate::submit::records::write_atomic;
+use crate::fsx::write_atomic;
 use crate::submit::watch::{self, WaitOptions};
 use crate::submit::{self, Target};
 use crate::ui::Reporter;
@@ -255,7 +255,7 @@ pub async fn run(
             for file in &pin.files {
                 let path = host_layout.datasets().join(&pin.name).join(&file.file);
                 if path.exists() {
-                    let sha = crate::snapshot::hash::file_sha256(&path).ok();
+                    let sha = crate::digest::file_sha256(&path).ok();
                     observed
                         .dataset_files
                         .push((pin.name.clone(), file.file.clone(), sha));
@@ -395,7 +395,7 @@ pub async fn run(
                     .iter()
                     .any(|(d, f, _)| d == &pin.name && f == &file.file)
                 {
-                    let sha = crate::snapshot::hash::file_sha256(
+                    let sha = crate::digest::file_sha256(
                         &host_layout.datasets().join(&pin.name).join(&file.file),
                     )
                     .ok();

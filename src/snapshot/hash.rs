@@ -1,35 +1,18 @@
 //! Content hashing: sha256 of every file, streamed (no whole-file buffers), in parallel;
 //! the tree hash covers paths, executable bits, link targets and bytes.
 
-use std::io::Read;
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use sha2::{Digest, Sha256};
 
+use crate::digest::hex;
+pub use crate::digest::file_sha256;
+
 use super::walk::{Entry, GitState, Kind};
 use super::{Error, io};
 use crate::ui::Task;
-
-pub fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// sha256 of a file, read in 256 KiB pieces.
-pub fn file_sha256(path: &Path) -> std::io::Result<String> {
-    let mut file = std::fs::File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buffer = vec![0u8; 256 * 1024];
-    loop {
-        let n = file.read(&mut buffer)?;
-        if n == 0 {
-            break;
-        }
-        hasher.update(&buffer[..n]);
-    }
-    Ok(hex(&hasher.finalize()))
-}
 
 /// Runs `work` on every item with one thread per core; the first error wins.
 pub fn parallel<T: Send, R: Send>(

@@ -3,8 +3,6 @@
 
 pub mod entrypoint;
 pub mod hydra;
-pub mod ray;
-pub mod records;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -12,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::cluster::ray::RayClient;
+use crate::ray::RayClient;
 use crate::config::jobspec::{LoadedJobSpec, Workload};
 use crate::config::ray_config::RayConfig;
 use crate::config::secrets::redact_json;
@@ -20,8 +18,8 @@ use crate::config::{Layout, LoadedProfile};
 use crate::exit::{Classify, Exit};
 use entrypoint::EntrypointInputs;
 use hydra::ConfigKeys;
-use ray::{JobsApi, JobsError};
-use records::{JobRecord, Records};
+use crate::ray::jobs::{JobsApi, JobsError};
+use crate::records::{JobRecord, Records};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -381,7 +379,7 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
 }
 
 fn ray_user_agent() -> String {
-    crate::cluster::ray::USER_AGENT.to_string()
+    crate::http::USER_AGENT.to_string()
 }
 
 /// A model id present in the shared HF cache becomes its snapshot directory (as the

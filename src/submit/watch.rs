@@ -4,8 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::ray::{JobInfo, JobsApi, JobsError};
-use super::records::JobRecord;
+use crate::ray::jobs::{JobInfo, JobsApi, JobsError};
+use crate::records::JobRecord;
 use super::{Error, Target};
 
 pub struct WaitOptions {

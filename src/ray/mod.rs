@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::exit::{Classify, Exit};
 
-pub const USER_AGENT: &str = concat!("argus/", env!("CARGO_PKG_VERSION"));
+pub use crate::http::USER_AGENT;
+
+pub mod jobs;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RayError {

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
-use crate::cluster::ray::{RayClient, RayError, USER_AGENT};
+use crate::ray::{RayClient, RayError, USER_AGENT};
 
 /// A job as `GET /api/jobs/{id}` describes it (fields argus uses; others ignored).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -60,7 +60,7 @@ pub struct JobsApi<'a> {
 fn decode<T: serde::de::DeserializeOwned>(path: &str, body: &str) -> Result<T, RayError> {
     serde_json::from_str(body).map_err(|e| RayError::Decode {
         path: path.to_string(),
-        detail: format!("{e}: {}", crate::cluster::ray::summarize_body(body)),
+        detail: format!("{e}: {}", crate::ray::summarize_body(body)),
     })
 }
 

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::ray::JobInfo;
+use crate::ray::jobs::JobInfo;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct JobRecord {

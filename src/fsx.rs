@@ -1,0 +1,296 @@
+//! Files on storage that other processes and other hosts read: atomic writes and
+//! temporary names that say who is writing them.
+//!
+//! A write that must survive a crash goes to a temporary name in the same directory, is
+//! fsynced, renamed over the final name, and the directory is fsynced. A temporary name
+//! carries the writer's host, pid and process start time (`.tmp-<stem>.<host>.<pid>.<start>`),
+//! so a cleanup on one host can tell a dead writer of its own from a live writer on another
+//! machine, whose pid means nothing here.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The prefix of every temporary name argus makes.
+pub const TMP_PREFIX: &str = ".tmp-";
+
+/// This process as an owner of temporary names and locks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub host: String,
+    pub pid: u32,
+    /// The process's start time in clock ticks since boot (tells a reused pid apart).
+    pub start: u64,
+}
+
+impl Owner {
+    /// This process.
+    pub fn me() -> &'static Owner {
+        static ME: OnceLock<Owner> = OnceLock::new();
+        ME.get_or_init(|| {
+            let pid = std::process::id();
+            Owner {
+                host: host_name(),
+                pid,
+                start: process_start(pid).unwrap_or(0),
+            }
+        })
+    }
+
+    /// Whether this owner is known to be gone: same host and no such process (or the pid
+    /// now belongs to a younger process). On another host this cannot be known here.
+    pub fn liveness(&self) -> Liveness {
+        if self.host != Owner::me().host {
+            return Liveness::OtherHost;
+        }
+        match process_start(self.pid) {
+            Some(start) if start == self.start || self.start == 0 => Liveness::Alive,
+            _ => Liveness::Dead,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    Alive,
+    Dead,
+    /// Owned by a process on another host: only a heartbeat can tell.
+    OtherHost,
+}
+
+/// This machine's host name, made safe for a file name (`[A-Za-z0-9-]`, at most 63).
+pub fn host_name() -> String {
+    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .unwrap_or_default();
+    let safe: String = raw
+        .trim()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' })
+        .take(63)
+        .collect();
+    if safe.is_empty() {
+        "unknown-host".to_string()
+    } else {
+        safe
+    }
+}
+
+/// Field 22 of `/proc/<pid>/stat`: when the process started, in ticks since boot.
+fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses: skip past its end.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// A temporary name for `stem` owned by this process, unique within it.
+pub fn temp_name(stem: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let me = Owner::me();
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!(
+        "{TMP_PREFIX}{stem}.{}.{}.{}.{n}",
+        me.host, me.pid, me.start
+    )
+}
+
+/// The stem and owner of a temporary name made by [`temp_name`].
+pub fn parse_temp_name(name: &str) -> Option<(String, Owner)> {
+    let rest = name.strip_prefix(TMP_PREFIX)?;
+    let mut parts = rest.rsplitn(5, '.');
+    let _n: u64 = parts.next()?.parse().ok()?;
+    let start: u64 = parts.next()?.parse().ok()?;
+    let pid: u32 = parts.next()?.parse().ok()?;
+    let host = parts.next()?.to_string();
+    let stem = parts.next()?.to_string();
+    Some((stem, Owner { host, pid, start }))
+}
+
+/// Removes the temporary entries in `dir` whose owner is known to be dead (same host, no
+/// such process). Entries of other hosts are kept: their writers may be alive. Returns
+/// what was removed.
+pub fn remove_dead_temps(dir: &Path) -> Vec<PathBuf> {
+    remove_temps_where(dir, |_, owner| owner.liveness() == Liveness::Dead)
+}
+
+/// Removes the temporary entries in `dir` whose stem is `stem`, whoever made them: for a
+/// caller that holds the lock on `stem`, so that no live writer of it can exist.
+pub fn remove_temps_of(dir: &Path, stem: &str) -> Vec<PathBuf> {
+    let me = Owner::me();
+    remove_temps_where(dir, |s, owner| s == stem && owner != me)
+}
+
+fn remove_temps_where(dir: &Path, doomed: impl Fn(&str, &Owner) -> bool) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return removed;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some((stem, owner)) = parse_temp_name(&name) else {
+            continue;
+        };
+        if !doomed(&stem, &owner) {
+            continue;
+        }
+        let path = entry.path();
+        tracing::info!("removing the leftovers of an interrupted write: {}", path.display());
+        if remove_any(&path).is_ok() {
+            removed.push(path);
+        }
+    }
+    removed
+}
+
+/// Removes a file, a link or a whole tree (making read-only directories writable first).
+pub fn remove_any(path: &Path) -> std::io::Result<()> {
+    let meta = std::fs::symlink_metadata(path)?;
+    if meta.is_dir() {
+        make_dirs_writable(path);
+        std::fs::remove_dir_all(path)
+    } else {
+        std::fs::remove_file(path)
+    }
+}
+
+fn make_dirs_writable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    for entry in walk_dirs(path) {
+        if let Ok(meta) = std::fs::symlink_metadata(&entry) {
+            let mut perms = meta.permissions();
+            if perms.mode() & 0o200 == 0 {
+                perms.set_mode(perms.mode() | 0o700);
+                let _ = std::fs::set_permissions(&entry, perms);
+            }
+        }
+    }
+}
+
+fn walk_dirs(root: &Path) -> Vec<PathBuf> {
+    let mut out = vec![root.to_path_buf()];
+    let mut i = 0;
+    while i < out.len() {
+        if let Ok(entries) = std::fs::read_dir(&out[i]) {
+            for entry in entries.flatten() {
+                if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    out.push(entry.path());
+                }
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// fsync of a directory: makes a rename or a new entry in it durable.
+pub fn fsync_dir(dir: &Path) -> std::io::Result<()> {
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Writes `bytes` to `path` atomically and durably: a temporary name in the same
+/// directory, fsync, rename, fsync of the directory. Readers see the old content or the
+/// new one, never a part; a crash leaves at most a temporary file that
+/// [`remove_dead_temps`] recognises.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let stem = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(temp_name(&stem));
+    let result = (|| {
+        let mut file = std::fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        drop(file);
+        std::fs::rename(&tmp, path)?;
+        fsync_dir(dir)
+    })();
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// fsyncs every file of a tree, then every directory, deepest first: before the tree is
+/// renamed into a place where readers take it for whole.
+pub fn fsync_tree(root: &Path) -> std::io::Result<()> {
+    let dirs = walk_dirs(root);
+    for dir in &dirs {
+        for entry in std::fs::read_dir(dir)?.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_file()) {
+                std::fs::File::open(entry.path())?.sync_all()?;
+            }
+        }
+    }
+    for dir in dirs.iter().rev() {
+        fsync_dir(dir)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temp_names_round_trip_with_their_owner() {
+        let name = temp_name("abc.def-1");
+        let (stem, owner) = parse_temp_name(&name).expect("parses");
+        assert_eq!(stem, "abc.def-1");
+        assert_eq!(&owner, Owner::me());
+        assert_eq!(owner.liveness(), Liveness::Alive);
+        assert!(parse_temp_name("abc").is_none());
+        assert!(parse_temp_name(".tmp-x.host.notapid.1.0").is_none());
+    }
+
+    #[test]
+    fn a_dead_writer_is_told_from_a_live_one_and_from_another_hosts() {
+        let me = Owner::me();
+        let dead = Owner {
+            pid: me.pid,
+            start: me.start + 1,
+            ..me.clone()
+        };
+        assert_eq!(dead.liveness(), Liveness::Dead);
+        let other = Owner {
+            host: format!("{}-elsewhere", me.host),
+            ..me.clone()
+        };
+        assert_eq!(other.liveness(), Liveness::OtherHost);
+    }
+
+    #[test]
+    fn cleanup_keeps_live_and_foreign_temps() {
+        let dir = tempfile::tempdir().unwrap();
+        let me = Owner::me();
+        let mine = dir.path().join(temp_name("live"));
+        std::fs::write(&mine, b"x").unwrap();
+        let dead = dir
+            .path()
+            .join(format!(".tmp-gone.{}.{}.{}.0", me.host, me.pid, me.start + 7));
+        std::fs::create_dir(&dead).unwrap();
+        let foreign = dir
+            .path()
+            .join(format!(".tmp-far.{}-b.{}.{}.0", me.host, me.pid, me.start + 7));
+        std::fs::write(&foreign, b"x").unwrap();
+        let removed = remove_dead_temps(dir.path());
+        assert_eq!(removed, vec![dead.clone()]);
+        assert!(mine.exists() && foreign.exists() && !dead.exists());
+    }
+
+    #[test]
+    fn atomic_write_replaces_whole_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.json");
+        write_atomic(&path, b"one").unwrap();
+        write_atomic(&path, b"two").unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"two");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}
