@@ -21,6 +21,7 @@ pub mod cluster;
 mod commands;
 pub mod config;
 pub mod data;
+pub mod error;
 pub mod exit;
 pub mod run;
 pub mod snapshot;
@@ -66,7 +67,7 @@ pub fn run(cli: Cli) -> ExitCode {
     match runtime.block_on(commands::run(&cli, &printer)) {
         Ok(code) => ExitCode::from(code as u8),
         Err(err) => {
-            let (code, text) = exit::report(&err);
+            let (code, text) = error::report(&err);
             eprint!("{text}");
             ExitCode::from(code as u8)
         }

@@ -41,6 +41,21 @@ pub enum Error {
     },
 }
 
+impl crate::exit::Classify for Error {
+    fn exit(&self) -> crate::exit::Exit {
+        crate::exit::Exit::Failed
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            Error::Timeout { holder, .. } => Some(format!(
+                "wait for it to finish, or stop it (pid {} on {}); a lock whose holder died is taken over by itself",
+                holder.pid, holder.host
+            )),
+            Error::Io { .. } => Some("the lock lives on the shared storage: is it mounted and writable?".into()),
+        }
+    }
+}
+
 /// Who holds a lock, as its `owner.json` says.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Holder {

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 
 use crate::cli::{Cli, JobCommand, SubmitArgs};
 use crate::cluster::reconcile;
@@ -160,7 +160,13 @@ pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<E
                                 "(from {}: the cluster no longer has this job)",
                                 path.display()
                             ));
-                            printer.raw(&std::fs::read_to_string(&path)?);
+                            let text = std::fs::read_to_string(&path).map_err(|source| {
+                                submit::Error::Records {
+                                    path: path.clone(),
+                                    source,
+                                }
+                            })?;
+                            printer.raw(&text);
                         }
                         None => {
                             return Err(submit::Error::from(e))

@@ -1,5 +1,5 @@
 //! Command handlers: resolve the profile, call the library, print the result. The only
-//! layer that adds `anyhow` context to library errors.
+//! layer that adds context (`crate::error::Context`) to library errors.
 
 mod cluster;
 mod image;
@@ -8,7 +8,7 @@ mod prepare;
 mod run;
 mod snapshot;
 
-use anyhow::Result;
+use crate::error::Result;
 
 use crate::cli::{Cli, Commands, ImageCommand};
 use crate::config::LoadedProfile;

@@ -1,6 +1,6 @@
 //! `argus run`.
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 
 use crate::cli::{Cli, RunArgs};
 use crate::config::jobspec::LoadedJobSpec;

@@ -1,6 +1,6 @@
 //! `argus snapshot SRC`, `snapshot list`, `snapshot verify ID`, `snapshot rm ID`.
 
-use anyhow::{Context, Result};
+use crate::error::{Context, Result};
 
 use crate::cli::{SnapshotArgs, SnapshotCommand};
 use crate::config::{Layout, LoadedProfile};

@@ -42,6 +42,23 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    // The stages' own errors, as they stopped the run.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    NoHostPath(#[from] crate::config::profile::NoHostPath),
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::Error),
+    #[error(transparent)]
+    Image(#[from] crate::cluster::image::BuildError),
+    #[error(transparent)]
+    Data(#[from] crate::data::Error),
+    #[error(transparent)]
+    Snapshot(#[from] crate::snapshot::Error),
+    #[error(transparent)]
+    Submit(#[from] crate::submit::Error),
+    #[error(transparent)]
+    Lock(#[from] crate::lock::Error),
 }
 
 impl Classify for Error {
@@ -49,12 +66,27 @@ impl Classify for Error {
         match self {
             Error::Drift { .. } | Error::Record { .. } => Exit::Failed,
             Error::BadLock(_) | Error::MissingSecret(_) => Exit::Usage,
+            Error::Config(_) | Error::NoHostPath(_) => Exit::Usage,
+            Error::Cluster(e) => e.exit(),
+            Error::Image(e) => e.exit(),
+            Error::Data(e) => e.exit(),
+            Error::Snapshot(e) => e.exit(),
+            Error::Submit(e) => e.exit(),
+            Error::Lock(e) => e.exit(),
         }
     }
     fn hint(&self) -> Option<String> {
         match self {
             Error::Drift { .. } => Some("restore the pinned inputs, or pass --allow-drift to run anyway (the drift is recorded)".into()),
-            _ => None,
+            Error::BadLock(_) | Error::MissingSecret(_) | Error::Record { .. } => None,
+            Error::Config(_) => None,
+            Error::NoHostPath(_) => Some("argus run writes the shared storage from this host: use shared.host_path".into()),
+            Error::Cluster(e) => e.hint(),
+            Error::Image(e) => e.hint(),
+            Error::Data(e) => e.hint(),
+            Error::Snapshot(e) => e.hint(),
+            Error::Submit(e) => e.hint(),
+            Error::Lock(e) => e.hint(),
         }
     }
 }
@@ -102,7 +134,7 @@ pub fn new_run_id() -> String {
 pub fn from_lock(
     lock: &RunLock,
     profile: Option<&LoadedProfile>,
-) -> Result<(LoadedJobSpec, LoadedProfile), anyhow::Error> {
+) -> Result<(LoadedJobSpec, LoadedProfile), Error> {
     let mut jobspec = lock.jobspec.clone();
     if let Some(env) = jobspec.get_mut("env_vars").and_then(|e| e.as_mapping_mut()) {
         for (key, value) in env.iter_mut() {
@@ -201,7 +233,7 @@ pub async fn run(
     options: &RunOptions,
     reporter: &dyn Reporter,
     mut on_log: impl FnMut(&str) + Send,
-) -> anyhow::Result<RunReport> {
+) -> Result<RunReport, Error> {
     let host_layout = loaded.host_layout()?;
     let host = host_layout.root().to_path_buf();
     let mount = Layout::new(&loaded.profile.shared.mount);
@@ -416,8 +448,7 @@ pub async fn run(
                 return Err(Error::Drift {
                     lock: path.display().to_string(),
                     drift,
-                }
-                .into());
+                });
             }
         }
     }

@@ -1,0 +1,117 @@
+//! Every error a command can end with: one variant per module, so the exit code and the
+//! hint of each are decided by an exhaustive match (a new module's error cannot silently
+//! become exit 1: it does not convert until it has a variant here).
+//!
+//! Command handlers add context (`cannot bring up cluster x`) with [`Context`]; the report
+//! prints `error: ...`, each cause, then the hint of the innermost error that has one.
+
+use std::fmt::Write as _;
+
+use crate::exit::{Classify, Exit};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    NoHostPath(#[from] crate::config::profile::NoHostPath),
+    #[error(transparent)]
+    Cluster(#[from] crate::cluster::Error),
+    #[error(transparent)]
+    Image(#[from] crate::cluster::image::BuildError),
+    #[error(transparent)]
+    Ray(#[from] crate::ray::RayError),
+    #[error(transparent)]
+    Data(#[from] crate::data::Error),
+    #[error(transparent)]
+    Snapshot(#[from] crate::snapshot::Error),
+    #[error(transparent)]
+    Submit(#[from] crate::submit::Error),
+    #[error(transparent)]
+    Run(#[from] crate::run::Error),
+    #[error(transparent)]
+    Lock(#[from] crate::lock::Error),
+    #[error("cannot encode the output as JSON")]
+    Encode(#[from] serde_json::Error),
+    #[error("{context}")]
+    Context {
+        context: String,
+        #[source]
+        source: Box<Error>,
+    },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Classify for Error {
+    fn exit(&self) -> Exit {
+        match self {
+            Error::Config(_) | Error::NoHostPath(_) => Exit::Usage,
+            Error::Cluster(e) => e.exit(),
+            Error::Image(e) => e.exit(),
+            Error::Ray(e) => e.exit(),
+            Error::Data(e) => e.exit(),
+            Error::Snapshot(e) => e.exit(),
+            Error::Submit(e) => e.exit(),
+            Error::Run(e) => e.exit(),
+            Error::Lock(e) => e.exit(),
+            Error::Encode(_) => Exit::Failed,
+            Error::Context { source, .. } => source.exit(),
+        }
+    }
+
+    fn hint(&self) -> Option<String> {
+        match self {
+            // A config error's "valid:" line is part of its own text.
+            Error::Config(_) | Error::Encode(_) => None,
+            Error::NoHostPath(_) => Some(
+                "prepare, snapshot and run write from this host: use shared.host_path (the NFS export mounted on the host)".into(),
+            ),
+            Error::Cluster(e) => e.hint(),
+            Error::Image(e) => e.hint(),
+            Error::Ray(e) => e.hint(),
+            Error::Data(e) => e.hint(),
+            Error::Snapshot(e) => e.hint(),
+            Error::Submit(e) => e.hint(),
+            Error::Run(e) => e.hint(),
+            Error::Lock(e) => e.hint(),
+            Error::Context { source, .. } => source.hint(),
+        }
+    }
+}
+
+/// `.context(..)` / `.with_context(|| ..)` on any result whose error converts into [`Error`].
+pub trait Context<T> {
+    fn context(self, context: impl Into<String>) -> Result<T>;
+    fn with_context<S: Into<String>>(self, f: impl FnOnce() -> S) -> Result<T>;
+}
+
+impl<T, E: Into<Error>> Context<T> for std::result::Result<T, E> {
+    fn context(self, context: impl Into<String>) -> Result<T> {
+        self.map_err(|e| Error::Context {
+            context: context.into(),
+            source: Box::new(e.into()),
+        })
+    }
+    fn with_context<S: Into<String>>(self, f: impl FnOnce() -> S) -> Result<T> {
+        self.map_err(|e| Error::Context {
+            context: f().into(),
+            source: Box::new(e.into()),
+        })
+    }
+}
+
+/// The exit code and the text printed for a failed command: `error: ...`, each cause,
+/// then a hint.
+pub fn report(err: &Error) -> (Exit, String) {
+    let mut out = format!("error: {err}\n");
+    let mut cause = std::error::Error::source(err);
+    while let Some(c) = cause {
+        let _ = writeln!(out, "  caused by: {c}");
+        cause = c.source();
+    }
+    if let Some(hint) = err.hint() {
+        let _ = writeln!(out, "hint: {hint}");
+    }
+    (err.exit(), out)
+}
