@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::ray::jobs::JobInfo;
+use crate::ray::jobs::{JobInfo, JobStatus};
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct JobRecord {
@@ -28,7 +28,7 @@ pub struct JobRecord {
     pub dashboard: String,
     pub submitted_at: String,
     /// Last status seen (PENDING right after submit; final once the job ended).
-    pub status: String,
+    pub status: JobStatus,
     #[serde(default)]
     pub message: Option<String>,
     #[serde(default)]
@@ -46,7 +46,7 @@ pub struct JobRecord {
 
 impl JobRecord {
     pub fn is_final(&self) -> bool {
-        matches!(self.status.as_str(), "SUCCEEDED" | "FAILED" | "STOPPED")
+        self.status.is_finished()
     }
 
     /// Takes what Ray says about the job.

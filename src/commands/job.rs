@@ -30,16 +30,6 @@ fn target(cli: &Cli) -> Result<Target> {
     Ok(Target::from_profile(&loaded, ray))
 }
 
-/// The exit code a job's final status stands for.
-fn exit_for(status: &str) -> Exit {
-    match status {
-        "SUCCEEDED" => Exit::Success,
-        "STOPPED" => Exit::Stopped,
-        "FAILED" => Exit::Failed,
-        _ => Exit::Success,
-    }
-}
-
 pub async fn submit(cli: &Cli, args: &SubmitArgs, printer: &Printer) -> Result<Exit> {
     let loaded = LoadedJobSpec::load(&args.jobspec, &args.sets)?;
     let target = target(cli)?;
@@ -100,7 +90,7 @@ fn finish(printer: &Printer, info: &JobInfo) -> Result<Exit> {
                 .unwrap_or_default()
         ));
     }
-    Ok(exit_for(&info.status))
+    Ok(info.status.exit())
 }
 
 pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<Exit> {
@@ -115,7 +105,7 @@ pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<E
             } else {
                 let mut rows = vec![
                     vec!["submission_id".to_string(), id.clone()],
-                    vec!["status".to_string(), info.status.clone()],
+                    vec!["status".to_string(), info.status.to_string()],
                 ];
                 if let Some(m) = &info.message {
                     rows.push(vec!["message".into(), m.clone()]);
@@ -249,7 +239,7 @@ async fn list(target: &Target, printer: &Printer) -> Result<Exit> {
         rows.insert(
             id,
             (
-                job.status.clone(),
+                job.status.to_string(),
                 meta.get("workload").cloned().unwrap_or_else(|| "-".into()),
                 meta.get("code_id").cloned().unwrap_or_else(|| "-".into()),
                 "cluster".into(),
@@ -260,7 +250,7 @@ async fn list(target: &Target, printer: &Printer) -> Result<Exit> {
         rows.entry(record.submission_id.clone())
             .and_modify(|row| row.3 = "cluster+record".into())
             .or_insert((
-                record.status.clone(),
+                record.status.to_string(),
                 record.workload.clone(),
                 record.code_id.clone().unwrap_or_else(|| "-".into()),
                 "record".into(),

@@ -5,6 +5,7 @@ use crate::error::{Context, Result};
 use crate::cli::{Cli, RunArgs};
 use crate::config::jobspec::LoadedJobSpec;
 use crate::exit::Exit;
+use crate::ray::jobs::JobStatus;
 use crate::run::{self, RunOptions, lock::RunLock};
 use crate::ui::{Printer, table};
 
@@ -36,7 +37,10 @@ pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
     let report = run::run(&loaded, job, &options, &reporter, |text| printer.raw(text))
         .await
         .context("the run stopped")?;
-    let status = report.job_status.clone().unwrap_or_default();
+    let status = report
+        .job_status
+        .clone()
+        .unwrap_or_else(|| JobStatus::Unknown("not ended".into()));
     if printer.json {
         printer.json(&serde_json::to_value(&report)?);
     } else {
@@ -68,9 +72,5 @@ pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
             ));
         }
     }
-    Ok(match status.as_str() {
-        "SUCCEEDED" => Exit::Success,
-        "STOPPED" => Exit::Stopped,
-        _ => Exit::Failed,
-    })
+    Ok(status.exit())
 }

@@ -9,7 +9,82 @@ use serde::{Deserialize, Serialize};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
-use crate::ray::{RayClient, RayError, USER_AGENT};
+use super::{RayClient, RayError, USER_AGENT};
+use crate::exit::Exit;
+
+/// A job's status. Ray's five, and anything else a newer Ray may send, in one type with
+/// one rule for "finished" and one for the exit code; every command uses it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum JobStatus {
+    #[default]
+    Pending,
+    Running,
+    Stopped,
+    Succeeded,
+    Failed,
+    /// A status this argus does not know: never taken for finished.
+    Unknown(String),
+}
+
+impl JobStatus {
+    pub fn parse(text: &str) -> JobStatus {
+        match text {
+            "PENDING" => JobStatus::Pending,
+            "RUNNING" => JobStatus::Running,
+            "STOPPED" => JobStatus::Stopped,
+            "SUCCEEDED" => JobStatus::Succeeded,
+            "FAILED" => JobStatus::Failed,
+            other => JobStatus::Unknown(other.to_string()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            JobStatus::Pending => "PENDING",
+            JobStatus::Running => "RUNNING",
+            JobStatus::Stopped => "STOPPED",
+            JobStatus::Succeeded => "SUCCEEDED",
+            JobStatus::Failed => "FAILED",
+            JobStatus::Unknown(other) => other,
+        }
+    }
+
+    /// The job has ended and will not change again.
+    pub fn is_finished(&self) -> bool {
+        matches!(
+            self,
+            JobStatus::Stopped | JobStatus::Succeeded | JobStatus::Failed
+        )
+    }
+
+    /// The exit code of a command that waited for this status: 0 SUCCEEDED, 1 FAILED,
+    /// 3 STOPPED; a job not ended yet is 0 (nothing failed); an unknown status is 1.
+    pub fn exit(&self) -> Exit {
+        match self {
+            JobStatus::Succeeded | JobStatus::Pending | JobStatus::Running => Exit::Success,
+            JobStatus::Stopped => Exit::Stopped,
+            JobStatus::Failed | JobStatus::Unknown(_) => Exit::Failed,
+        }
+    }
+}
+
+impl std::fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl Serialize for JobStatus {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for JobStatus {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(JobStatus::parse(&String::deserialize(d)?))
+    }
+}
 
 /// A job as `GET /api/jobs/{id}` describes it (fields argus uses; others ignored).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -19,7 +94,7 @@ pub struct JobInfo {
     #[serde(default)]
     pub job_id: Option<String>,
     #[serde(default)]
-    pub status: String,
+    pub status: JobStatus,
     #[serde(default)]
     pub entrypoint: Option<String>,
     #[serde(default)]
@@ -35,12 +110,6 @@ pub struct JobInfo {
     pub driver_node_id: Option<String>,
     #[serde(default)]
     pub driver_exit_code: Option<i64>,
-}
-
-impl JobInfo {
-    pub fn is_terminal(&self) -> bool {
-        matches!(self.status.as_str(), "SUCCEEDED" | "FAILED" | "STOPPED")
-    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -178,5 +247,32 @@ impl JobsApi<'_> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::JobStatus;
+    use crate::exit::Exit;
+
+    #[test]
+    fn one_rule_for_finished_and_exit_codes_including_unknown_statuses() {
+        let table = [
+            ("PENDING", false, Exit::Success),
+            ("RUNNING", false, Exit::Success),
+            ("SUCCEEDED", true, Exit::Success),
+            ("FAILED", true, Exit::Failed),
+            ("STOPPED", true, Exit::Stopped),
+            ("STOPPING", false, Exit::Failed),
+            ("", false, Exit::Failed),
+        ];
+        for (text, finished, exit) in table {
+            let status = JobStatus::parse(text);
+            assert_eq!(status.is_finished(), finished, "{text}");
+            assert_eq!(status.exit(), exit, "{text}");
+            assert_eq!(status.as_str(), text);
+            let json = serde_json::to_string(&status).unwrap();
+            assert_eq!(serde_json::from_str::<JobStatus>(&json).unwrap(), status);
+        }
     }
 }

@@ -23,6 +23,7 @@ use crate::config::{Layout, LoadedProfile};
 use crate::data::{self, Dataset, Prepare};
 use crate::exit::{Classify, Exit};
 use crate::fsx::write_atomic;
+use crate::ray::jobs::JobStatus;
 use crate::submit::watch::{self, WaitOptions};
 use crate::submit::{self, Target};
 use crate::ui::Reporter;
@@ -105,7 +106,7 @@ pub struct RunReport {
     pub stage: String,
     pub stages: Vec<StageTiming>,
     pub submission_id: Option<String>,
-    pub job_status: Option<String>,
+    pub job_status: Option<JobStatus>,
     pub job_message: Option<String>,
     pub driver_log: Option<String>,
     pub checkpoints: Option<String>,
@@ -479,7 +480,7 @@ pub async fn run(
         follow: options.follow,
     };
     let info = watch::wait(&target, &id, &wait_options, &mut on_log).await?;
-    rec.end(info.status.clone())?;
+    rec.end(info.status.to_string())?;
 
     // collect: the lock and the report.
     rec.begin("collect")?;

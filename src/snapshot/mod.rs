@@ -289,24 +289,15 @@ pub fn remove(code_root: &Path, jobs_root: &Path, id: &str, force: bool) -> Resu
     Ok(path)
 }
 
-/// Jobs whose record (`jobs/<id>/job.json`) names `code_id` and has no final status.
+/// Jobs whose record (`jobs/<id>/job.json`) names `code_id` and has not finished (an
+/// unknown status counts as unfinished: the snapshot may still be in use).
 pub fn unfinished_jobs_using(jobs_root: &Path, code_id: &str) -> Vec<String> {
-    let mut users = Vec::new();
-    for job in std::fs::read_dir(jobs_root).into_iter().flatten().flatten() {
-        let Ok(text) = std::fs::read_to_string(job.path().join("job.json")) else {
-            continue;
-        };
-        let Ok(record) = serde_json::from_str::<serde_json::Value>(&text) else {
-            continue;
-        };
-        let finished = matches!(
-            record["status"].as_str(),
-            Some("SUCCEEDED" | "FAILED" | "STOPPED")
-        );
-        if record["code_id"].as_str() == Some(code_id) && !finished {
-            users.push(job.file_name().to_string_lossy().into_owned());
-        }
-    }
+    let mut users: Vec<String> = crate::records::Records::new(jobs_root)
+        .list()
+        .into_iter()
+        .filter(|r| r.code_id.as_deref() == Some(code_id) && !r.status.is_finished())
+        .map(|r| r.submission_id)
+        .collect();
     users.sort();
     users
 }

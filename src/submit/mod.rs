@@ -18,7 +18,7 @@ use crate::config::{Layout, LoadedProfile};
 use crate::exit::{Classify, Exit};
 use entrypoint::EntrypointInputs;
 use hydra::ConfigKeys;
-use crate::ray::jobs::{JobsApi, JobsError};
+use crate::ray::jobs::{JobStatus, JobsApi, JobsError};
 use crate::records::{JobRecord, Records};
 
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +50,7 @@ pub enum Error {
     #[error("job {id} is still {status} after waiting {seconds}s")]
     WaitTimeout {
         id: String,
-        status: String,
+        status: crate::ray::jobs::JobStatus,
         seconds: u64,
     },
 }
@@ -489,7 +489,7 @@ pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport
             dashboard: target.ray.base_url().to_string(),
             submitted_at: humantime::format_rfc3339_millis(std::time::SystemTime::now())
                 .to_string(),
-            status: "PENDING".into(),
+            status: JobStatus::Pending,
             time_limit_s: prepared.time_limit_s,
             ..Default::default()
         };

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::ray::jobs::{JobInfo, JobsApi, JobsError};
+use crate::ray::jobs::{JobInfo, JobStatus, JobsApi, JobsError};
 use crate::records::JobRecord;
 use super::{Error, Target};
 
@@ -34,7 +34,7 @@ async fn enforce_limit(
     let (Some(limit), Some(start), None) = (limit, info.start_time, stopped.as_ref()) else {
         return Ok(());
     };
-    if info.is_terminal() || now_ms().saturating_sub(start) < limit.as_millis() as u64 {
+    if info.status.is_finished() || now_ms().saturating_sub(start) < limit.as_millis() as u64 {
         return Ok(());
     }
     api.stop(info.submission_id.as_deref().unwrap_or_default())
@@ -56,17 +56,17 @@ pub async fn wait(
     let api = JobsApi { ray: &target.ray };
     let started = Instant::now();
     let mut stopped_by_argus = None;
-    let timed_out = |status: &str| -> Option<Error> {
+    let timed_out = |status: &JobStatus| -> Option<Error> {
         let timeout = options.timeout?;
         (started.elapsed() >= timeout).then(|| Error::WaitTimeout {
             id: id.to_string(),
-            status: status.to_string(),
+            status: status.clone(),
             seconds: timeout.as_secs(),
         })
     };
 
     let mut info = api.get(id).await?;
-    if options.follow && !info.is_terminal() {
+    if options.follow && !info.status.is_finished() {
         // The websocket tail streams until the job ends; a guard polls the status meanwhile
         // (for the time limit and in case the stream stalls).
         let tail = api.tail(id, &mut on_log);
@@ -85,7 +85,7 @@ pub async fn wait(
                     Some(t) if t.elapsed() > Duration::from_secs(5) => {
                         return Ok::<_, Error>(stopped);
                     }
-                    None if info.is_terminal() => ended_at = Some(Instant::now()),
+                    None if info.status.is_finished() => ended_at = Some(Instant::now()),
                     _ => {}
                 }
             }
@@ -104,7 +104,7 @@ pub async fn wait(
     loop {
         info = api.get(id).await?;
         enforce_limit(&api, &info, options.time_limit, &mut stopped_by_argus).await?;
-        if info.is_terminal() {
+        if info.status.is_finished() {
             break;
         }
         if let Some(e) = timed_out(&info.status) {
@@ -133,7 +133,7 @@ async fn poll_logs(
             on_log(&logs[shown..]);
             shown = logs.len();
         }
-        if info.is_terminal() {
+        if info.status.is_finished() {
             return Ok(stopped);
         }
         enforce_limit(api, &info, options.time_limit, &mut stopped).await?;
@@ -184,7 +184,7 @@ pub async fn status(
     let api = JobsApi { ray: &target.ray };
     match api.get(id).await {
         Ok(info) => {
-            if info.is_terminal() && record.as_ref().is_some_and(|r| !r.is_final()) {
+            if info.status.is_finished() && record.as_ref().is_some_and(|r| !r.is_final()) {
                 record_end(target, id, &info, None).await;
             }
             let record = records.as_ref().and_then(|r| r.read(id));
