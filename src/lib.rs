@@ -34,6 +34,7 @@ pub mod http;
 pub mod lock;
 pub mod ray;
 pub mod records;
+pub mod testpoint;
 pub mod ui;
 
 use std::process::ExitCode;
