@@ -64,8 +64,9 @@ pub fn docker_err(action: impl Into<String>) -> impl FnOnce(bollard::errors::Err
     move |source| Error::Docker { action, source }
 }
 
-/// The create-container request for a planned container.
-pub fn create_body(c: &ContainerPlan, cluster: &str) -> ContainerCreateBody {
+/// The create-container request for a planned container. `network_id` addresses the
+/// cluster's network by id: a name can be ambiguous (Docker allows two networks of one name).
+pub fn create_body(c: &ContainerPlan, cluster: &str, network_id: Option<&str>) -> ContainerCreateBody {
     let mut host = HostConfig {
         shm_size: c.shm_size.map(|b| b as i64),
         memory: c.memory.map(|b| b as i64),
@@ -130,10 +131,11 @@ pub fn create_body(c: &ContainerPlan, cluster: &str) -> ContainerCreateBody {
     }
     let networking_config = match &c.network {
         NetworkAttach::Bridge { network } => {
+            let network = network_id.unwrap_or(network).to_string();
             host.network_mode = Some(network.clone());
             Some(NetworkingConfig {
                 endpoints_config: Some(HashMap::from([(
-                    network.clone(),
+                    network,
                     EndpointSettings {
                         aliases: Some(vec![c.name.clone()]),
                         ..Default::default()

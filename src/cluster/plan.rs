@@ -224,7 +224,18 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
         "--block".to_string(),
         format!("--node-name={head}"),
         format!("--port={}", p.ray.gcs_port),
-        "--dashboard-host=0.0.0.0".to_string(),
+        // Inside its own network namespace (bridge) the dashboard listens on every
+        // interface of the container and Docker publishes it on `dashboard_bind` only; with
+        // host networking the container's interfaces are the host's, so Ray itself must bind
+        // to `dashboard_bind` (the Jobs API runs code for whoever reaches it).
+        format!(
+            "--dashboard-host={}",
+            if host_mode {
+                p.ray.dashboard_bind.as_str()
+            } else {
+                "0.0.0.0"
+            }
+        ),
         format!("--dashboard-port={}", p.ray.dashboard_port),
         "--num-gpus=0".to_string(),
     ];
