@@ -67,7 +67,13 @@ pub fn host_name() -> String {
     let safe: String = raw
         .trim()
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
         .take(63)
         .collect();
     if safe.is_empty() {
@@ -90,10 +96,7 @@ pub fn temp_name(stem: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let me = Owner::me();
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!(
-        "{TMP_PREFIX}{stem}.{}.{}.{}.{n}",
-        me.host, me.pid, me.start
-    )
+    format!("{TMP_PREFIX}{stem}.{}.{}.{}.{n}", me.host, me.pid, me.start)
 }
 
 /// The stem and owner of a temporary name made by [`temp_name`].
@@ -136,7 +139,10 @@ fn remove_temps_where(dir: &Path, doomed: impl Fn(&str, &Owner) -> bool) -> Vec<
             continue;
         }
         let path = entry.path();
-        tracing::info!("removing the leftovers of an interrupted write: {}", path.display());
+        tracing::info!(
+            "removing the leftovers of an interrupted write: {}",
+            path.display()
+        );
         if remove_any(&path).is_ok() {
             removed.push(path);
         }
@@ -271,13 +277,19 @@ mod tests {
         let me = Owner::me();
         let mine = dir.path().join(temp_name("live"));
         std::fs::write(&mine, b"x").unwrap();
-        let dead = dir
-            .path()
-            .join(format!(".tmp-gone.{}.{}.{}.0", me.host, me.pid, me.start + 7));
+        let dead = dir.path().join(format!(
+            ".tmp-gone.{}.{}.{}.0",
+            me.host,
+            me.pid,
+            me.start + 7
+        ));
         std::fs::create_dir(&dead).unwrap();
-        let foreign = dir
-            .path()
-            .join(format!(".tmp-far.{}-b.{}.{}.0", me.host, me.pid, me.start + 7));
+        let foreign = dir.path().join(format!(
+            ".tmp-far.{}-b.{}.{}.0",
+            me.host,
+            me.pid,
+            me.start + 7
+        ));
         std::fs::write(&foreign, b"x").unwrap();
         let removed = remove_dead_temps(dir.path());
         assert_eq!(removed, vec![dead.clone()]);

@@ -66,7 +66,11 @@ pub fn docker_err(action: impl Into<String>) -> impl FnOnce(bollard::errors::Err
 
 /// The create-container request for a planned container. `network_id` addresses the
 /// cluster's network by id: a name can be ambiguous (Docker allows two networks of one name).
-pub fn create_body(c: &ContainerPlan, cluster: &str, network_id: Option<&str>) -> ContainerCreateBody {
+pub fn create_body(
+    c: &ContainerPlan,
+    cluster: &str,
+    network_id: Option<&str>,
+) -> ContainerCreateBody {
     let mut host = HostConfig {
         shm_size: c.shm_size.map(|b| b as i64),
         memory: c.memory.map(|b| b as i64),

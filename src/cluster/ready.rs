@@ -35,7 +35,11 @@ impl Readiness {
 pub type Incarnations = HashMap<String, u64>;
 
 /// Compares Ray's node list with the plan. Pure.
-pub fn assess(expected: &[&ExpectedNode], incarnations: &Incarnations, nodes: &[RayNode]) -> Readiness {
+pub fn assess(
+    expected: &[&ExpectedNode],
+    incarnations: &Incarnations,
+    nodes: &[RayNode],
+) -> Readiness {
     let mut readiness = Readiness::default();
     for want in expected {
         let started = incarnations.get(&want.node_name).copied();

@@ -20,13 +20,13 @@ use super::docker::{self, docker_err, is_conflict, is_not_found};
 use super::plan::{
     self, ClusterPlan, ContainerPlan, LABEL_CLUSTER, LABEL_SPEC, PlanInputs, Role, SharedMount,
 };
-use crate::ray::{RayClient, RayNode};
 use super::ready::{self, Readiness};
 use super::{Error, image};
 use crate::config::LoadedProfile;
 use crate::config::layout::{self, Layout};
 use crate::config::profile::AuthMode;
 use crate::lock;
+use crate::ray::{RayClient, RayNode};
 use crate::ui::Reporter;
 
 /// A container of this cluster as Docker reports it.
@@ -164,7 +164,10 @@ fn lock_dir(loaded: &LoadedProfile) -> std::path::PathBuf {
 
 /// Takes the cluster's lock: one `up`, `down` or `run` changes a cluster at a time; the
 /// others wait, saying who they wait for.
-async fn lock_cluster(loaded: &LoadedProfile, reporter: &dyn Reporter) -> Result<lock::Lock, Error> {
+async fn lock_cluster(
+    loaded: &LoadedProfile,
+    reporter: &dyn Reporter,
+) -> Result<lock::Lock, Error> {
     let dir = lock_dir(loaded);
     let what = format!("cluster {}", loaded.profile.name);
     let options = lock::Acquire {
@@ -340,7 +343,10 @@ async fn prepare_storage(docker: &Docker, plan: &ClusterPlan) -> Result<(), Erro
 }
 
 /// The cluster's networks (by label), as (id, name, attached containers).
-async fn cluster_networks(docker: &Docker, cluster: &str) -> Result<Vec<(String, String, usize)>, Error> {
+async fn cluster_networks(
+    docker: &Docker,
+    cluster: &str,
+) -> Result<Vec<(String, String, usize)>, Error> {
     let filters = HashMap::from([("label", vec![format!("{LABEL_CLUSTER}={cluster}")])]);
     let options = bollard::query_parameters::ListNetworksOptionsBuilder::new()
         .filters(&filters)
@@ -354,7 +360,10 @@ async fn cluster_networks(docker: &Docker, cluster: &str) -> Result<Vec<(String,
         let id = n.id.unwrap_or_default();
         // The list does not say which containers are attached; inspect does.
         let attached = match docker
-            .inspect_network(&id, None::<bollard::query_parameters::InspectNetworkOptions>)
+            .inspect_network(
+                &id,
+                None::<bollard::query_parameters::InspectNetworkOptions>,
+            )
             .await
         {
             Ok(info) => info.containers.map_or(0, |c| c.len()),
@@ -481,7 +490,10 @@ async fn wait(
     let deadline = tokio::time::Instant::now() + timeout;
     let mut restarts_before = HashMap::new();
     for c in &plan.containers {
-        restarts_before.insert(c.name.clone(), container_health(docker, &c.name).await.restarts);
+        restarts_before.insert(
+            c.name.clone(),
+            container_health(docker, &c.name).await.restarts,
+        );
     }
     loop {
         // Poll Ray in slices, looking at the containers in between: when each last
@@ -494,9 +506,15 @@ async fn wait(
             }
         }
         let slice_end = deadline.min(tokio::time::Instant::now() + Duration::from_secs(2));
-        let outcome = ready::wait_ready(ray, &plan.containers, &incarnations, slice_end, |r: &Readiness| {
-            task.update(&format!("{}/{total} nodes ready", r.ready.len()));
-        })
+        let outcome = ready::wait_ready(
+            ray,
+            &plan.containers,
+            &incarnations,
+            slice_end,
+            |r: &Readiness| {
+                task.update(&format!("{}/{total} nodes ready", r.ready.len()));
+            },
+        )
         .await;
         let (readiness, error) = match outcome {
             Ok(_) => {
