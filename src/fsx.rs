@@ -83,12 +83,16 @@ pub fn host_name() -> String {
     }
 }
 
-/// Field 22 of `/proc/<pid>/stat`: when the process started, in ticks since boot.
+/// Field 22 of `/proc/<pid>/stat`: when the process started, in ticks since boot. None
+/// when there is no such process or it is a zombie (dead, not yet reaped).
 fn process_start(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may contain spaces and parentheses: skip past its end.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    if matches!(fields.next(), Some("Z" | "X")) {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
 }
 
 /// A temporary name for `stem` owned by this process, unique within it.

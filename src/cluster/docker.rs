@@ -173,6 +173,33 @@ fn device(path: &str) -> DeviceMapping {
     }
 }
 
+/// What `cmd` prints (stdout and stderr) when run in `container` through the exec API;
+/// None when it cannot be run.
+pub async fn exec_output(docker: &Docker, container: &str, cmd: &[&str]) -> Option<String> {
+    use bollard::exec::{CreateExecOptions, StartExecResults};
+    let exec = docker
+        .create_exec(
+            container,
+            CreateExecOptions {
+                cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                ..Default::default()
+            },
+        )
+        .await
+        .ok()?;
+    let mut text = String::new();
+    if let StartExecResults::Attached { mut output, .. } =
+        docker.start_exec(&exec.id, None).await.ok()?
+    {
+        while let Some(Ok(chunk)) = output.next().await {
+            text.push_str(&chunk.to_string());
+        }
+    }
+    Some(text)
+}
+
 /// The last `lines` lines a container printed (stdout and stderr), for error messages.
 pub async fn tail_logs(docker: &Docker, name: &str, lines: usize) -> String {
     let options = LogsOptionsBuilder::new()

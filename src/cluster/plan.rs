@@ -198,6 +198,13 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
         ("ARGUS_CLUSTER".to_string(), cluster.clone()),
         ("ARGUS_SHARED".to_string(), p.shared.mount.clone()),
         ("PYTHONUNBUFFERED".to_string(), "1".to_string()),
+        // Ray's dashboard gives each of its modules 30 s to start and then dies for good
+        // (the head keeps running without a Jobs API). A busy host, such as a GPU node
+        // loading data, can be that slow: give it five minutes.
+        (
+            "RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT".to_string(),
+            "300".to_string(),
+        ),
     ]);
     if let Some(token) = &inputs.token {
         env.insert("RAY_AUTH_TOKEN".to_string(), token.clone());

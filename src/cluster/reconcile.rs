@@ -526,6 +526,31 @@ async fn wait(
             }
             Err(failed) => failed,
         };
+        // The dashboard can die while its container runs on (`ray start --block` does not
+        // exit for it): nothing will answer again, so say so now, with the head's log.
+        if error.is_some()
+            && let Some(head) = plan.containers.iter().find(|c| c.role == Role::Head)
+            && let Some(logs) = docker::exec_output(
+                docker,
+                &head.name,
+                &[
+                    "tail",
+                    "-n",
+                    "30",
+                    "/tmp/ray/session_latest/logs/dashboard.log",
+                ],
+            )
+            .await
+            && logs.contains("The dashboard on node")
+            && logs.contains("failed with the following error")
+        {
+            task.fail("the dashboard died");
+            return Err(Error::NodeExited {
+                name: format!("{} (its Ray dashboard)", head.name),
+                exit_code: -1,
+                logs,
+            });
+        }
         for (name, _) in &readiness.missing {
             let Health {
                 running,

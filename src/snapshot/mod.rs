@@ -171,6 +171,7 @@ pub fn snapshot(
         seconds: started.elapsed().as_secs_f64(),
     };
 
+    std::fs::create_dir_all(&dir).map_err(io("cannot create", &dir))?;
     // One writer per snapshot id, on any host: a second one waits, then finds it published.
     let what = format!("snapshot {}/{code_id}", options.name);
     let _lock = crate::lock::acquire(
