@@ -132,10 +132,12 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
         save_freq: spec.save_freq,
         test_freq: spec.test_freq,
         checkpoint_dir: format!("{}/{submission_id}/checkpoints", layout.jobs().display()),
+        hydra_run_dir: format!("{}/{submission_id}/hydra", layout.jobs().display()),
         user_overrides: spec.overrides.0.clone(),
         custom: spec.entrypoint.clone(),
     };
-    let entrypoint = entrypoint::build(&inputs);
+    let work_dir = format!("{}/{submission_id}/work", layout.jobs().display());
+    let entrypoint = entrypoint::in_work_dir(&work_dir, &entrypoint::build(&inputs));
 
     let mut checked_overrides_against = None;
     if verl && check {

@@ -460,7 +460,12 @@ fn a_duplicate_submission_id_is_refused_and_changes_nothing() {
         .code(2)
         .stderr_has("submission id job-d is already used");
     for (file, bytes) in before {
-        assert_eq!(std::fs::read(&file).expect("read"), bytes, "{} changed", file.display());
+        assert_eq!(
+            std::fs::read(&file).expect("read"),
+            bytes,
+            "{} changed",
+            file.display()
+        );
     }
 }
 
@@ -550,10 +555,17 @@ fn logs_follow_into_a_closed_pipe_ends_quietly() {
         follower.try_wait().ok().flatten()
     });
     let mut err = String::new();
-    let _ = follower.stderr.take().expect("stderr").read_to_string(&mut err);
+    let _ = follower
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err);
     assert_eq!(status.code(), Some(0), "{err}");
     assert!(!err.contains("error") && !err.contains("panicked"), "{err}");
-    assert_eq!(job_status(&ctx, &j, "job-chatty")["job"]["status"], "RUNNING");
+    assert_eq!(
+        job_status(&ctx, &j, "job-chatty")["job"]["status"],
+        "RUNNING"
+    );
 }
 
 /// stop: a long job is stopped; its status is STOPPED and the exit codes say so (3).
@@ -611,7 +623,12 @@ fn a_time_limit_stops_the_job_and_a_failure_exits_1() {
     .expect("json");
     assert_eq!(record["status"], "STOPPED");
     assert_eq!(record["stopped_by_argus"], "time_limit 3s exceeded");
-    let spec = job(&ctx, "job-fail", "codeA", "python3 -c 'raise SystemExit(7)'");
+    let spec = job(
+        &ctx,
+        "job-fail",
+        "codeA",
+        "python3 -c 'raise SystemExit(7)'",
+    );
     ctx.argus()
         .profile(&j.profile)
         .args(["submit", "--wait"])
@@ -639,7 +656,14 @@ fn ray_cli_and_argus_see_each_others_jobs() {
         .code(0);
     let head = format!("{}-head", j.name);
     let ray_status = docker(&[
-        "exec", &head, "ray", "job", "status", "--address", &j.dashboard, "job-i",
+        "exec",
+        &head,
+        "ray",
+        "job",
+        "status",
+        "--address",
+        &j.dashboard,
+        "job-i",
     ]);
     assert!(ray_status.contains("succeeded"), "{ray_status}");
     let submitted = docker(&[
@@ -733,4 +757,95 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// Every output of a job lands on the shared storage: a custom job's relative file under
+/// `jobs/<id>/work/`, and a verl-shaped Hydra app's run directory (`.hydra/config.yaml`)
+/// under `jobs/<id>/hydra/`, through the overrides argus implies for a verl workload.
+#[test]
+fn job_outputs_land_on_the_shared_storage() {
+    if TestContext::skip_docker("job_outputs_land_on_the_shared_storage") {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("outputs");
+    let j = cluster_with_code(&mut ctx, 1);
+
+    // A custom job writing a relative path.
+    let spec = ctx.write(
+        "rel.yaml",
+        "workload: custom\nsubmission_id: job-rel\ncode_id: codeA\nentrypoint: python3 -c \"open('out.txt', 'w').write('written here')\"\n",
+    );
+    ctx.argus()
+        .profile(&j.profile)
+        .args(["submit", "--wait"])
+        .arg_path(&spec)
+        .run()
+        .code(0);
+    assert_eq!(
+        std::fs::read_to_string(j.shared.join("jobs/job-rel/work/out.txt")).expect("out.txt"),
+        "written here"
+    );
+
+    // A Hydra app shaped like verl's trainer, with hydra-core copied into the snapshot
+    // from the test venv (pure Python, the same 3.11 as the image's).
+    let src = ctx.path("fake-verl");
+    let trainer = src.join("verl/trainer");
+    std::fs::create_dir_all(trainer.join("config")).expect("mkdir");
+    std::fs::write(src.join("verl/__init__.py"), "").expect("write");
+    std::fs::write(trainer.join("__init__.py"), "").expect("write");
+    std::fs::write(
+        trainer.join("main_ppo.py"),
+        "import os\nimport hydra\n\n@hydra.main(config_path='config', config_name='ppo_trainer', version_base=None)\ndef main(cfg):\n    print('HYDRA_APP_RAN in', os.getcwd(), 'checkpoints', cfg.trainer.default_local_dir)\n\nif __name__ == '__main__':\n    main()\n",
+    )
+    .expect("write");
+    std::fs::write(
+        trainer.join("config/ppo_trainer.yaml"),
+        "data:\n  train_files: null\n  val_files: null\nactor_rollout_ref:\n  rollout:\n    name: null\ntrainer:\n  default_local_dir: null\n  logger: null\n  total_training_steps: null\n",
+    )
+    .expect("write");
+    let site = crate::hub::python()
+        .parent()
+        .and_then(Path::parent)
+        .expect("venv")
+        .join("lib/python3.11/site-packages");
+    for package in ["hydra", "omegaconf", "antlr4"] {
+        let status = std::process::Command::new("cp")
+            .arg("-r")
+            .arg(site.join(package))
+            .arg(&src)
+            .status()
+            .expect("cp");
+        assert!(
+            status.success(),
+            "hydra-core is in the test venv (tests/venvs.sh)"
+        );
+    }
+    ctx.argus()
+        .profile(&j.profile)
+        .args(["snapshot", "--code-id", "fakeverl"])
+        .arg_path(&src)
+        .run()
+        .code(0);
+    let spec = ctx.write(
+        "hydra.yaml",
+        "workload: ppo\nsubmission_id: job-hydra\ncode_id: fakeverl\ntotal_training_steps: 2\n",
+    );
+    ctx.argus()
+        .profile(&j.profile)
+        .args(["submit", "--wait"])
+        .arg_path(&spec)
+        .run()
+        .code(0);
+    let dir = j.shared.join("jobs/job-hydra");
+    let config = std::fs::read_to_string(dir.join("hydra/.hydra/config.yaml"))
+        .expect("Hydra's run directory is under jobs/<id>/hydra");
+    assert!(
+        config.contains("default_local_dir: /mnt/shared/jobs/job-hydra/checkpoints"),
+        "{config}"
+    );
+    assert!(dir.join("hydra/.hydra/overrides.yaml").is_file());
+    let log = std::fs::read_to_string(dir.join("logs/driver.log")).expect("driver.log");
+    assert!(log.contains("HYDRA_APP_RAN"), "{log}");
+    assert!(dir.join("work").is_dir());
 }
