@@ -45,7 +45,7 @@ impl Layout {
     pub fn jobs(&self) -> PathBuf {
         self.root.join("jobs")
     }
-    /// Locks that hold across hosts (`crate::lock`): `.argus/locks/<kind>-<key>`.
+    /// Locks that hold across hosts: `.argus/locks/<kind>-<key>`.
     pub fn locks(&self) -> PathBuf {
         self.root.join(".argus").join("locks")
     }
