@@ -529,7 +529,7 @@ fn logs_follow_into_a_closed_pipe_ends_quietly() {
     let j = cluster_with_code(&mut ctx, 1);
     let spec = ctx.write(
         "chatty.yaml",
-        "workload: custom\nsubmission_id: job-chatty\ncode_id: codeA\nentrypoint: python3 -u -c \"import time\\nfor i in range(600): print('line', i, flush=True); time.sleep(0.1)\"\n",
+        "workload: custom\nsubmission_id: job-chatty\ncode_id: codeA\nentrypoint: |-\n  python3 -u -c \"import time\n  for i in range(600): print('line', i, flush=True); time.sleep(0.1)\"\n",
     );
     ctx.argus()
         .profile(&j.profile)
