@@ -821,6 +821,14 @@ fn job_outputs_land_on_the_shared_storage() {
             "hydra-core is in the test venv (tests/venvs.sh)"
         );
     }
+    // Installed packages carry their repository's .gitignore files (Hydra's ignores its
+    // generated parser), which a snapshot honours: these copies are not a checkout.
+    let status = std::process::Command::new("find")
+        .arg(&src)
+        .args(["-name", ".gitignore", "-delete"])
+        .status()
+        .expect("find");
+    assert!(status.success());
     ctx.argus()
         .profile(&j.profile)
         .args(["snapshot", "--code-id", "fakeverl"])
