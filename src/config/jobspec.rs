@@ -358,15 +358,9 @@ fn apply_set(value: &mut serde_yaml::Value, spec: &mut JobSpec, set: &str) -> Re
     Ok(())
 }
 
-/// Ids become directory names and Ray submission ids.
+/// Ids become directory names and Ray submission ids: the rule of [`crate::ids`].
 pub fn valid_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= 128
-        && id != "."
-        && id != ".."
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+    crate::ids::is_valid_id(id)
 }
 
 fn validate(spec: &JobSpec, src: &Source) -> Result<(), ConfigError> {

@@ -31,21 +31,9 @@ pub struct Prepared {
     pub jobspec_record: String,
 }
 
-/// `<prefix>-<yyyymmdd-hhmmss>-<4 hex>` (prefix: the workload, or `run`): readable, sortable, unique enough.
+/// `<prefix>-<yyyymmdd-hhmmss>-<4 hex>`; the generator lives in [`crate::ids`].
 pub fn generate_id(prefix: &str) -> String {
-    let now = std::time::SystemTime::now();
-    let stamp = humantime::format_rfc3339_seconds(now)
-        .to_string()
-        .replace(['-', ':'], "")
-        .replace('T', "-")
-        .trim_end_matches('Z')
-        .to_string();
-    let nanos = now
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let random = (nanos ^ std::process::id().rotate_left(16)) & 0xffff;
-    format!("{}-{stamp}-{random:04x}", prefix)
+    crate::ids::generate(prefix)
 }
 
 /// Resolves the JobSpec against the target and builds the payload. Reads the shared
