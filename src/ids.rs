@@ -12,6 +12,35 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+/// Deserializes a string through `parse`, inside the deserializer's own call, so the
+/// format can point its error at the value (serde_yaml locates only errors raised while
+/// it is reading the value; a check run after `String::deserialize` returns is reported
+/// at 1:1 without its key path).
+pub fn deserialize_checked<'de, D, T, E>(
+    d: D,
+    expecting: &'static str,
+    parse: fn(&str) -> Result<T, E>,
+) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    E: fmt::Display,
+{
+    struct Checked<T, E> {
+        expecting: &'static str,
+        parse: fn(&str) -> Result<T, E>,
+    }
+    impl<T, E: fmt::Display> serde::de::Visitor<'_> for Checked<T, E> {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str(self.expecting)
+        }
+        fn visit_str<Er: serde::de::Error>(self, v: &str) -> Result<T, Er> {
+            (self.parse)(v).map_err(Er::custom)
+        }
+    }
+    d.deserialize_str(Checked { expecting, parse })
+}
+
 /// The rule every id kind shares, as told to the user.
 pub const ID_RULE: &str =
     "1-128 characters from A-Z a-z 0-9 . _ -, not starting with - or ., and not . or ..";
@@ -156,8 +185,7 @@ macro_rules! id_type {
 
         impl<'de> Deserialize<'de> for $name {
             fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let text = String::deserialize(d)?;
-                text.parse().map_err(serde::de::Error::custom)
+                deserialize_checked(d, $kind, <$name as FromStr>::from_str)
             }
         }
     };
@@ -231,8 +259,11 @@ impl Serialize for CodeRef {
 
 impl<'de> Deserialize<'de> for CodeRef {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        text.parse().map_err(serde::de::Error::custom)
+        deserialize_checked(
+            d,
+            "a code id or name/code_id",
+            <CodeRef as FromStr>::from_str,
+        )
     }
 }
 
@@ -258,6 +289,13 @@ impl SubmissionId {
     /// A fresh id for a job of `workload` (`ppo-20260101-120000-1a2b`).
     pub fn generate(workload: &str) -> Self {
         Self::from_str(&generate(workload)).unwrap_or_else(|_| Self(generate("job")))
+    }
+}
+
+impl CodeName {
+    /// `verl`, the default snapshot family.
+    pub fn verl() -> Self {
+        Self("verl".to_string())
     }
 }
 
@@ -436,8 +474,7 @@ impl Serialize for ContainerPath {
 
 impl<'de> Deserialize<'de> for ContainerPath {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        text.parse().map_err(serde::de::Error::custom)
+        deserialize_checked(d, "an absolute path", <ContainerPath as FromStr>::from_str)
     }
 }
 
@@ -449,8 +486,7 @@ impl Serialize for UnderRoot {
 
 impl<'de> Deserialize<'de> for UnderRoot {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        text.parse().map_err(serde::de::Error::custom)
+        deserialize_checked(d, "a relative path", <UnderRoot as FromStr>::from_str)
     }
 }
 
