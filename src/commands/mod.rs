@@ -134,14 +134,15 @@ pub fn check_flags(cli: &Cli) -> Result<(), FlagError> {
             "argus run JOBSPEC (a new run) or argus run --lock FILE (a replay), not both",
         )),
         Commands::Prepare(args) => {
-            if args.model.is_empty() && !args.dataset.is_empty() {
-                if let Some(flag) = model_only_flag(args) {
-                    return Err(refuse(
-                        flag,
-                        "it filters model files, and only datasets are asked for",
-                        "add --model REPO, or drop the flag",
-                    ));
-                }
+            if args.model.is_empty()
+                && !args.dataset.is_empty()
+                && let Some(flag) = model_only_flag(args)
+            {
+                return Err(refuse(
+                    flag,
+                    "it filters model files, and only datasets are asked for",
+                    "add --model REPO, or drop the flag",
+                ));
             }
             if args.from.is_some() && args.dataset.is_empty() && !args.model.is_empty() {
                 return Err(refuse(

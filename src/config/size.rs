@@ -56,7 +56,7 @@ impl ByteSize {
         };
         (1..=u128::from(MAX.0))
             .contains(&bytes)
-            .then(|| ByteSize(bytes as u64))
+            .then_some(ByteSize(bytes as u64))
     }
 
     /// The size as Docker's API takes it (a signed 64-bit number); never negative, since
