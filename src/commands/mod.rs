@@ -43,6 +43,9 @@ pub async fn run(cli: &Cli, printer: &Printer) -> Result<Exit> {
         Commands::Run(args) => {
             if args.lock.is_none() || cli.profile.is_some() {
                 drop(docker_profile(cli)?);
+            } else {
+                // The profile comes from the lock; DOCKER_HOST, when set, must still parse.
+                DockerEndpoint::from_env().map_err(endpoint_error)?;
             }
             run::run(cli, args, printer).await
         }

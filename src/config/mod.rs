@@ -5,6 +5,8 @@
 pub mod docker;
 pub mod env;
 pub mod jobspec;
+#[cfg(test)]
+mod mutation_tests;
 pub mod layout;
 pub mod profile;
 pub mod ray_config;

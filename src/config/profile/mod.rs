@@ -169,7 +169,7 @@ mod tests {
     #[test]
     fn ports_ray_uses_itself_are_refused_where_they_are_written() {
         let err = load(&format!(
-            "{BASE}ray:\n  dashboard_port: 18265\nworkers: []\n"
+            "{BASE}ray:\n  dashboard_port: 18265\nworkers: [{{name: g, count: 1}}]\n"
         ))
         .unwrap_err();
         assert_eq!((err.line, err.column), (5, 19), "{err}");

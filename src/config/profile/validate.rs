@@ -85,9 +85,10 @@ pub fn validate(p: &Profile, src: &Source) -> Result<(), ConfigError> {
             return Err(src.error_at(&at, "the value contains a NUL byte"));
         }
     }
+    // Workers first: in host mode their number decides which ports are taken.
+    validate_workers(p, src)?;
     validate_ray(p, src)?;
     validate_node(&p.head, src, &yaml_path!["head"])?;
-    validate_workers(p, src)?;
     validate_submit(p, src)
 }
 
