@@ -5,9 +5,9 @@
 pub mod docker;
 pub mod env;
 pub mod jobspec;
+pub mod layout;
 #[cfg(test)]
 mod mutation_tests;
-pub mod layout;
 pub mod profile;
 pub mod ray_config;
 pub mod secrets;

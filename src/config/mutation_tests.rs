@@ -33,13 +33,71 @@ impl Rng {
 /// What a careless user or a careful attacker types: traversal, NUL, look-alikes, YAML
 /// syntax (anchors, tags, merges, flow), huge and odd numbers.
 const TOKENS: &[&str] = &[
-    "..", "../../etc/passwd", "/etc", "\0", "-1", "0", "1e309", ".nan", ".inf", "-.inf",
-    "100000", "4294967296", "18446744073709551616", "10000000t", "1.5.3g", "!!binary",
-    "!ppo", "&a", "*a", "<<: *a", "{", "}", "[", "]", ":", ": ", "- ", "\n", "\t", "\"",
-    "'", "#", "%", "@", "`", "|", ">", "~", "?", ",", "\u{043e}", "\u{200b}", "\u{feff}",
-    "---\n", "...", "key: value\n", "env: {A: 1, A: 2}\n", "[ppo]", "{ppo: 1}", "null",
-    "true", "tcp://h:99999", "garbage", "10.0.0.5,nolock", "rw,addr=1.2.3.4", "$(id)",
-    "${HOME}", "${UNSET_VAR}", "~/x", "a/b", "-rf", "0x10", "0o7", "+1", "1_000",
+    "..",
+    "../../etc/passwd",
+    "/etc",
+    "\0",
+    "-1",
+    "0",
+    "1e309",
+    ".nan",
+    ".inf",
+    "-.inf",
+    "100000",
+    "4294967296",
+    "18446744073709551616",
+    "10000000t",
+    "1.5.3g",
+    "!!binary",
+    "!ppo",
+    "&a",
+    "*a",
+    "<<: *a",
+    "{",
+    "}",
+    "[",
+    "]",
+    ":",
+    ": ",
+    "- ",
+    "\n",
+    "\t",
+    "\"",
+    "'",
+    "#",
+    "%",
+    "@",
+    "`",
+    "|",
+    ">",
+    "~",
+    "?",
+    ",",
+    "\u{043e}",
+    "\u{200b}",
+    "\u{feff}",
+    "---\n",
+    "...",
+    "key: value\n",
+    "env: {A: 1, A: 2}\n",
+    "[ppo]",
+    "{ppo: 1}",
+    "null",
+    "true",
+    "tcp://h:99999",
+    "garbage",
+    "10.0.0.5,nolock",
+    "rw,addr=1.2.3.4",
+    "$(id)",
+    "${HOME}",
+    "${UNSET_VAR}",
+    "~/x",
+    "a/b",
+    "-rf",
+    "0x10",
+    "0o7",
+    "+1",
+    "1_000",
 ];
 
 fn mutate(rng: &mut Rng, text: &str) -> String {
@@ -158,7 +216,10 @@ fn check_parser(
         match result {
             Ok(Ok(())) => ok += 1,
             Ok(Err(message)) => {
-                assert!(!message.is_empty(), "{what}: case {i}: empty error:\n{text}");
+                assert!(
+                    !message.is_empty(),
+                    "{what}: case {i}: empty error:\n{text}"
+                );
                 err += 1;
             }
             Err(_) => panic!("{what}: case {i} panicked (seed {seed}):\n{text:?}"),
@@ -175,7 +236,9 @@ fn located(err: &super::ConfigError) -> Result<(), String> {
     }
     let prefix = format!("{}:{}:{}: ", err.origin.display(), err.line, err.column);
     if !text.starts_with(&prefix) {
-        return Err(format!("an error that does not start with {prefix:?}: {text}"));
+        return Err(format!(
+            "an error that does not start with {prefix:?}: {text}"
+        ));
     }
     Err(text)
 }
@@ -183,16 +246,24 @@ fn located(err: &super::ConfigError) -> Result<(), String> {
 #[test]
 fn mutated_profiles_never_panic_and_every_error_is_located() {
     let (n, seed) = budget();
-    let (ok, err) = check_parser("profile", PROFILES, n, seed, |text| {
-        match LoadedProfile::from_source(Source::new("p.yaml", text)) {
-            Ok(_) => Ok(()),
-            Err(e) => match located(&e) {
-                Err(m) if m.starts_with("an error ") => panic!("{m}\n--- document\n{text}"),
-                other => other,
+    let (ok, err) =
+        check_parser(
+            "profile",
+            PROFILES,
+            n,
+            seed,
+            |text| match LoadedProfile::from_source(Source::new("p.yaml", text)) {
+                Ok(_) => Ok(()),
+                Err(e) => match located(&e) {
+                    Err(m) if m.starts_with("an error ") => panic!("{m}\n--- document\n{text}"),
+                    other => other,
+                },
             },
-        }
-    });
-    assert!(ok > 0 && err > n / 4, "too few of each to mean much: {ok} ok, {err} errors");
+        );
+    assert!(
+        ok > 0 && err > n / 4,
+        "too few of each to mean much: {ok} ok, {err} errors"
+    );
 }
 
 #[test]
@@ -216,7 +287,10 @@ fn mutated_jobspecs_never_panic_and_every_error_is_located() {
             },
         }
     });
-    assert!(ok > 0 && err > n / 4, "too few of each to mean much: {ok} ok, {err} errors");
+    assert!(
+        ok > 0 && err > n / 4,
+        "too few of each to mean much: {ok} ok, {err} errors"
+    );
 }
 
 #[test]
@@ -244,5 +318,9 @@ fn alias_bombs_are_refused_quickly() {
     }
     let started = Instant::now();
     assert!(LoadedProfile::from_source(Source::new("bomb.yaml", &text)).is_err());
-    assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
 }
