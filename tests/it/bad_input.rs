@@ -89,7 +89,9 @@ fn cases(good: &str) -> Vec<Case> {
             "head_address not an IP",
             up,
             with("network: {mode: host, head_address: 'head; rm -rf /'}\n"),
-            &[":11:37: network.head_address: invalid IP address syntax"],
+            &[
+                ":11:37: network.head_address: \"head; rm -rf /\" is not an IP address (valid: the head host's IPv4 address",
+            ],
         ),
         case(
             "head_address IPv6",

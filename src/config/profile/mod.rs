@@ -20,8 +20,8 @@ pub use storage::{
     HostPath, NfsExport, NfsOptions, NfsServer, NfsVolume, SharedSection, SharedStorage,
 };
 pub use types::{
-    AuthMode, DockerSection, GpuMode, NetworkMode, NetworkSection, NodeSpec, PrepareSection,
-    Profile, RaySection, RuntimeEnvSection, SubmitSection, WorkerGroup,
+    AuthMode, DockerSection, GpuMode, HeadAddress, NetworkMode, NetworkSection, NodeSpec,
+    PrepareSection, Profile, RaySection, RuntimeEnvSection, SubmitSection, WorkerGroup,
 };
 pub use validate::{
     HOST_MODE_PORT_BASE, HOST_MODE_PORT_BLOCK, MAX_CPUS, MAX_GPUS_PER_WORKER, MAX_GROUPS,
@@ -229,7 +229,13 @@ mod tests {
             "name: t\nimage: i\nnetwork: {mode: host, head_address: head.example}\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 1}]\n",
             3,
             37,
-            "invalid IP address syntax",
+            "\"head.example\" is not an IP address (valid: the head host's IPv4 address",
+        ),
+        (
+            "name: t\nimage: i\nnetwork: {mode: host, head_address: 0.0.0.0}\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 1}]\n",
+            3,
+            37,
+            "0.0.0.0 is not an address workers can reach",
         ),
         (
             "name: t\nimage: i\nnetwork: {mode: host, head_address: '::1'}\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 1}]\n",

@@ -4,9 +4,10 @@
 //! written; what spans several fields is checked in `validate`.
 
 use std::collections::BTreeMap;
-use std::net::IpAddr;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::storage::SharedSection;
 use crate::config::docker::DockerEndpoint;
@@ -76,8 +77,47 @@ string_enum!(NetworkMode {
 pub struct NetworkSection {
     #[serde(default)]
     pub mode: NetworkMode,
-    /// Host mode: the IP address workers use to reach the head (default 127.0.0.1).
-    pub head_address: Option<IpAddr>,
+    /// Host mode: the IPv4 address workers use to reach the head (default 127.0.0.1).
+    pub head_address: Option<HeadAddress>,
+}
+
+/// The head host's address in host mode: an IPv4 address a worker can dial (workers join
+/// at `address:port`), never a name, a list or `0.0.0.0`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadAddress(pub Ipv4Addr);
+
+impl HeadAddress {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        const VALID: &str = "the head host's IPv4 address, e.g. 10.0.0.11";
+        match text.parse::<IpAddr>() {
+            Ok(IpAddr::V4(v4)) if !v4.is_unspecified() && !v4.is_broadcast() => Ok(HeadAddress(v4)),
+            Ok(IpAddr::V4(v4)) => Err(format!(
+                "{v4} is not an address workers can reach (valid: {VALID})"
+            )),
+            Ok(IpAddr::V6(v6)) => Err(format!(
+                "{v6} is IPv6: workers join the head at IPv4 address:port (valid: {VALID})"
+            )),
+            Err(_) => Err(format!("{text:?} is not an IP address (valid: {VALID})")),
+        }
+    }
+}
+
+impl fmt::Display for HeadAddress {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl Serialize for HeadAddress {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for HeadAddress {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        crate::ids::deserialize_checked(d, "an IPv4 address", HeadAddress::parse)
+    }
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

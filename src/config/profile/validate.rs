@@ -176,20 +176,6 @@ fn validate_ray(p: &Profile, src: &Source) -> Result<(), ConfigError> {
                 )));
         }
     }
-    if let Some(address) = p.network.head_address
-        && (address.is_unspecified() || address.is_ipv6())
-    {
-        return Err(src
-            .error_at(
-                &yaml_path!["network", "head_address"],
-                if address.is_ipv6() {
-                    format!("{address} is IPv6: workers join the head at IPv4 address:port")
-                } else {
-                    format!("{address} is not an address workers can reach")
-                },
-            )
-            .with_hint("the head host's own IPv4 address, e.g. 10.0.0.11"));
-    }
     Ok(())
 }
 
