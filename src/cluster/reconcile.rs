@@ -151,7 +151,7 @@ pub fn ray_client(loaded: &LoadedProfile) -> Result<RayClient, Error> {
 /// Where a cluster's lock lives: on the shared storage when this host sees it (so `up`
 /// and `down` on two hosts exclude each other), else in this user's state directory.
 fn lock_dir(loaded: &LoadedProfile) -> std::path::PathBuf {
-    let root = match &loaded.shared_host_path {
+    let root = match loaded.shared_host_path() {
         Some(shared) => Layout::new(shared).locks(),
         None => dirs::state_dir()
             .or_else(dirs::home_dir)
@@ -705,10 +705,7 @@ pub async fn down(
         removed_containers: names.clone(),
         removed_network: networks.first().map(|(_, name, _)| name.clone()),
         dry_run,
-        shared_kept: loaded
-            .shared_host_path
-            .as_ref()
-            .map(|p| p.display().to_string()),
+        shared_kept: loaded.shared_host_path().map(|p| p.display().to_string()),
     };
     if dry_run {
         return Ok(report);

@@ -27,6 +27,8 @@ pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
             (LoadedJobSpec::load(path, &[])?, super::profile(cli)?, None)
         }
     };
+    let p = &loaded.profile;
+    job.check_on_shared(p.submit.shared_root.as_deref().unwrap_or(&p.shared.mount))?;
     let options = RunOptions {
         down_after: args.down_after,
         lock,

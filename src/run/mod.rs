@@ -16,13 +16,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::cluster::image;
 use crate::cluster::reconcile::{self, UpOptions};
-use crate::config::jobspec::{LoadedJobSpec, Workload};
+use crate::config::jobspec::{Code, DataFile, LoadedJobSpec, Workload};
 use crate::config::secrets::{REDACTED, redact_json};
 use crate::config::yaml::Source;
 use crate::config::{Layout, LoadedProfile};
 use crate::data::{self, Dataset, Prepare};
 use crate::exit::{Classify, Exit};
 use crate::fsx::write_atomic;
+use crate::ids::CodeRef;
 use crate::ray::jobs::JobStatus;
 use crate::submit::watch::{self, WaitOptions};
 use crate::submit::{self, Target};
@@ -60,6 +61,8 @@ pub enum Error {
     Submit(#[from] crate::submit::Error),
     #[error(transparent)]
     Lock(#[from] crate::lock::Error),
+    #[error(transparent)]
+    Id(#[from] crate::ids::IdError),
 }
 
 impl Classify for Error {
@@ -67,7 +70,7 @@ impl Classify for Error {
         match self {
             Error::Drift { .. } | Error::Record { .. } => Exit::Failed,
             Error::BadLock(_) | Error::MissingSecret(_) => Exit::Usage,
-            Error::Config(_) | Error::NoHostPath(_) => Exit::Usage,
+            Error::Config(_) | Error::NoHostPath(_) | Error::Id(_) => Exit::Usage,
             Error::Cluster(e) => e.exit(),
             Error::Image(e) => e.exit(),
             Error::Data(e) => e.exit(),
@@ -80,7 +83,7 @@ impl Classify for Error {
         match self {
             Error::Drift { .. } => Some("restore the pinned inputs, or pass --allow-drift to run anyway (the drift is recorded)".into()),
             Error::BadLock(_) | Error::MissingSecret(_) | Error::Record { .. } => None,
-            Error::Config(_) => None,
+            Error::Config(_) | Error::Id(_) => None,
             Error::NoHostPath(_) => Some("argus run writes the shared storage from this host: use shared.host_path".into()),
             Error::Cluster(e) => e.hint(),
             Error::Image(e) => e.hint(),
@@ -204,7 +207,7 @@ impl Recorder {
 fn datasets_needed(spec: &crate::config::jobspec::JobSpec) -> Vec<Dataset> {
     let mut names: Vec<&str> = [&spec.train_file, &spec.val_file]
         .iter()
-        .filter_map(|f| f.as_deref())
+        .filter_map(|f| f.as_ref().map(DataFile::as_str))
         .filter(|f| !f.contains('/') && !f.contains('.'))
         .collect();
     if spec.train_file.is_none() && spec.workload != Workload::Custom {
@@ -302,7 +305,7 @@ pub async fn run(
             .read_ref(data::hf::RepoKind::Model, &model.repo, &model.revision);
         }
         // The source as it is now, hashed without snapshotting it.
-        if let Some(code) = &spec.code
+        if let Code::Source(code) = &spec.code
             && lock.code.source.is_some()
         {
             observed.code_tree_hash = Some(crate::snapshot::tree_hash_of(
@@ -368,31 +371,33 @@ pub async fn run(
     rec.begin("snapshot")?;
     let code_root = host_layout.code();
     let code_pin = match &spec.code {
-        Some(code) => {
+        Code::Source(code) => {
             let options = crate::snapshot::SnapshotOptions {
                 source: PathBuf::from(&code.source),
-                name: code.name.clone(),
+                name: code.name.to_string(),
                 code_id: None,
                 excludes: code.exclude.clone(),
                 follow_links: false,
             };
             let snap = crate::snapshot::snapshot(&code_root, &options, reporter)?;
-            job.spec.code = None;
-            job.spec.code_id = Some(format!("{}/{}", code.name, snap.code_id));
+            job.spec.code = Code::Snapshot(CodeRef {
+                name: Some(code.name.clone()),
+                id: snap.code_id.parse()?,
+            });
             CodePin {
-                name: code.name.clone(),
+                name: code.name.to_string(),
                 code_id: snap.code_id,
                 tree_hash: snap.tree_hash,
                 source: Some(code.source.clone()),
             }
         }
-        None => {
-            let path = match (&spec.code_id, &spec.code_path) {
-                (Some(id), _) => crate::snapshot::find(&code_root, id).ok(),
-                (None, Some(p)) => p
-                    .strip_prefix(&loaded.profile.shared.mount)
-                    .map(|rest| host.join(rest.trim_start_matches('/'))),
-                _ => None,
+        Code::Path(_) | Code::Snapshot(_) => {
+            let path = match &spec.code {
+                Code::Snapshot(id) => crate::snapshot::find(&code_root, &id.to_string()).ok(),
+                Code::Path(p) => p
+                    .under(&loaded.profile.shared.mount)
+                    .map(|shared| shared.on_host(&host)),
+                Code::Source(_) => None,
             };
             let manifest = path
                 .as_deref()
@@ -414,7 +419,10 @@ pub async fn run(
             }
         }
     };
-    if observed.code_tree_hash.is_none() && spec.code.is_none() && options.lock.is_some() {
+    if observed.code_tree_hash.is_none()
+        && !matches!(spec.code, Code::Source(_))
+        && options.lock.is_some()
+    {
         observed.code_tree_hash = Some(code_pin.tree_hash.clone());
     }
     rec.end(format!("{} {}", code_pin.name, code_pin.code_id))?;
@@ -458,7 +466,7 @@ pub async fn run(
     // this run picks that job up).
     rec.begin("submit")?;
     if job.spec.submission_id.is_none() {
-        job.spec.submission_id = Some(run_id.clone());
+        job.spec.submission_id = Some(run_id.parse()?);
     }
     let target = Target::from_profile(loaded, ray.clone());
     let prepared = submit::prepare(&target, &job, true)?;

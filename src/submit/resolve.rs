@@ -12,7 +12,7 @@ use super::hydra::ConfigKeys;
 use super::target::{Target, redacted_yaml};
 use super::{Error, payload};
 use crate::config::Layout;
-use crate::config::jobspec::{LoadedJobSpec, Workload};
+use crate::config::jobspec::{Code, LoadedJobSpec, Workload};
 
 /// A job ready to submit: everything decided, nothing written.
 #[derive(Debug, Clone, Serialize)]
@@ -31,21 +31,9 @@ pub struct Prepared {
     pub jobspec_record: String,
 }
 
-/// `<prefix>-<yyyymmdd-hhmmss>-<4 hex>` (prefix: the workload, or `run`): readable, sortable, unique enough.
+/// `<prefix>-<yyyymmdd-hhmmss>-<4 hex>`; the generator lives in [`crate::ids`].
 pub fn generate_id(prefix: &str) -> String {
-    let now = std::time::SystemTime::now();
-    let stamp = humantime::format_rfc3339_seconds(now)
-        .to_string()
-        .replace(['-', ':'], "")
-        .replace('T', "-")
-        .trim_end_matches('Z')
-        .to_string();
-    let nanos = now
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let random = (nanos ^ std::process::id().rotate_left(16)) & 0xffff;
-    format!("{}-{stamp}-{random:04x}", prefix)
+    crate::ids::generate(prefix)
 }
 
 /// Resolves the JobSpec against the target and builds the payload. Reads the shared
@@ -54,7 +42,8 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
     let spec = &loaded.spec;
     let submission_id = spec
         .submission_id
-        .clone()
+        .as_ref()
+        .map(ToString::to_string)
         .unwrap_or_else(|| generate_id(spec.workload.as_str()));
     if !crate::config::jobspec::valid_id(&submission_id) {
         return Err(Error::BadId(submission_id));
@@ -62,16 +51,18 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
     let mut notes = Vec::new();
     let layout = Layout::new(&target.mount);
 
-    let (code_path, code_id) = match (&spec.code_path, &spec.code_id) {
-        (None, None) if spec.code.is_some() => return Err(Error::NeedsRun),
-        (Some(path), _) => (
-            path.clone(),
-            Path::new(path)
+    let (code_path, code_id) = match &spec.code {
+        Code::Source(_) => return Err(Error::NeedsRun),
+        Code::Path(path) => (
+            path.to_string(),
+            Path::new(path.as_str())
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned()),
         ),
-        (None, Some(id)) => {
-            let (name, code_id) = id.split_once('/').unwrap_or(("verl", id));
+        Code::Snapshot(code_ref) => {
+            let id = &code_ref.to_string();
+            let name = code_ref.name.as_ref().map_or("verl", |n| n.as_str());
+            let code_id = code_ref.id.as_str();
             let path = format!("{}/{name}/{code_id}", layout.code().display());
             if let Some(host) = &target.host_shared {
                 let code_root = Layout::new(host).code();
@@ -93,7 +84,6 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
                 (path, Some(code_id.to_string()))
             }
         }
-        (None, None) => unreachable!("validated: code_path or code_id"),
     };
 
     let model_path = spec
@@ -118,8 +108,8 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
             None => None,
         }
     };
-    let train_file = resolve_data(&spec.train_file, "train");
-    let val_file = resolve_data(&spec.val_file, "test");
+    let train_file = resolve_data(&spec.train_file.as_ref().map(ToString::to_string), "train");
+    let val_file = resolve_data(&spec.val_file.as_ref().map(ToString::to_string), "test");
 
     let inputs = EntrypointInputs {
         workload: spec.workload,

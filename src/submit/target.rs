@@ -52,7 +52,7 @@ impl Target {
             ray,
             cluster: p.name.clone(),
             mount,
-            host_shared: loaded.shared_host_path.clone(),
+            host_shared: loaded.shared_host_path(),
             user_code_path: submit.user_code_path.clone(),
             env_vars: submit.runtime_env.env_vars.clone(),
             entrypoint_num_cpus: submit.entrypoint_num_cpus,

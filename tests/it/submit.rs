@@ -195,7 +195,7 @@ fn unreachable_ray_is_exit_4_after_bounded_retries() {
     let (_name, shared, profile) = profile_at(&mut ctx, free_port(), 1);
     let spec = ctx.write(
         "j.yaml",
-        "workload: custom\ncode_path: /x\nentrypoint: echo hi\n",
+        "workload: custom\ncode_path: /mnt/shared/x\nentrypoint: echo hi\n",
     );
     ctx.argus()
         .profile(&profile)
@@ -246,7 +246,7 @@ fn traceback_error_bodies_are_reported_by_their_last_line() {
     let (_name, shared, profile) = profile_at(&mut ctx, port, 1);
     let spec = ctx.write(
         "j.yaml",
-        "workload: custom\ncode_path: /x\nentrypoint: echo hi\nsubmission_id: tb-1\n",
+        "workload: custom\ncode_path: /mnt/shared/x\nentrypoint: echo hi\nsubmission_id: tb-1\n",
     );
     let run = ctx.argus().profile(&profile).args(["submit"]).arg_path(&spec).run().code(1).stderr_has("Ray answered 500 to /api/jobs/: RuntimeError: Failed to start supervisor actor: out of CPUs");
     assert!(
