@@ -185,14 +185,14 @@ fn a_corrupted_blob_is_rejected_and_never_published() {
             let n = stream.read(&mut request).unwrap_or(0);
             let head = String::from_utf8_lossy(&request[..n]).to_string();
             let response = if head.starts_with("GET /api/models/acme/bad/revision/main") {
-                let body = r#"{"sha": "c0ffee", "siblings": [{"rfilename": "model.safetensors"}]}"#;
+                let body = r#"{"sha": "c0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ff", "siblings": [{"rfilename": "model.safetensors"}]}"#;
                 format!(
                     "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                     body.len()
                 )
                 .into_bytes()
             } else if head.starts_with("HEAD") {
-                format!("HTTP/1.1 200 OK\r\ncontent-length: 4096\r\nx-repo-commit: c0ffee\r\netag: \"{served_etag}\"\r\nconnection: close\r\n\r\n").into_bytes()
+                format!("HTTP/1.1 200 OK\r\ncontent-length: 4096\r\nx-repo-commit: c0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ff\r\netag: \"{served_etag}\"\r\nconnection: close\r\n\r\n").into_bytes()
             } else {
                 let mut r = b"HTTP/1.1 200 OK\r\ncontent-length: 4096\r\nconnection: close\r\n\r\n"
                     .to_vec();
@@ -219,7 +219,7 @@ fn a_corrupted_blob_is_rejected_and_never_published() {
         !repo.join(format!("blobs/{etag}.incomplete")).exists(),
         "the bad bytes are discarded"
     );
-    assert!(!repo.join("snapshots/c0ffee/model.safetensors").exists());
+    assert!(!repo.join("snapshots/c0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ff/model.safetensors").exists());
 }
 
 /// verl's rule, written from the design brief, applied with `datasets` as verl does.
