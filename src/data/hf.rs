@@ -49,7 +49,7 @@ pub enum HubError {
     },
     #[error("{url}: {detail}")]
     Protocol { url: String, detail: String },
-    #[error("{url}: {source}")]
+    #[error("refused the answer of {url}")]
     Mirror {
         url: String,
         #[source]

@@ -467,7 +467,7 @@ fn hex_value(b: u8) -> Option<u8> {
 /// A mirror's answer that is not what the protocol promises.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ProtocolError {
-    #[error("the mirror sent a bad name: {0}")]
+    #[error(transparent)]
     BadName(#[from] BadName),
     #[error("not a revision answer: {0}")]
     NotRevisionJson(String),

@@ -5,6 +5,7 @@
 mod cluster;
 mod code_snapshot;
 mod harness;
+mod hostile_hub;
 mod hub;
 mod prepare;
 mod profiles;
