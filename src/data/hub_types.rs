@@ -18,6 +18,9 @@
 //!
 //! A leaf module: std, serde and thiserror only (the fuzz target compiles this file alone).
 
+// `fuzzing` is the cfg cargo fuzz sets (see `properties`).
+#![allow(unexpected_cfgs)]
+
 use std::fmt;
 use std::path::{Component, Path, PathBuf};
 
@@ -577,6 +580,105 @@ fn parse_size(value: &str) -> Option<u64> {
     value.parse().ok()
 }
 
+/// The properties every accepted value has, checked on arbitrary bytes: by the fuzz
+/// target (`fuzz/fuzz_targets/hub_responses.rs`, nightly) and by a seeded generator in the
+/// unit tests (stable). Panics when a property does not hold.
+#[cfg(any(test, fuzzing))]
+pub mod properties {
+    use super::*;
+
+    fn plain_below(root: &Path, rel: &Path) {
+        assert!(
+            rel.components().all(|c| matches!(c, Component::Normal(_))),
+            "{rel:?}"
+        );
+        assert!(lexically_under(root, &root.join(rel)), "{rel:?}");
+    }
+
+    fn url_safe(segment: &str, slash_ok: bool) {
+        for b in segment.bytes() {
+            assert!(
+                b.is_ascii_alphanumeric() || b"-._~%".contains(&b) || (slash_ok && b == b'/'),
+                "{segment:?}"
+            );
+        }
+        for part in segment.split('/') {
+            assert!(
+                part != "." && part != ".." && !part.is_empty(),
+                "{segment:?}"
+            );
+        }
+    }
+
+    fn check_path(p: &RepoPath) {
+        plain_below(Path::new("/cache/snapshots/c"), &p.to_path());
+        assert_eq!(p.to_path().components().count(), p.depth() + 1);
+        url_safe(&p.url_path(), true);
+        assert_eq!(RepoPath::parse(p.as_str()).as_ref(), Ok(p));
+    }
+
+    /// Every parser on `data`: as a name of each kind, as a revision answer, and as HEAD
+    /// headers (`name: value` lines).
+    pub fn check(data: &[u8]) {
+        let root = Path::new("/cache");
+        let text = String::from_utf8_lossy(data);
+        if let Ok(repo) = RepoId::parse(&text) {
+            for kind in [RepoKind::Model, RepoKind::Dataset] {
+                plain_below(root, Path::new(&repo.folder_name(kind)));
+                assert_eq!(Path::new(&repo.folder_name(kind)).components().count(), 1);
+            }
+            url_safe(repo.url_path(), true);
+        }
+        if let Ok(revision) = Revision::parse(&text) {
+            plain_below(root, &revision.ref_path());
+            url_safe(&revision.url_segment(), false);
+            if let Some(commit) = revision.as_commit() {
+                assert_eq!(commit.as_str(), revision.as_str());
+            }
+        }
+        if let Ok(commit) = Commit::parse(&text) {
+            assert_eq!(commit.as_str().len(), 40);
+            plain_below(root, Path::new(commit.as_str()));
+        }
+        if let Ok(etag) = Etag::from_header(&text) {
+            assert!(matches!(etag.as_str().len(), 40 | 64));
+            assert!(
+                etag.as_str()
+                    .bytes()
+                    .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+            );
+            plain_below(root, Path::new(&format!("{etag}.incomplete")));
+        }
+        if let Ok(path) = RepoPath::parse(&text) {
+            check_path(&path);
+        }
+        if let Ok(spec) = ModelSpec::parse(&text) {
+            assert_eq!(ModelSpec::parse(&spec.to_string()).as_ref(), Ok(&spec));
+        }
+        if let Ok(info) = parse_revision_info(data) {
+            plain_below(root, Path::new(info.commit.as_str()));
+            for file in &info.files {
+                check_path(file);
+            }
+        }
+        let headers: Vec<(String, &[u8])> = data
+            .split(|&b| b == b'\n')
+            .filter_map(|line| {
+                let at = line.iter().position(|&b| b == b':')?;
+                let name = String::from_utf8_lossy(&line[..at])
+                    .trim()
+                    .to_ascii_lowercase();
+                Some((name, &line[at + 1..]))
+            })
+            .collect();
+        let get = |name: &str| headers.iter().find(|(n, _)| n == name).map(|(_, v)| *v);
+        if let Ok(Some(meta)) = parse_file_meta(get) {
+            plain_below(root, Path::new(meta.commit.as_str()));
+            plain_below(root, Path::new(meta.etag.as_str()));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -803,5 +905,76 @@ mod tests {
             parse_file_meta(traversal),
             Err(ProtocolError::BadName(_))
         ));
+    }
+
+    /// A bounded, seeded generator over the pieces hostile names are made of; every
+    /// input goes through [`properties::check`] (the fuzz target's check, on stable).
+    #[test]
+    fn generated_hostile_inputs_are_refused_or_safe() {
+        const PIECES: &[&str] = &[
+            "..",
+            ".",
+            "/",
+            "//",
+            "\\",
+            "%2e",
+            "%2E",
+            "%2f",
+            "%5c",
+            "%00",
+            "%",
+            "\0",
+            "\n",
+            " ",
+            "a",
+            "Z",
+            "9",
+            "-",
+            "_",
+            "~",
+            "@",
+            "--",
+            ".lock",
+            "refs",
+            "main",
+            "W/",
+            "\"",
+            ":",
+            "é",
+            "0123456789abcdef",
+            "0123456789",
+            "abcdef0123456789abcdef01",
+            C,
+            "{",
+            "}",
+            "[",
+            "\"sha\": ",
+            "\"siblings\": [",
+            "{\"rfilename\": ",
+            "etag: ",
+            "x-repo-commit: ",
+            "x-linked-size: ",
+            "content-length: ",
+            "4096",
+            "-1",
+            ",",
+        ];
+        let mut state: u64 = 0x243f_6a88_85a3_08d3;
+        let mut next = |n: usize| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % n as u64) as usize
+        };
+        let mut accepted = 0;
+        for _ in 0..20_000 {
+            let len = 1 + next(10);
+            let input: String = (0..len).map(|_| PIECES[next(PIECES.len())]).collect();
+            properties::check(input.as_bytes());
+            accepted +=
+                usize::from(RepoPath::parse(&input).is_ok() || Revision::parse(&input).is_ok());
+        }
+        // The generator reaches both sides of the parsers.
+        assert!(accepted > 1000, "{accepted}");
     }
 }
