@@ -257,7 +257,12 @@ fn profile(ctx: &TestContext, endpoint: &str) -> (PathBuf, PathBuf) {
 
 /// argus with HF_TOKEN set, killed if it runs longer than a minute.
 fn argus(profile: &Path, args: &[&str]) -> Run {
+    argus_env(profile, args, &[])
+}
+
+fn argus_env(profile: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
     let mut child = Command::new(env!("CARGO_BIN_EXE_argus"))
+        .envs(env.iter().copied())
         .env_remove("ARGUS_PROFILE")
         .env_remove("HF_ENDPOINT")
         .env("NO_COLOR", "1")
@@ -323,6 +328,14 @@ pub fn listing(root: &Path) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     walk(root, root, &mut out);
     out
+}
+
+/// Whether each path exists, and when it last changed (a test elsewhere may have left one).
+fn outside_state(paths: &[&str]) -> Vec<Option<std::time::SystemTime>> {
+    paths
+        .iter()
+        .map(|p| std::fs::symlink_metadata(p).and_then(|m| m.modified()).ok())
+        .collect()
 }
 
 /// What changed between two listings, for a failure message.
@@ -642,6 +655,7 @@ fn a_hostile_mirror_gets_one_clear_error_and_changes_nothing() {
     let mut failures = Vec::new();
     for case in &cases {
         let before = listing(ctx.dir.path());
+        let outside_before = outside_state(&outside);
         let model = format!("acme/{}{}", case.repo, case.revision);
         let run = argus(&profile, &["prepare", "--model", &model]);
         let after = listing(ctx.dir.path());
@@ -664,10 +678,8 @@ fn a_hostile_mirror_gets_one_clear_error_and_changes_nothing() {
         if before != after {
             problems.push(format!("the tree changed:\n{}", diff(&before, &after)));
         }
-        for path in outside {
-            if Path::new(path).exists() {
-                problems.push(format!("{path} exists"));
-            }
+        if outside_state(&outside) != outside_before {
+            problems.push(format!("one of {outside:?} was written"));
         }
         if !problems.is_empty() {
             failures.push(format!(
@@ -711,9 +723,19 @@ fn the_token_never_follows_a_redirect_to_another_origin() {
         }
     });
     let (profile, shared) = profile(&ctx, &a.endpoint);
-    argus(&profile, &["prepare", "--model", "acme/away"])
-        .code(0)
-        .stdout_has("models--acme--away/snapshots/");
+    // Logging everything (every crate at trace) shows no token either.
+    let run = argus_env(
+        &profile,
+        &["-vv", "prepare", "--model", "acme/away"],
+        &[("ARGUS_LOG", "trace")],
+    )
+    .code(0)
+    .stdout_has("models--acme--away/snapshots/");
+    assert!(
+        !run.stderr.contains(TOKEN) && run.stderr.contains("redirects to"),
+        "{}",
+        run.stderr
+    );
     let fixture = Fixture::new();
     let blob = shared
         .join("common/hf/hub/models--acme--away/blobs")
