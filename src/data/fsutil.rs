@@ -96,9 +96,10 @@ pub fn sha256_of(mut file: &File) -> std::io::Result<String> {
     Ok(crate::snapshot::hash::hex(&hasher.finalize()))
 }
 
-/// Writes a new file and syncs it to disk.
+/// Creates a file that must not exist yet (a planted symlink is not followed: the
+/// create fails), writes it and syncs it to disk.
 pub fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut file = File::create(path)?;
+    let mut file = File::create_new(path)?;
     file.write_all(bytes)?;
     file.sync_all()
 }
@@ -116,6 +117,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
     let result = write_synced(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
     if result.is_err() {
         let _ = std::fs::remove_file(&tmp);

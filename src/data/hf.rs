@@ -516,10 +516,16 @@ impl HubClient {
         let mut total_attempts = 0u32;
         loop {
             total_attempts += 1;
-            let have = tokio::fs::metadata(incomplete)
-                .await
-                .map(|m| m.len())
-                .unwrap_or(0);
+            // Only a regular file counts (not followed: a link planted in the cache
+            // must not make argus write through it).
+            let have = match tokio::fs::symlink_metadata(incomplete).await {
+                Ok(m) if m.is_file() => m.len(),
+                Ok(_) => {
+                    discard().await;
+                    0
+                }
+                Err(_) => 0,
+            };
             let have = if meta.size.is_some_and(|size| have > size) {
                 0
             } else {
@@ -534,6 +540,12 @@ impl HubClient {
             // 206: append to what we hold (from exactly there); 416: what we hold is
             // already whole (checked below); 200: the whole file again (the server
             // ignored Range, or we asked from 0).
+            if status == StatusCode::RANGE_NOT_SATISFIABLE && have == 0 {
+                return Err(HubError::Protocol {
+                    url: without_credentials(&final_url),
+                    detail: "answered 416 to a request without a range".into(),
+                });
+            }
             let keep = (status == StatusCode::PARTIAL_CONTENT && have > 0)
                 || status == StatusCode::RANGE_NOT_SATISFIABLE;
             if status == StatusCode::PARTIAL_CONTENT
@@ -548,14 +560,20 @@ impl HubClient {
                     ),
                 });
             }
+            let mut options = tokio::fs::OpenOptions::new();
+            options.custom_flags(libc::O_NOFOLLOW);
             let mut out = if keep {
-                tokio::fs::OpenOptions::new()
+                options
                     .append(true)
                     .open(incomplete)
                     .await
                     .map_err(io("cannot open"))?
             } else {
-                tokio::fs::File::create(incomplete)
+                options
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(incomplete)
                     .await
                     .map_err(io("cannot create"))?
             };
@@ -681,7 +699,11 @@ fn range_start(response: &reqwest::Response) -> Option<u64> {
 /// Feeds what a partial download already holds into `hasher`.
 async fn hash_prefix(path: &Path, hasher: &mut Sha256) -> std::io::Result<()> {
     use tokio::io::AsyncReadExt;
-    let mut file = tokio::fs::File::open(path).await?;
+    let mut file = tokio::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .await?;
     let mut buffer = vec![0u8; 256 * 1024];
     loop {
         let n = file.read(&mut buffer).await?;

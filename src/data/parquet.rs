@@ -199,7 +199,7 @@ pub fn sft_batch(rows: &[SftRow]) -> Result<RecordBatch, arrow_schema::ArrowErro
 
 /// Writes a batch to a new file at `path` and syncs it (the caller publishes it).
 pub fn write_file(path: &Path, batch: &RecordBatch) -> Result<(), ParquetError> {
-    let file = File::create(path).map_err(|e| err(path, e))?;
+    let file = File::create_new(path).map_err(|e| err(path, e))?;
     let props = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
         .build();

@@ -879,3 +879,43 @@ fn malformed_input_is_exit_2_and_never_leaves_the_machine() {
         failures.join("\n\n")
     );
 }
+
+#[test]
+fn a_symlink_planted_in_the_cache_cannot_redirect_a_write() {
+    let ctx = TestContext::new("hostileplant");
+    let fixture = Fixture::new();
+    let hub = FakeHub::start(move |seen| fixture.good(seen));
+    let (profile, shared) = profile(&ctx, &hub.endpoint);
+    let repo_dir = shared.join("common/hf/hub/models--acme--planted");
+    std::fs::create_dir_all(&repo_dir).expect("repo dir");
+    let outside = ctx.path("outside");
+    std::fs::create_dir_all(&outside).expect("outside");
+    std::os::unix::fs::symlink(&outside, repo_dir.join("blobs")).expect("plant");
+    let before = listing(ctx.dir.path());
+    argus(&profile, &["prepare", "--model", "acme/planted"])
+        .code(1)
+        .stderr_has("resolves outside the Hugging Face cache: refusing to write there");
+    assert_eq!(before, listing(ctx.dir.path()));
+    assert_eq!(std::fs::read_dir(&outside).expect("outside").count(), 0);
+}
+
+#[test]
+fn a_planted_incomplete_link_is_replaced_not_written_through() {
+    let ctx = TestContext::new("hostilepartial");
+    let fixture = Fixture::new();
+    let etag = fixture.etag.clone();
+    let expected = fixture.bytes.clone();
+    let hub = FakeHub::start(move |seen| fixture.good(seen));
+    let (profile, shared) = profile(&ctx, &hub.endpoint);
+    let blobs = shared.join("common/hf/hub/models--acme--partial/blobs");
+    std::fs::create_dir_all(&blobs).expect("blobs");
+    let victim = ctx.write("victim.txt", "do not touch");
+    std::os::unix::fs::symlink(&victim, blobs.join(format!("{etag}.incomplete"))).expect("plant");
+    argus(&profile, &["prepare", "--model", "acme/partial"]).code(0);
+    assert_eq!(
+        std::fs::read_to_string(&victim).expect("victim"),
+        "do not touch"
+    );
+    assert_eq!(std::fs::read(blobs.join(&etag)).expect("blob"), expected);
+    assert!(!blobs.join(format!("{etag}.incomplete")).exists());
+}

@@ -601,11 +601,16 @@ fn a_full_disk_never_leaves_half_a_dataset() {
         manifest
     };
 
+    // Coarse levels, then around the last page (both splits fit, the manifest may not).
     let steps = 12;
+    let levels: Vec<u64> = (0..=steps)
+        .map(|step| whole * step / steps)
+        .chain([whole - 8192, whole - 4096, whole - 1024, whole])
+        .collect();
     let (mut failed, mut succeeded) = (0, 0);
-    for step in 0..=steps {
+    let mut failed_at = std::collections::BTreeSet::new();
+    for leave in levels {
         let _ = std::fs::remove_dir_all(shared.join("common"));
-        let leave = whole * step / steps;
         disk.fill_to(leave);
         let before = crate::hostile_hub::listing(&shared);
         let run = ctx
@@ -619,6 +624,11 @@ fn a_full_disk_never_leaves_half_a_dataset() {
             check_whole(&out);
         } else {
             failed += 1;
+            for file in ["train.parquet", "test.parquet", "manifest.json"] {
+                if run.stderr.contains(&format!("/{file}")) {
+                    failed_at.insert(file);
+                }
+            }
             assert_eq!(run.code, 1, "{}", run.stderr);
             assert!(
                 run.stderr.contains("No space left on device"),
