@@ -22,6 +22,7 @@ mod commands;
 pub mod config;
 pub mod data;
 pub mod exit;
+pub mod hydra;
 pub mod run;
 pub mod snapshot;
 pub mod submit;

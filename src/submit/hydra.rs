@@ -1,59 +1,10 @@
-//! Hydra overrides: values quoted for Hydra (then for the shell, by the entrypoint), and
-//! the check of override keys against the configs a verl snapshot carries.
+//! The check of override keys against the configs a verl snapshot carries. (Writing
+//! values in Hydra's syntax lives in the leaf module `crate::hydra`.)
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
 use serde_yaml::Value;
-
-/// A YAML value as Hydra override syntax: `1`, `true`, `null`, `abc`, `'a b'`, `[a,b]`, `{k:v}`.
-pub fn format_value(value: &Value) -> String {
-    match value {
-        Value::Null => "null".to_string(),
-        Value::Bool(b) => b.to_string(),
-        Value::Number(n) => n.to_string(),
-        Value::String(s) => format_string(s),
-        Value::Sequence(items) => format!(
-            "[{}]",
-            items.iter().map(format_value).collect::<Vec<_>>().join(",")
-        ),
-        Value::Mapping(map) => {
-            let entries: Vec<String> = map
-                .iter()
-                .map(|(k, v)| format!("{}:{}", key_text(k), format_value(v)))
-                .collect();
-            format!("{{{}}}", entries.join(","))
-        }
-        Value::Tagged(tagged) => format_value(&tagged.value),
-    }
-}
-
-fn key_text(key: &Value) -> String {
-    match key {
-        Value::String(s) => format_string(s),
-        other => format_value(other),
-    }
-}
-
-/// Plain when Hydra reads it back as the same string, else single-quoted with escapes.
-fn format_string(s: &str) -> String {
-    let plain = !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_-./:@+%".contains(c))
-        && !s.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+' || c == '.')
-        && !matches!(
-            s.to_ascii_lowercase().as_str(),
-            "true" | "false" | "null" | "nan" | "inf"
-        );
-    // Paths start with '/', which Hydra reads fine unquoted.
-    let path_like = s.starts_with('/')
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "_-./@+%".contains(c));
-    if plain || path_like {
-        return s.to_string();
-    }
-    format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"))
-}
 
 /// Every dotted key of a composed config (intermediate keys included).
 #[derive(Debug, Default)]
@@ -224,25 +175,6 @@ fn compose(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn values_are_quoted_only_when_hydra_needs_it() {
-        let v = |s: &str| format_value(&serde_yaml::from_str(s).unwrap());
-        assert_eq!(v("abc"), "abc");
-        assert_eq!(
-            v("/mnt/shared/data/train.parquet"),
-            "/mnt/shared/data/train.parquet"
-        );
-        assert_eq!(v("'a b'"), "'a b'");
-        assert_eq!(v("\"it's\""), r"'it\'s'");
-        assert_eq!(v("'$HOME'"), "'$HOME'");
-        assert_eq!(v("'1e-6'"), "'1e-6'");
-        assert_eq!(v("1e-6"), "1e-6");
-        assert_eq!(v("[console, wandb]"), "[console,wandb]");
-        assert_eq!(v("{a: 1, b: 'x y'}"), "{a:1,b:'x y'}");
-        assert_eq!(v("'true'"), "'true'");
-        assert_eq!(v("~"), "null");
-    }
 
     #[test]
     fn keys_compose_from_defaults_and_typos_get_a_suggestion() {
