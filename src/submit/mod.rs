@@ -35,6 +35,8 @@ pub enum Error {
         origin: String,
         suggestion: Option<String>,
     },
+    #[error(transparent)]
+    Entrypoint(#[from] entrypoint::Error),
     #[error("no snapshot {code_id} under {}", root.display())]
     CodeNotFound { code_id: String, root: PathBuf },
     #[error("no job {0}: neither the cluster nor argus's records know it")]
@@ -62,6 +64,7 @@ impl Classify for Error {
         match self {
             Error::Jobs(JobsError::Ray(e)) => e.exit(),
             Error::Jobs(JobsError::Duplicate(_) | JobsError::NotFound(_)) => Exit::Usage,
+            Error::Entrypoint(e) => e.exit(),
             Error::DuplicateRecord { .. }
             | Error::UnknownOverride { .. }
             | Error::CodeNotFound { .. }
@@ -84,6 +87,7 @@ impl Classify for Error {
                 "`argus snapshot list` shows the snapshots; `argus snapshot SRC` makes one".into(),
             ),
             Error::UnknownJob(_) => Some("`argus job list` shows the jobs".into()),
+            Error::Entrypoint(e) => e.hint(),
             _ => None,
         }
     }
@@ -293,7 +297,7 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
         user_overrides: spec.overrides.0.clone(),
         custom: spec.entrypoint.clone(),
     };
-    let entrypoint = entrypoint::build(&inputs);
+    let entrypoint = entrypoint::build(&inputs)?;
 
     let mut checked_overrides_against = None;
     if verl && check {
