@@ -2,7 +2,7 @@
 //! turned into a Ray Jobs payload, submitted, watched, and recorded under `jobs/<id>/`.
 
 pub mod entrypoint;
-pub mod hydra;
+pub mod override_check;
 pub mod ray;
 pub mod records;
 pub mod watch;
@@ -19,7 +19,7 @@ use crate::config::secrets::redact_json;
 use crate::config::{Layout, LoadedProfile};
 use crate::exit::{Classify, Exit};
 use entrypoint::EntrypointInputs;
-use hydra::ConfigKeys;
+use override_check::Outcome;
 use ray::{JobsApi, JobsError};
 use records::{JobRecord, Records};
 
@@ -29,12 +29,8 @@ pub enum Error {
     Jobs(#[from] JobsError),
     #[error("submission id {id} is already used: argus has a record of it at {}", path.display())]
     DuplicateRecord { id: String, path: PathBuf },
-    #[error("override `{key}` is not a key of verl's config (checked against {origin}){}", suggestion.as_ref().map(|s| format!("; did you mean `{s}`?")).unwrap_or_default())]
-    UnknownOverride {
-        key: String,
-        origin: String,
-        suggestion: Option<String>,
-    },
+    #[error(transparent)]
+    Overrides(#[from] override_check::Error),
     #[error(transparent)]
     Entrypoint(#[from] entrypoint::Error),
     #[error("no snapshot {code_id} under {}", root.display())]
@@ -64,9 +60,9 @@ impl Classify for Error {
         match self {
             Error::Jobs(JobsError::Ray(e)) => e.exit(),
             Error::Jobs(JobsError::Duplicate(_) | JobsError::NotFound(_)) => Exit::Usage,
+            Error::Overrides(e) => e.exit(),
             Error::Entrypoint(e) => e.exit(),
             Error::DuplicateRecord { .. }
-            | Error::UnknownOverride { .. }
             | Error::CodeNotFound { .. }
             | Error::UnknownJob(_)
             | Error::BadId(_)
@@ -80,14 +76,12 @@ impl Classify for Error {
             Error::Jobs(JobsError::Duplicate(_)) | Error::DuplicateRecord { .. } => {
                 Some("choose another submission_id, or leave it out to get a fresh one".into())
             }
-            Error::UnknownOverride { .. } => {
-                Some("prefix a new key with + (+my.key=1), or pass --no-check".into())
-            }
+            Error::Overrides(e) => e.hint(),
+            Error::Entrypoint(e) => e.hint(),
             Error::CodeNotFound { .. } => Some(
                 "`argus snapshot list` shows the snapshots; `argus snapshot SRC` makes one".into(),
             ),
             Error::UnknownJob(_) => Some("`argus job list` shows the jobs".into()),
-            Error::Entrypoint(e) => e.hint(),
             _ => None,
         }
     }
@@ -300,25 +294,24 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
     let entrypoint = entrypoint::build(&inputs)?;
 
     let mut checked_overrides_against = None;
-    if verl && check {
-        if let Some(keys) = target
-            .host_path_of(&code_path)
-            .and_then(|host| ConfigKeys::for_entrypoint(&host, spec.workload == Workload::Sft))
-        {
-            for o in &spec.overrides.0 {
-                if let Err(suggestion) = keys.check(&o.key) {
-                    return Err(Error::UnknownOverride {
-                        key: o.key.clone(),
-                        origin: keys.origin.clone(),
-                        suggestion,
-                    });
-                }
+    if let (Some(config), true) = (entrypoint::config_name(spec.workload), check) {
+        let outcome = match target.host_path_of(&code_path) {
+            Some(host) => {
+                let (implied, user) = entrypoint::effective_parts(&inputs);
+                let first_user = implied.len();
+                let all: Vec<_> = implied.into_iter().chain(user).collect();
+                override_check::check(&host, config, &all, first_user)?
             }
-            checked_overrides_against = Some(keys.origin);
-        } else if !spec.overrides.0.is_empty() {
-            notes.push(format!(
-                "overrides not checked: no verl configs under {code_path}/verl/trainer/config"
-            ));
+            None => Outcome::NotChecked {
+                reason: format!("{code_path} is not on the shared storage seen from this host"),
+            },
+        };
+        match outcome {
+            Outcome::Checked { origin } => checked_overrides_against = Some(origin),
+            Outcome::NotChecked { reason } if !spec.overrides.0.is_empty() => {
+                notes.push(format!("overrides not checked: {reason}"));
+            }
+            Outcome::NotChecked { .. } => {}
         }
     }
 
