@@ -6,6 +6,7 @@ mod cluster;
 mod code_snapshot;
 mod harness;
 mod hub;
+mod hydra;
 mod prepare;
 mod profiles;
 mod run;
