@@ -430,6 +430,18 @@ mod tests {
     }
 
     #[test]
+    fn an_unreadable_config_is_a_failure_not_bad_input() {
+        // Root reads any file here, so the I/O failure (EACCES on root-squashed NFS, EIO)
+        // is built by hand: the operation ran and failed (1), the input may be fine.
+        let e = Error::Unreadable {
+            path: PathBuf::from("/s/verl/trainer/config/ppo_trainer.yaml"),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        };
+        assert_eq!(e.exit(), Exit::Failed);
+        assert!(e.to_string().contains("ppo_trainer.yaml"), "{e}");
+    }
+
+    #[test]
     fn yaml_values_are_checked_as_the_text_hydra_sees() {
         let dir = snapshot();
         let o = Override {
