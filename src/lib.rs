@@ -23,6 +23,7 @@ pub mod config;
 pub mod data;
 pub mod error;
 pub mod exit;
+pub mod hydra;
 pub mod run;
 pub mod snapshot;
 pub mod submit;

@@ -1,8 +1,35 @@
 //! verl workloads turned into a command line: the entrypoint module and the Hydra
 //! overrides the JobSpec's fields imply, then the user's overrides (last, so they win).
-//! Every token is quoted for Hydra (values) and for the shell (whole tokens). Pure.
+//! Values are written in Hydra's syntax (and must read back unchanged), then each word is
+//! quoted for the POSIX shell Ray runs the entrypoint with (shlex's checked quoting); a
+//! word no shell can carry (a NUL byte) is refused. Pure.
 
 use crate::config::jobspec::{Override, OverrideValue, Workload};
+use crate::exit::{Classify, Exit};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("override `{key}` cannot be passed to Hydra: {reason}")]
+    Unrepresentable { key: String, reason: String },
+    #[error("override {key:?} contains a NUL byte, which no shell command line can carry")]
+    Nul { key: String },
+    #[error("the custom entrypoint contains a NUL byte, which no shell command line can carry")]
+    NulInCustom,
+}
+
+impl Classify for Error {
+    fn exit(&self) -> Exit {
+        Exit::Usage
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            Error::Unrepresentable { .. } => Some(
+                "Hydra's syntax cannot write that mapping key (no quotes, no `#`, no non-ASCII in keys); pass the value another way".into(),
+            ),
+            Error::Nul { .. } | Error::NulInCustom => Some("remove the NUL byte".into()),
+        }
+    }
+}
 
 /// Everything the entrypoint depends on, resolved to paths inside the containers.
 #[derive(Debug, Clone)]
@@ -27,6 +54,9 @@ pub struct EntrypointInputs {
 
 pub const PPO_MODULE: &str = "verl.trainer.main_ppo";
 pub const SFT_MODULE: &str = "verl.trainer.sft_trainer_ray";
+/// The Hydra primary config each module composes (`@hydra.main(config_name=...)`).
+pub const PPO_CONFIG: &str = "ppo_trainer";
+pub const SFT_CONFIG: &str = "sft_trainer_engine";
 /// GRPO samples several responses per prompt; 1 would make every advantage zero.
 pub const GRPO_DEFAULT_N: u32 = 5;
 
@@ -118,49 +148,99 @@ fn plain_value(text: &str) -> serde_yaml::Value {
 /// The overrides in effect: implied first, then the user's; a later key replaces an
 /// earlier one (so the command line has each key once and the user's value wins).
 pub fn effective_overrides(i: &EntrypointInputs) -> Vec<Override> {
-    let mut all = implied_overrides(i);
-    for user in &i.user_overrides {
-        let bare = user.key.trim_start_matches('+');
-        all.retain(|o| o.key.trim_start_matches('+') != bare);
-        all.push(user.clone());
-    }
-    all
+    let (mut implied, user) = effective_parts(i);
+    implied.extend(user);
+    implied
 }
 
 /// The driver's command run in `work_dir` (made first): every relative path a job writes,
 /// and anything a Hydra app puts in its working directory, lands on the shared storage.
-pub fn in_work_dir(work_dir: &str, command: &str) -> String {
-    let dir = shell_quote(work_dir);
-    format!("mkdir -p {dir} && cd {dir} && {command}")
+pub fn in_work_dir(work_dir: &str, command: &str) -> Result<String, Error> {
+    // Made of the validated mount and submission id: unquotable only if those checks broke.
+    let dir = shell_quote(work_dir).ok_or(Error::NulInCustom)?;
+    Ok(format!("mkdir -p {dir} && cd {dir} && {command}"))
 }
 
-/// The shell command Ray runs as the job's driver.
-pub fn build(i: &EntrypointInputs) -> String {
+/// [`effective_overrides`] in two parts: the implied ones that remain, and the user's.
+pub fn effective_parts(i: &EntrypointInputs) -> (Vec<Override>, Vec<Override>) {
+    let mut implied = implied_overrides(i);
+    let mut user: Vec<Override> = Vec::new();
+    for o in &i.user_overrides {
+        let bare = o.key.trim_start_matches('+');
+        implied.retain(|x| x.key.trim_start_matches('+') != bare);
+        user.retain(|x| x.key.trim_start_matches('+') != bare);
+        user.push(o.clone());
+    }
+    (implied, user)
+}
+
+/// The Hydra config the workload's entrypoint composes (None for custom).
+pub fn config_name(workload: Workload) -> Option<&'static str> {
+    match workload {
+        Workload::Ppo | Workload::Grpo => Some(PPO_CONFIG),
+        Workload::Sft => Some(SFT_CONFIG),
+        Workload::Custom => None,
+    }
+}
+
+/// The words of the command line, before shell quoting.
+pub fn words(i: &EntrypointInputs) -> Result<Vec<String>, Error> {
     let module = match i.workload {
-        Workload::Custom => return i.custom.clone().unwrap_or_default(),
+        Workload::Custom => return Ok(vec![i.custom.clone().unwrap_or_default()]),
         Workload::Ppo | Workload::Grpo => PPO_MODULE,
         Workload::Sft => SFT_MODULE,
     };
     let mut words = vec!["python3".to_string(), "-m".to_string(), module.to_string()];
     for o in effective_overrides(i) {
-        words.push(shell_quote(&o.to_string()));
+        words.push(override_word(&o)?);
     }
-    words.join(" ")
+    Ok(words)
 }
 
-/// As is when the shell reads it back unchanged (no globs, spaces, quotes or `$`).
-pub fn shell_quote(token: &str) -> String {
-    let safe = !token.is_empty()
-        && token
+/// `key=value` with the value in Hydra's syntax, proven to read back as written.
+fn override_word(o: &Override) -> Result<String, Error> {
+    match &o.value {
+        OverrideValue::Yaml(v) => crate::hydra::try_format_value(v)
+            .map(|value| format!("{}={value}", o.key))
+            .map_err(|e| Error::Unrepresentable {
+                key: o.key.clone(),
+                reason: e.to_string(),
+            }),
+        OverrideValue::Raw(_) | OverrideValue::Delete => Ok(o.to_string()),
+    }
+}
+
+/// The shell command Ray runs as the job's driver.
+pub fn build(i: &EntrypointInputs) -> Result<String, Error> {
+    if i.workload == Workload::Custom {
+        let custom = i.custom.clone().unwrap_or_default();
+        if custom.contains('\0') {
+            return Err(Error::NulInCustom);
+        }
+        return Ok(custom);
+    }
+    let words = words(i)?;
+    let mut quoted = Vec::with_capacity(words.len());
+    for word in &words {
+        quoted.push(shell_quote(word).ok_or_else(|| Error::Nul {
+            key: word.split('=').next().unwrap_or(word).to_string(),
+        })?);
+    }
+    Ok(quoted.join(" "))
+}
+
+/// A word as the shell reads it back: as is when it holds only characters no POSIX shell
+/// treats specially after the command name (letters, digits, `_-./:=,+@%`), else quoted by
+/// shlex. None when no quoting can carry it (a NUL byte).
+pub fn shell_quote(word: &str) -> Option<String> {
+    let plain = !word.is_empty()
+        && word
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "_-./:=,+@%".contains(c));
-    if safe {
-        return token.to_string();
+    if plain {
+        return Some(word.to_string());
     }
-    // try_quote only refuses NUL bytes, which no YAML or command line can carry.
-    shlex::try_quote(token)
-        .map(|q| q.into_owned())
-        .unwrap_or_else(|_| token.replace('\0', ""))
+    shlex::try_quote(word).ok().map(|q| q.into_owned())
 }
 
 #[cfg(test)]
@@ -201,7 +281,7 @@ mod tests {
                 value: OverrideValue::Yaml(serde_yaml::Value::String("a b".into())),
             },
         ];
-        let e = build(&i);
+        let e = build(&i).unwrap();
         assert!(!e.contains("rollout.name=vllm"), "{e}");
         assert!(e.ends_with(r#"'trainer.logger=[console]' actor_rollout_ref.rollout.name=sglang "+trainer.extra='a b'""#), "{e}");
         assert!(
@@ -212,7 +292,7 @@ mod tests {
 
     #[test]
     fn grpo_has_no_critic_and_samples_several_responses() {
-        let e = build(&inputs(Workload::Grpo));
+        let e = build(&inputs(Workload::Grpo)).unwrap();
         assert!(e.contains("algorithm.adv_estimator=grpo"));
         assert!(e.contains("actor_rollout_ref.rollout.n=5"));
         assert!(!e.contains("critic."));
@@ -220,9 +300,52 @@ mod tests {
 
     #[test]
     fn sft_runs_the_ray_trainer_on_cpu_by_default() {
-        let e = build(&inputs(Workload::Sft));
+        let e = build(&inputs(Workload::Sft)).unwrap();
         assert!(e.starts_with("python3 -m verl.trainer.sft_trainer_ray "));
         assert!(e.contains("trainer.device=cpu"));
         assert!(e.contains("model.path=/mnt/shared/common/hf/hub/"));
+    }
+
+    #[test]
+    fn values_no_shell_can_carry_are_refused_naming_the_key() {
+        let mut i = inputs(Workload::Ppo);
+        i.user_overrides = vec![Override {
+            key: "trainer.experiment_name".into(),
+            value: OverrideValue::Yaml(serde_yaml::Value::String("a\0; rm -rf /".into())),
+        }];
+        let e = build(&i).unwrap_err();
+        assert!(
+            matches!(&e, Error::Nul { key } if key == "trainer.experiment_name"),
+            "{e}"
+        );
+        assert_eq!(e.exit(), Exit::Usage);
+        i.user_overrides = vec![Override::parse("trainer.x=a\0b").unwrap()];
+        assert!(matches!(build(&i), Err(Error::Nul { .. })));
+        i.user_overrides = vec![Override {
+            key: "data.kwargs".into(),
+            value: OverrideValue::Yaml(serde_yaml::from_str("{\"it's\": 1}").unwrap()),
+        }];
+        assert!(matches!(build(&i), Err(Error::Unrepresentable { .. })));
+        let mut c = inputs(Workload::Custom);
+        c.custom = Some("echo a\0b".into());
+        assert!(matches!(build(&c), Err(Error::NulInCustom)));
+    }
+
+    #[test]
+    fn every_word_comes_back_from_the_shell_parser() {
+        let mut i = inputs(Workload::Ppo);
+        i.user_overrides = [
+            "it's", "a b", "$HOME", "`id`", "a\nb", "~x", "#c", "{a,b}", "\u{e9}", "*", "!x", "\\'",
+        ]
+        .iter()
+        .enumerate()
+        .map(|(n, s)| Override {
+            key: format!("+k{n}"),
+            value: OverrideValue::Yaml(serde_yaml::Value::String(s.to_string())),
+        })
+        .collect();
+        let words = words(&i).unwrap();
+        let line = build(&i).unwrap();
+        assert_eq!(shlex::split(&line), Some(words), "{line}");
     }
 }

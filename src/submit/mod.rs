@@ -4,7 +4,7 @@
 //! end (`watch`). `run`, Slurm and the KubeRay export consume the same resolved value.
 
 pub mod entrypoint;
-pub mod hydra;
+pub mod override_check;
 pub mod payload;
 pub mod resolve;
 pub mod send;
@@ -26,12 +26,10 @@ pub enum Error {
     Jobs(#[from] JobsError),
     #[error("submission id {id} is already used: argus has a record of it at {}", path.display())]
     DuplicateRecord { id: String, path: PathBuf },
-    #[error("override `{key}` is not a key of verl's config (checked against {origin}){}", suggestion.as_ref().map(|s| format!("; did you mean `{s}`?")).unwrap_or_default())]
-    UnknownOverride {
-        key: String,
-        origin: String,
-        suggestion: Option<String>,
-    },
+    #[error(transparent)]
+    Overrides(#[from] override_check::Error),
+    #[error(transparent)]
+    Entrypoint(#[from] entrypoint::Error),
     #[error("no snapshot {code_id} under {}", root.display())]
     CodeNotFound { code_id: String, root: PathBuf },
     #[error("no job {0}: neither the cluster nor argus's records know it")]
@@ -59,8 +57,9 @@ impl Classify for Error {
         match self {
             Error::Jobs(JobsError::Ray(e)) => e.exit(),
             Error::Jobs(JobsError::Duplicate(_) | JobsError::NotFound(_)) => Exit::Usage,
+            Error::Overrides(e) => e.exit(),
+            Error::Entrypoint(e) => e.exit(),
             Error::DuplicateRecord { .. }
-            | Error::UnknownOverride { .. }
             | Error::CodeNotFound { .. }
             | Error::UnknownJob(_)
             | Error::BadId(_)
@@ -74,9 +73,8 @@ impl Classify for Error {
             Error::Jobs(JobsError::Duplicate(_)) | Error::DuplicateRecord { .. } => {
                 Some("choose another submission_id, or leave it out to get a fresh one".into())
             }
-            Error::UnknownOverride { .. } => {
-                Some("prefix a new key with + (+my.key=1), or pass --no-check".into())
-            }
+            Error::Overrides(e) => e.hint(),
+            Error::Entrypoint(e) => e.hint(),
             Error::CodeNotFound { .. } => Some(
                 "`argus snapshot list` shows the snapshots; `argus snapshot SRC` makes one".into(),
             ),

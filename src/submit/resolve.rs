@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::entrypoint::{self, EntrypointInputs};
-use super::hydra::ConfigKeys;
+use super::override_check::{self, Outcome};
 use super::target::{Target, redacted_yaml};
 use super::{Error, payload};
 use crate::config::Layout;
@@ -127,28 +127,29 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
         custom: spec.entrypoint.clone(),
     };
     let work_dir = format!("{}/{submission_id}/work", layout.jobs().display());
-    let entrypoint = entrypoint::in_work_dir(&work_dir, &entrypoint::build(&inputs));
+    let entrypoint = entrypoint::in_work_dir(&work_dir, &entrypoint::build(&inputs)?)?;
 
+    // Hydra's verdict on the whole command line (argus's implied overrides, then the
+    // user's), against the configs inside the code snapshot.
     let mut checked_overrides_against = None;
-    if verl && check {
-        if let Some(keys) = target
-            .host_path_of(&code_path)
-            .and_then(|host| ConfigKeys::for_entrypoint(&host, spec.workload == Workload::Sft))
-        {
-            for o in &spec.overrides.0 {
-                if let Err(suggestion) = keys.check(&o.key) {
-                    return Err(Error::UnknownOverride {
-                        key: o.key.clone(),
-                        origin: keys.origin.clone(),
-                        suggestion,
-                    });
-                }
+    if let (Some(config), true) = (entrypoint::config_name(spec.workload), check) {
+        let outcome = match target.host_path_of(&code_path) {
+            Some(host) => {
+                let (implied, user) = entrypoint::effective_parts(&inputs);
+                let first_user = implied.len();
+                let all: Vec<_> = implied.into_iter().chain(user).collect();
+                override_check::check(&host, config, &all, first_user)?
             }
-            checked_overrides_against = Some(keys.origin);
-        } else if !spec.overrides.0.is_empty() {
-            notes.push(format!(
-                "overrides not checked: no verl configs under {code_path}/verl/trainer/config"
-            ));
+            None => Outcome::NotChecked {
+                reason: format!("{code_path} is not on the shared storage seen from this host"),
+            },
+        };
+        match outcome {
+            Outcome::Checked { origin } => checked_overrides_against = Some(origin),
+            Outcome::NotChecked { reason } if !spec.overrides.0.is_empty() => {
+                notes.push(format!("overrides not checked: {reason}"));
+            }
+            Outcome::NotChecked { .. } => {}
         }
     }
 

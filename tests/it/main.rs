@@ -8,6 +8,7 @@ mod code_snapshot;
 mod harness;
 mod hostile_hub;
 mod hub;
+mod hydra;
 mod prepare;
 mod profiles;
 mod run;

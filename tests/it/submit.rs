@@ -24,7 +24,7 @@ fn verl_shaped_snapshot(ctx: &TestContext, profile: &Path) {
     std::fs::create_dir_all(config.join("model")).expect("mkdir");
     std::fs::create_dir_all(config.join("optim")).expect("mkdir");
     std::fs::write(
-        config.join("_generated_ppo_trainer.yaml"),
+        config.join("ppo_trainer.yaml"),
         "data:\n  train_files: x\n  val_files: x\n  train_batch_size: 1\n  max_prompt_length: 1\n  max_response_length: 1\nactor_rollout_ref:\n  model:\n    path: x\n  actor:\n    optim:\n      lr: 1\n    ppo_mini_batch_size: 1\n    use_kl_loss: false\n    kl_loss_coef: 0\n  rollout:\n    name: x\n    n: 1\n    gpu_memory_utilization: 0.5\n    tensor_model_parallel_size: 1\ncritic:\n  model:\n    path: x\n  optim:\n    lr: 1\nalgorithm:\n  adv_estimator: gae\ntrainer:\n  nnodes: 1\n  n_gpus_per_node: 1\n  total_training_steps: null\n  save_freq: 1\n  test_freq: 1\n  default_local_dir: x\n  logger: [console]\n  project_name: x\n  experiment_name: x\n",
     )
     .expect("write");

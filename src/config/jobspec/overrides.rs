@@ -65,7 +65,7 @@ impl fmt::Display for Override {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.value {
             OverrideValue::Yaml(v) => {
-                write!(f, "{}={}", self.key, crate::submit::hydra::format_value(v))
+                write!(f, "{}={}", self.key, crate::hydra::format_value(v))
             }
             OverrideValue::Raw(v) => write!(f, "{}={v}", self.key),
             OverrideValue::Delete => write!(f, "{}", self.key),

@@ -1,0 +1,457 @@
+//! The check of a job's Hydra overrides against the configs its verl snapshot carries:
+//! Hydra's own verdict, before anything is submitted. verl's entrypoints run Hydra in
+//! struct mode, so a key a mapping does not declare is refused unless written `+key`,
+//! `+key` is refused where the key has a value, `++key` sets either way, `~key` deletes a
+//! key that has a value; `group=option` switches a defaults-list entry.
+//!
+//! The primary config (`ppo_trainer`, `sft_trainer_engine`) is composed from its defaults
+//! lists as Hydra composes it ([`compose`]), then the overrides are applied in command-line
+//! order to that tree as Hydra applies them ([`tree`]). `hydra.*` keys are checked against
+//! Hydra 1.3's own config. Not modelled: value types of Hydra's structured `hydra.*`
+//! fields, resolvers other than `oc.select` (their values are taken as non-null), and
+//! defaults entries that leave the config directory (refused) or choose by interpolation
+//! (not checked).
+
+mod compose;
+mod tree;
+
+use std::path::{Path, PathBuf};
+
+use crate::config::jobspec::Override;
+use crate::config::yaml::ConfigError;
+use crate::exit::{Classify, Exit};
+use crate::hydra::{self, HydraValue, ParsedOverride};
+use compose::{Composer, Fail};
+use tree::Refusal;
+
+/// Where verl keeps its Hydra configs, relative to the code root.
+pub const CONFIG_DIR: &str = "verl/trainer/config";
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every override passed, checked against this primary config file.
+    Checked { origin: String },
+    /// Nothing could be checked, and why.
+    NotChecked { reason: String },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot read verl's config {}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("verl's config cannot be used: {0}")]
+    Invalid(ConfigError),
+    #[error("Hydra cannot compose verl's config {origin}: {message}")]
+    Composition { origin: String, message: String },
+    #[error("{} `{text}` is not in Hydra's override syntax: {message}", who(*.implied))]
+    Syntax {
+        text: String,
+        message: String,
+        implied: bool,
+    },
+    #[error("{} `{key}` is not a key of verl's config (checked against {origin}){}", who(*.implied), suggestion.as_ref().map(|s| format!("; did you mean `{s}`?")).unwrap_or_default())]
+    UnknownOverride {
+        key: String,
+        origin: String,
+        suggestion: Option<String>,
+        implied: bool,
+    },
+    #[error("Hydra would refuse {} `{text}`: {reason} (checked against {origin})", who(*.implied))]
+    Refused {
+        text: String,
+        reason: String,
+        origin: String,
+        hint: Option<String>,
+        implied: bool,
+    },
+}
+
+fn who(implied: bool) -> &'static str {
+    if implied {
+        "argus's own override (from the JobSpec's fields)"
+    } else {
+        "override"
+    }
+}
+
+impl Classify for Error {
+    fn exit(&self) -> Exit {
+        match self {
+            Error::Unreadable { .. } => Exit::Failed,
+            _ => Exit::Usage,
+        }
+    }
+
+    fn hint(&self) -> Option<String> {
+        let implied = matches!(
+            self,
+            Error::Syntax { implied: true, .. }
+                | Error::UnknownOverride { implied: true, .. }
+                | Error::Refused { implied: true, .. }
+        );
+        if implied {
+            return Some(
+                "this verl snapshot lacks a key argus sets: is code_id a verl checkout of a supported version? (--no-check skips the check)"
+                    .into(),
+            );
+        }
+        match self {
+            Error::Unreadable { .. } | Error::Invalid(_) | Error::Composition { .. } => Some(
+                "fix verl's configs and snapshot the code again, or pass --no-check".into(),
+            ),
+            Error::Syntax { .. } => Some(
+                "quote a value with spaces or special characters ('a b'), or give the override as a map entry under overrides: (argus quotes it)".into(),
+            ),
+            Error::UnknownOverride { .. } => {
+                Some("prefix a new key with + (+my.key=1), or pass --no-check".into())
+            }
+            Error::Refused { hint, .. } => hint.clone(),
+        }
+    }
+}
+
+/// Checks `overrides` (in command-line order; those from `first_user` on are the user's)
+/// against the config `config_name` of the snapshot at `code_root`.
+pub fn check(
+    code_root: &Path,
+    config_name: &str,
+    overrides: &[Override],
+    first_user: usize,
+) -> Result<Outcome, Error> {
+    let mut parsed = Vec::with_capacity(overrides.len());
+    for (i, o) in overrides.iter().enumerate() {
+        let text = o.to_string();
+        let implied = i < first_user;
+        let p = hydra::parse_override(&text).map_err(|e| Error::Syntax {
+            text: text.clone(),
+            message: e.to_string(),
+            implied,
+        })?;
+        if let Some(v) = &p.value
+            && is_sweep(v)
+        {
+            return Err(Error::Refused {
+                reason: "a sweep (several values) needs --multirun; a job is a single run".into(),
+                text,
+                origin: "Hydra's override syntax".into(),
+                hint: Some(
+                    "quote a string that has commas ('a,b'), or write a list as [a,b]".into(),
+                ),
+                implied,
+            });
+        }
+        parsed.push((text, p, implied));
+    }
+
+    let dir = code_root.join(CONFIG_DIR);
+    let composer = Composer::new(&dir);
+    let Some(primary) = composer.primary_file(config_name) else {
+        return Ok(Outcome::NotChecked {
+            reason: format!("no {config_name}.yaml under {}", dir.display()),
+        });
+    };
+    let origin = primary.display().to_string();
+
+    // As Hydra splits them: `group=option` where the key names a config group (and the
+    // value is not a mapping) changes the defaults list; everything else is a config key.
+    let (groups, keys): (Vec<_>, Vec<_>) = parsed.into_iter().partition(|(_, p, _)| {
+        !matches!(p.value, Some(HydraValue::Dict(_))) && composer.group_exists(&p.key)
+    });
+
+    // The snapshot's own config first: if that fails, the snapshot is at fault.
+    let composed = match Composer::new(&dir).compose(config_name, &[]) {
+        Ok(c) => c,
+        Err(Fail::Unsupported(reason)) => return Ok(Outcome::NotChecked { reason }),
+        Err(fail) => return Err(config_error(fail, &origin)),
+    };
+    let mut tree = if groups.is_empty() {
+        composed.tree
+    } else {
+        let group_overrides: Vec<ParsedOverride> =
+            groups.iter().map(|(_, p, _)| p.clone()).collect();
+        match Composer::new(&dir).compose(config_name, &group_overrides) {
+            Ok(c) => c.tree,
+            Err(Fail::Unsupported(reason)) => return Ok(Outcome::NotChecked { reason }),
+            Err(Fail::Refused(reason)) => {
+                let texts: Vec<&str> = groups.iter().map(|(t, _, _)| t.as_str()).collect();
+                return Err(Error::Refused {
+                    text: texts.join(" "),
+                    reason,
+                    origin,
+                    hint: Some(
+                        "a config group override names an option of a group in the defaults list (group=option); + appends a group, ~ removes one".into(),
+                    ),
+                    implied: groups.iter().any(|(_, _, implied)| *implied),
+                });
+            }
+            Err(fail) => return Err(config_error(fail, &origin)),
+        }
+    };
+
+    let mut suggestions: Option<Vec<String>> = None;
+    for (text, p, implied) in keys {
+        if p.package.is_some() {
+            return Err(Error::Refused {
+                reason: format!(
+                    "it looks like a config group override, but config group '{}' does not exist",
+                    p.key
+                ),
+                text,
+                origin,
+                hint: None,
+                implied,
+            });
+        }
+        let before = tree.clone();
+        if let Err(refusal) = tree::apply(&mut tree, p.action, &p.key, p.value.as_ref()) {
+            return Err(match refusal {
+                Refusal::NotAKey => {
+                    let keys = suggestions.get_or_insert_with(|| {
+                        let mut keys = Vec::new();
+                        before.keys("", &mut keys);
+                        keys
+                    });
+                    Error::UnknownOverride {
+                        suggestion: closest(keys, &p.key),
+                        key: p.key,
+                        origin,
+                        implied,
+                    }
+                }
+                Refusal::AlreadyThere => Error::Refused {
+                    reason: format!("an item is already at `{}`", p.key),
+                    hint: Some(format!(
+                        "drop the + to change it ({}), or write ++ to add or change it",
+                        text.trim_start_matches('+')
+                    )),
+                    text,
+                    origin,
+                    implied,
+                },
+                Refusal::NothingToDelete => Error::Refused {
+                    reason: format!(
+                        "`{}` does not exist (or is null or ???), so there is nothing to delete",
+                        p.key
+                    ),
+                    text,
+                    origin,
+                    hint: None,
+                    implied,
+                },
+                Refusal::DifferentValue(actual) => Error::Refused {
+                    reason: format!("the value of `{}` is {actual}", p.key),
+                    text,
+                    origin,
+                    hint: Some(format!("write ~{} to delete it whatever its value", p.key)),
+                    implied,
+                },
+                Refusal::Other(reason) => Error::Refused {
+                    reason,
+                    text,
+                    origin,
+                    hint: None,
+                    implied,
+                },
+            });
+        }
+    }
+    Ok(Outcome::Checked { origin })
+}
+
+fn is_sweep(v: &HydraValue) -> bool {
+    match v {
+        HydraValue::Sweep(_) => true,
+        HydraValue::Call { name, args } => {
+            name == "tag"
+                || (matches!(name.as_str(), "sort" | "shuffle")
+                    && (args.len() != 1 || args.iter().any(is_sweep)))
+        }
+        _ => false,
+    }
+}
+
+fn config_error(fail: Fail, origin: &str) -> Error {
+    match fail {
+        Fail::Io { path, source } => Error::Unreadable { path, source },
+        Fail::Invalid(e) => Error::Invalid(e),
+        Fail::Refused(message) | Fail::Unsupported(message) => Error::Composition {
+            origin: origin.to_string(),
+            message,
+        },
+    }
+}
+
+/// The closest known key, if close enough to be a typo.
+fn closest(keys: &[String], key: &str) -> Option<String> {
+    keys.iter()
+        .map(|k| (strsim::damerau_levenshtein(k, key), k))
+        .min()
+        .filter(|(distance, _)| *distance <= key.len().max(4) / 3 + 2)
+        .map(|(_, k)| k.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::jobspec::OverrideValue;
+
+    fn raw(text: &str) -> Override {
+        Override::parse(text).expect("override")
+    }
+
+    /// A config tree with verl's constructs: defaults with packages (`x@a.b`, `../g@p`),
+    /// `_self_`, a plain config entry, `_target_`, interpolations, empty mappings, lists.
+    fn snapshot() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let c = dir.path().join(CONFIG_DIR);
+        for (path, text) in [
+            (
+                "ppo_trainer.yaml",
+                "defaults:\n  - actor@actor_rollout_ref.actor: dp_actor\n  - data@data: legacy_data\n  - reward_manager@reward_manager\n  - _self_\nactor_rollout_ref:\n  hybrid_engine: true\ntrainer:\n  nnodes: 1\n  total_training_steps: null\n  logger: [console, wandb]\n  default_local_dir: checkpoints/${trainer.nnodes}\nalgorithm:\n  _target_: verl.trainer.config.AlgoConfig\n  kl_ctrl: {type: fixed}\n",
+            ),
+            (
+                "actor/dp_actor.yaml",
+                "defaults:\n  - ../optim@optim: fsdp\n  - actor\n  - _self_\nstrategy: fsdp\n",
+            ),
+            (
+                "actor/actor.yaml",
+                "strategy: ???\nrollout_n: ${oc.select:actor_rollout_ref.rollout.n,1}\nprofiler:\n  tool: ${oc.select:global_profiler.tool,null}\n",
+            ),
+            ("actor/megatron_actor.yaml", "megatron: {tp: 1}\n"),
+            ("optim/fsdp.yaml", "lr: 1e-6\n"),
+            (
+                "data/legacy_data.yaml",
+                "train_files: x\napply_chat_template_kwargs: {}\n",
+            ),
+            ("reward_manager.yaml", "name: naive\n"),
+        ] {
+            let file = c.join(path);
+            std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+            std::fs::write(file, text).expect("write");
+        }
+        dir
+    }
+
+    fn verdict(dir: &Path, overrides: &[&str]) -> Result<Outcome, Error> {
+        let o: Vec<Override> = overrides.iter().map(|t| raw(t)).collect();
+        check(dir, "ppo_trainer", &o, 0)
+    }
+
+    #[test]
+    fn composed_keys_follow_packages_and_defaults() {
+        let dir = snapshot();
+        for ok in [
+            "actor_rollout_ref.actor.optim.lr=1",
+            "actor_rollout_ref.actor.strategy=x",
+            "actor_rollout_ref.actor.profiler.tool=x",
+            "reward_manager.name=x",
+            "data.train_files=y",
+            "algorithm._target_=x",
+            "+algorithm.kl_ctrl.new=1",
+            "+actor_rollout_ref.actor.profiler.tool=x",
+            "+trainer.total_training_steps=3",
+            "~trainer.nnodes",
+            "~actor_rollout_ref.actor.strategy",
+            "++trainer.nnodes=2",
+            "+data.apply_chat_template_kwargs.x=1",
+            "trainer.logger.0=x",
+            "actor@actor_rollout_ref.actor=megatron_actor",
+            "hydra.run.dir=/x",
+            "hydra/job_logging=disabled",
+            "+hydra.job.env_set.X=1",
+        ] {
+            assert!(
+                verdict(dir.path(), &[ok]).is_ok(),
+                "{ok}: {:?}",
+                verdict(dir.path(), &[ok])
+            );
+        }
+        assert!(
+            verdict(
+                dir.path(),
+                &[
+                    "actor@actor_rollout_ref.actor=megatron_actor",
+                    "actor_rollout_ref.actor.megatron.tp=2"
+                ]
+            )
+            .is_ok()
+        );
+        for bad in [
+            "trainer.nnodez=2",
+            "+trainer.nnodes=2",
+            "~trainer.nope",
+            "~trainer.total_training_steps",
+            "data.apply_chat_template_kwargs.x=1",
+            "+actor_rollout_ref.actor.rollout_n=3",
+            "+trainer.default_local_dir=x",
+            "trainer.logger.5=x",
+            "trainer.nnodes=1,2",
+            "actor=megatron_actor",
+            "data@data=legacy_data",
+            "actor@actor_rollout_ref.actor=nope",
+            "++actor@actor_rollout_ref.actor=megatron_actor",
+            "trainer.nnodes@foo=1",
+            "hydra.nope=1",
+            "hydra/job_logging=nope",
+            "hydra.job.env_set.X=1",
+        ] {
+            assert!(
+                verdict(dir.path(), &[bad]).is_err(),
+                "{bad} should be refused"
+            );
+        }
+    }
+
+    #[test]
+    fn typos_get_a_suggestion_and_broken_configs_are_their_own_error() {
+        let dir = snapshot();
+        match verdict(dir.path(), &["trainer.nnodez=2"]) {
+            Err(Error::UnknownOverride { suggestion, .. }) => {
+                assert_eq!(suggestion.as_deref(), Some("trainer.nnodes"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let file = dir.path().join(CONFIG_DIR).join("optim/fsdp.yaml");
+        std::fs::write(&file, "lr: [1\n").expect("write");
+        let e = verdict(dir.path(), &["trainer.nnodes=2"]).unwrap_err();
+        assert!(matches!(e, Error::Invalid(_)), "{e}");
+        assert!(e.to_string().contains("optim/fsdp.yaml:"), "{e}");
+        assert_eq!(e.exit(), Exit::Usage);
+        std::fs::remove_file(&file).expect("rm");
+        let e = verdict(dir.path(), &["trainer.nnodes=2"]).unwrap_err();
+        assert!(
+            matches!(&e, Error::Composition { message, .. } if message.contains("Could not find")),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_unreadable_config_is_a_failure_not_bad_input() {
+        // Root reads any file here, so the I/O failure (EACCES on root-squashed NFS, EIO)
+        // is built by hand: the operation ran and failed (1), the input may be fine.
+        let e = Error::Unreadable {
+            path: PathBuf::from("/s/verl/trainer/config/ppo_trainer.yaml"),
+            source: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+        };
+        assert_eq!(e.exit(), Exit::Failed);
+        assert!(e.to_string().contains("ppo_trainer.yaml"), "{e}");
+    }
+
+    #[test]
+    fn yaml_values_are_checked_as_the_text_hydra_sees() {
+        let dir = snapshot();
+        let o = Override {
+            key: "trainer.logger".into(),
+            value: OverrideValue::Yaml(serde_yaml::from_str("[console, 'a b']").expect("yaml")),
+        };
+        assert!(check(dir.path(), "ppo_trainer", &[o], 0).is_ok());
+        let e = check(dir.path(), "ppo_trainer", &[raw("trainer.nnodes=a=b")], 0).unwrap_err();
+        assert!(matches!(e, Error::Syntax { .. }), "{e}");
+        let none = check(dir.path(), "sft_trainer_engine", &[raw("a=1")], 0).expect("ok");
+        assert!(matches!(none, Outcome::NotChecked { .. }));
+    }
+}
