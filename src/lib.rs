@@ -11,6 +11,7 @@
 //! argus snapshot      a source tree frozen under common/code/       snapshot
 //! argus submit, job   a JobSpec as a Ray job, watched and recorded  submit
 //! argus run           all of the above from scratch, locked         run
+//! argus export        the same profile and job as KubeRay objects    export
 //! ```
 //!
 //! Data flows one way: YAML -> validated config (`config`) -> a plan (pure data) ->
@@ -22,6 +23,7 @@ mod commands;
 pub mod config;
 pub mod data;
 pub mod exit;
+pub mod export;
 pub mod run;
 pub mod snapshot;
 pub mod submit;

@@ -2,6 +2,7 @@
 //! layer that adds `anyhow` context to library errors.
 
 mod cluster;
+mod export;
 mod image;
 mod job;
 mod prepare;
@@ -10,7 +11,7 @@ mod snapshot;
 
 use anyhow::Result;
 
-use crate::cli::{Cli, Commands, ImageCommand};
+use crate::cli::{Cli, Commands, ExportCommand, ImageCommand};
 use crate::config::LoadedProfile;
 use crate::exit::Exit;
 use crate::ui::Printer;
@@ -26,6 +27,7 @@ pub async fn run(cli: &Cli, printer: &Printer) -> Result<Exit> {
         Commands::Submit(args) => job::submit(cli, args, printer).await,
         Commands::Run(args) => run::run(cli, args, printer).await,
         Commands::Job(command) => job::run(cli, command, printer).await,
+        Commands::Export(ExportCommand::Kuberay(args)) => export::kuberay(cli, args, printer),
     }
 }
 
