@@ -49,14 +49,17 @@ pub struct Finding {
 }
 
 impl Finding {
-    /// About the node at `path` of a document (its line and column when it is written there).
+    /// About the node at `path` of a document: its line and column, or those of the
+    /// nearest enclosing node written there (a defaulted field points at its section).
     pub fn at(
         severity: Severity,
         source: &Source,
         path: &[Seg],
         message: impl Into<String>,
     ) -> Self {
-        let at = locate(&source.text, path);
+        let at = (1..=path.len())
+            .rev()
+            .find_map(|len| locate(&source.text, &path[..len]));
         Finding {
             severity,
             file: Some(source.origin.display().to_string()),

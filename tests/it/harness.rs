@@ -176,6 +176,10 @@ impl Argus {
             .spawn()
             .expect("spawn argus")
     }
+    pub fn env(mut self, key: &str, value: impl AsRef<std::ffi::OsStr>) -> Self {
+        self.command.env(key, value);
+        self
+    }
     pub fn profile(mut self, path: &Path) -> Self {
         self.command.arg("-p").arg(path);
         self

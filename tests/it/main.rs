@@ -4,6 +4,7 @@
 
 mod cluster;
 mod code_snapshot;
+mod export;
 mod harness;
 mod hub;
 mod prepare;
