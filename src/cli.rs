@@ -122,6 +122,70 @@ pub enum Commands {
     /// Inspect and control jobs: status, logs, stop, list, wait.
     #[command(subcommand)]
     Job(JobCommand),
+
+    /// The profile (and a JobSpec) as another engine's objects: `argus export kuberay`.
+    #[command(subcommand)]
+    Export(ExportCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ExportCommand {
+    /// A KubeRay RayJob (with a JOBSPEC) or RayCluster (without one), as YAML.
+    ///
+    /// The RayJob's rayClusterSpec is the profile's cluster (head and worker groups as pod
+    /// templates, the shared storage mounted in every pod); its entrypoint, runtime env,
+    /// entrypoint resources and metadata are exactly what `argus submit --dry-run` shows
+    /// for the same JobSpec. A RayCluster is one long-lived cluster that `argus submit`
+    /// reaches through `kubectl port-forward`. What cannot be carried is refused (exit 2,
+    /// naming the profile or JobSpec line; nothing is written) or warned about on stderr.
+    /// The same inputs give the same bytes; nothing is written to the shared storage or
+    /// sent anywhere. The data, models and code snapshots must already be on the volume the
+    /// pods mount (`argus prepare`, `argus snapshot`).
+    Kuberay(KubeRayArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct KubeRayArgs {
+    /// The JobSpec (YAML); without it, a RayCluster.
+    pub jobspec: Option<PathBuf>,
+
+    /// The image the cluster pulls (needed when the profile's is built locally by argus);
+    /// a digest (repo@sha256:...) pins it.
+    #[arg(long, value_name = "REF")]
+    pub image: Option<String>,
+
+    /// A PersistentVolumeClaim for the shared storage (needed with shared.host_path; the way
+    /// to carry NFS mount options).
+    #[arg(long, value_name = "CLAIM")]
+    pub pvc: Option<String>,
+
+    /// The namespace of the object (and of the Secrets and claim it names).
+    #[arg(long, value_name = "NS")]
+    pub namespace: Option<String>,
+
+    /// A Secret whose key HF_TOKEN becomes HF_TOKEN in every pod.
+    #[arg(long, value_name = "NAME")]
+    pub hf_token_secret: Option<String>,
+
+    /// With ray.auth: token, the Secret whose key auth_token holds the Ray token.
+    #[arg(long, value_name = "NAME")]
+    pub auth_secret: Option<String>,
+
+    /// A Kueue LocalQueue (the kueue.x-k8s.io/queue-name label).
+    #[arg(long, value_name = "NAME")]
+    pub queue: Option<String>,
+
+    /// The KubeRay operator's version; 1.5 and 1.6 leave out the fields they lack.
+    #[arg(long, value_name = "VERSION", default_value = "1.7", value_parser = ["1.5", "1.6", "1.7"])]
+    pub kuberay_version: String,
+
+    /// How many times KubeRay retries a failed job on a new cluster (RayJob backoffLimit).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub backoff_limit: u32,
+
+    /// Write the YAML to FILE (atomically) instead of stdout.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -35,6 +35,8 @@ pub enum Error {
     Run(#[from] crate::run::Error),
     #[error(transparent)]
     Lock(#[from] crate::lock::Error),
+    #[error(transparent)]
+    Export(#[from] crate::export::Error),
     #[error("cannot encode the output as JSON")]
     Encode(#[from] serde_json::Error),
     #[error("{context}")]
@@ -60,6 +62,7 @@ impl Classify for Error {
             Error::Submit(e) => e.exit(),
             Error::Run(e) => e.exit(),
             Error::Lock(e) => e.exit(),
+            Error::Export(e) => e.exit(),
             Error::Encode(_) => Exit::Failed,
             Error::Context { source, .. } => source.exit(),
         }
@@ -82,6 +85,7 @@ impl Classify for Error {
             Error::Submit(e) => e.hint(),
             Error::Run(e) => e.hint(),
             Error::Lock(e) => e.hint(),
+            Error::Export(e) => e.hint(),
             Error::Context { source, .. } => source.hint(),
         }
     }

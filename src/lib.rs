@@ -11,6 +11,7 @@
 //! argus snapshot      a source tree frozen under common/code/       snapshot
 //! argus submit, job   a JobSpec as a Ray job, watched and recorded  submit
 //! argus run           all of the above from scratch, locked         run
+//! argus export        the same profile and job as KubeRay objects    export
 //! ```
 //!
 //! Data flows one way: YAML -> validated config (`config`) -> a plan (pure data) ->
@@ -23,6 +24,7 @@ pub mod config;
 pub mod data;
 pub mod error;
 pub mod exit;
+pub mod export;
 pub mod hydra;
 pub mod run;
 pub mod snapshot;

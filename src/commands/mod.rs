@@ -6,6 +6,7 @@
 //! command that talks to Docker has its endpoint parsed: a malformed one is bad input.
 
 mod cluster;
+mod export;
 mod image;
 mod job;
 mod prepare;
@@ -14,7 +15,7 @@ mod snapshot;
 
 use crate::error::Result;
 
-use crate::cli::{Cli, Commands, ImageCommand, PrepareArgs};
+use crate::cli::{Cli, Commands, ExportCommand, ImageCommand, PrepareArgs};
 use crate::config::docker::{DockerEndpoint, VALID_ENDPOINTS};
 use crate::config::{ConfigError, LoadedProfile};
 use crate::exit::{Classify, Exit};
@@ -50,6 +51,7 @@ pub async fn run(cli: &Cli, printer: &Printer) -> Result<Exit> {
             run::run(cli, args, printer).await
         }
         Commands::Job(command) => job::run(cli, command, printer).await,
+        Commands::Export(ExportCommand::Kuberay(args)) => export::kuberay(cli, args, printer),
     }
 }
 
@@ -105,6 +107,7 @@ fn command_name(command: &Commands) -> &'static str {
         Commands::Submit(_) => "submit",
         Commands::Run(_) => "run",
         Commands::Job(_) => "job",
+        Commands::Export(_) => "export kuberay",
     }
 }
 

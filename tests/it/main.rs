@@ -5,6 +5,7 @@
 mod bad_input;
 mod cluster;
 mod code_snapshot;
+mod export;
 mod harness;
 mod hostile_hub;
 mod hub;
