@@ -816,11 +816,11 @@ fn malformed_input_is_exit_2_and_never_leaves_the_machine() {
         ),
         (
             vec!["--dataset", "gsm8k", "--include", "*.json"],
-            "there is no model to prepare",
+            "--include does not apply to `argus prepare`",
         ),
         (
             vec!["--model", "acme/good", "--from", "/tmp"],
-            "there is no dataset to prepare",
+            "--from does not apply to `argus prepare`",
         ),
         (
             vec!["--dataset", "gsm8k", "--from", "/nonexistent-argus"],
