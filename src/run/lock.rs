@@ -6,6 +6,9 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::data::FileDigest;
+
+/// The lock format this argus writes and reads.
+pub const FORMAT: u32 = 1;
 use crate::data::download::CachedFile;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -80,7 +83,26 @@ impl RunLock {
     pub fn read(path: &Path) -> Result<Self, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        serde_yaml::from_str(&text).map_err(|e| format!("{}: not a run lock: {e}", path.display()))
+        let lock: RunLock = serde_yaml::from_str(&text)
+            .map_err(|e| format!("{}: not a run lock: {e}", path.display()))?;
+        if lock.format != FORMAT {
+            return Err(format!(
+                "{}: lock format {} is not one this argus reads (it reads format {FORMAT})",
+                path.display(),
+                lock.format
+            ));
+        }
+        Ok(lock)
+    }
+
+    /// Writes the lock atomically (a reader sees the old lock or the new one, never a part).
+    pub fn write(&self, path: &Path) -> Result<(), super::Error> {
+        crate::fsx::write_atomic(path, crate::config::yaml::to_string(self).as_bytes()).map_err(
+            |source| super::Error::Record {
+                path: path.to_path_buf(),
+                source,
+            },
+        )
     }
 }
 
@@ -182,6 +204,22 @@ mod tests {
             }),
             submission_id: "j".into(),
         }
+    }
+
+    #[test]
+    fn a_lock_round_trips_and_an_unknown_format_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.lock.yaml");
+        lock().write(&path).unwrap();
+        assert_eq!(RunLock::read(&path).unwrap().code, lock().code);
+        let mut future = lock();
+        future.format = FORMAT + 1;
+        future.write(&path).unwrap();
+        let err = RunLock::read(&path).unwrap_err();
+        assert!(
+            err.contains("lock format 2 is not one this argus reads"),
+            "{err}"
+        );
     }
 
     #[test]
