@@ -36,7 +36,8 @@ pub enum Error {
     #[error("{what} is locked by {holder} (waited {}s)", waited.as_secs())]
     Timeout {
         what: String,
-        holder: Holder,
+        /// Boxed: errors travel by value through every `Result` up to `main`.
+        holder: Box<Holder>,
         waited: Duration,
     },
 }
@@ -200,7 +201,7 @@ pub fn acquire(
         {
             return Err(Error::Timeout {
                 what: options.what.to_string(),
-                holder,
+                holder: Box::new(holder),
                 waited: started.elapsed(),
             });
         }
