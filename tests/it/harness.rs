@@ -176,6 +176,20 @@ impl Argus {
             .spawn()
             .expect("spawn argus")
     }
+    /// Starts it without waiting, its stderr going to the file `stderr` (to read what it
+    /// says while it runs).
+    pub fn spawn_logged(mut self, stderr: &Path) -> std::process::Child {
+        let file = std::fs::File::create(stderr).expect("stderr file");
+        self.command
+            .stdout(std::process::Stdio::null())
+            .stderr(file)
+            .spawn()
+            .expect("spawn argus")
+    }
+    pub fn env(mut self, key: &str, value: impl AsRef<std::ffi::OsStr>) -> Self {
+        self.command.env(key, value);
+        self
+    }
     pub fn profile(mut self, path: &Path) -> Self {
         self.command.arg("-p").arg(path);
         self
