@@ -14,8 +14,9 @@ use crate::exit::EXIT_CODES_HELP;
     about,
     long_about = "From GPU hosts to a running verl (RL for LLMs) training job on a Ray cluster \
                   made of Docker containers, and back, reproducibly.\n\n\
-                  Pipeline: `argus image build` (once) -> `argus up` -> `argus snapshot SRC` -> `argus status` \
-                  -> `argus down`.\n\
+                  Pipeline: `argus image build` (once) -> `argus up` -> `argus prepare` -> \
+                  `argus snapshot SRC` -> `argus submit JOBSPEC` -> `argus job ...` -> `argus down`; \
+                  `argus run JOBSPEC` does all of it from scratch.\n\
                   Without -p, the built-in profile (profiles/local.yaml) is used: one CPU head and \
                   two workers with two simulated GPUs each, on this machine.",
     after_help = EXIT_CODES_HELP,
@@ -335,4 +336,38 @@ pub struct ImageBuildArgs {
     /// Rebuild even if an image from the same inputs exists.
     #[arg(long)]
     pub force: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Every `argus <command>` that `--help`'s Pipeline line names is a real subcommand.
+    #[test]
+    fn the_help_pipeline_names_only_real_commands() {
+        let cli = super::Cli::command();
+        let about = cli
+            .get_long_about()
+            .map(|s| s.to_string())
+            .unwrap_or_default();
+        let pipeline = about
+            .split("Pipeline:")
+            .nth(1)
+            .expect("a Pipeline line in --help");
+        let pipeline = pipeline.split("\n\n").next().unwrap_or_default();
+        let named: Vec<&str> = pipeline
+            .split("`argus ")
+            .skip(1)
+            .filter_map(|rest| rest.split([' ', '`']).next())
+            .collect();
+        for wanted in ["up", "prepare", "snapshot", "submit", "job", "run", "down"] {
+            assert!(named.contains(&wanted), "{wanted} missing from {pipeline}");
+        }
+        for name in named {
+            assert!(
+                cli.find_subcommand(name).is_some(),
+                "--help names `argus {name}`, which does not exist"
+            );
+        }
+    }
 }

@@ -16,6 +16,10 @@ pub enum Error {
     #[error(transparent)]
     NoHostPath(#[from] crate::config::profile::NoHostPath),
     #[error(transparent)]
+    Id(#[from] crate::ids::IdError),
+    #[error(transparent)]
+    Flag(#[from] crate::commands::FlagError),
+    #[error(transparent)]
     Cluster(#[from] crate::cluster::Error),
     #[error(transparent)]
     Image(#[from] crate::cluster::image::BuildError),
@@ -46,7 +50,8 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 impl Classify for Error {
     fn exit(&self) -> Exit {
         match self {
-            Error::Config(_) | Error::NoHostPath(_) => Exit::Usage,
+            Error::Config(_) | Error::NoHostPath(_) | Error::Id(_) => Exit::Usage,
+            Error::Flag(e) => e.exit(),
             Error::Cluster(e) => e.exit(),
             Error::Image(e) => e.exit(),
             Error::Ray(e) => e.exit(),
@@ -62,11 +67,13 @@ impl Classify for Error {
 
     fn hint(&self) -> Option<String> {
         match self {
-            // A config error's "valid:" line is part of its own text.
-            Error::Config(_) | Error::Encode(_) => None,
+            // A config error's "valid:" line, and an id error's "(valid: ...)", are part of
+            // their own text.
+            Error::Config(_) | Error::Id(_) | Error::Encode(_) => None,
             Error::NoHostPath(_) => Some(
                 "prepare, snapshot and run write from this host: use shared.host_path (the NFS export mounted on the host)".into(),
             ),
+            Error::Flag(e) => e.hint(),
             Error::Cluster(e) => e.hint(),
             Error::Image(e) => e.hint(),
             Error::Ray(e) => e.hint(),
@@ -113,5 +120,6 @@ pub fn report(err: &Error) -> (Exit, String) {
     if let Some(hint) = err.hint() {
         let _ = writeln!(out, "hint: {hint}");
     }
-    (err.exit(), out)
+    // Ray's error bodies, a URL with a token, a value echoed back: never in clear.
+    (err.exit(), crate::config::secrets::redact_text(&out))
 }

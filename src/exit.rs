@@ -1,7 +1,7 @@
 //! Exit codes, and the trait by which each module's errors say which one they are.
 //!
 //! Library errors know what kind of failure they are ([`Exit`]) and may carry a hint
-//! that tells the user what to do next; `crate::error` matches them all.
+//! that tells the user what to do next; the crate error type matches them all.
 
 /// The process exit codes (documented in `argus --help`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -67,7 +67,13 @@ pub fn host_name() -> String {
     let safe: String = raw
         .trim()
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '-' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
         .take(63)
         .collect();
     if safe.is_empty() {
@@ -77,12 +83,16 @@ pub fn host_name() -> String {
     }
 }
 
-/// Field 22 of `/proc/<pid>/stat`: when the process started, in ticks since boot.
+/// Field 22 of `/proc/<pid>/stat`: when the process started, in ticks since boot. None
+/// when there is no such process or it is a zombie (dead, not yet reaped).
 fn process_start(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may contain spaces and parentheses: skip past its end.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    if matches!(fields.next(), Some("Z" | "X")) {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
 }
 
 /// A temporary name for `stem` owned by this process, unique within it.
@@ -90,10 +100,7 @@ pub fn temp_name(stem: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let me = Owner::me();
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!(
-        "{TMP_PREFIX}{stem}.{}.{}.{}.{n}",
-        me.host, me.pid, me.start
-    )
+    format!("{TMP_PREFIX}{stem}.{}.{}.{}.{n}", me.host, me.pid, me.start)
 }
 
 /// The stem and owner of a temporary name made by [`temp_name`].
@@ -136,7 +143,10 @@ fn remove_temps_where(dir: &Path, doomed: impl Fn(&str, &Owner) -> bool) -> Vec<
             continue;
         }
         let path = entry.path();
-        tracing::info!("removing the leftovers of an interrupted write: {}", path.display());
+        tracing::info!(
+            "removing the leftovers of an interrupted write: {}",
+            path.display()
+        );
         if remove_any(&path).is_ok() {
             removed.push(path);
         }
@@ -271,13 +281,19 @@ mod tests {
         let me = Owner::me();
         let mine = dir.path().join(temp_name("live"));
         std::fs::write(&mine, b"x").unwrap();
-        let dead = dir
-            .path()
-            .join(format!(".tmp-gone.{}.{}.{}.0", me.host, me.pid, me.start + 7));
+        let dead = dir.path().join(format!(
+            ".tmp-gone.{}.{}.{}.0",
+            me.host,
+            me.pid,
+            me.start + 7
+        ));
         std::fs::create_dir(&dead).unwrap();
-        let foreign = dir
-            .path()
-            .join(format!(".tmp-far.{}-b.{}.{}.0", me.host, me.pid, me.start + 7));
+        let foreign = dir.path().join(format!(
+            ".tmp-far.{}-b.{}.{}.0",
+            me.host,
+            me.pid,
+            me.start + 7
+        ));
         std::fs::write(&foreign, b"x").unwrap();
         let removed = remove_dead_temps(dir.path());
         assert_eq!(removed, vec![dead.clone()]);

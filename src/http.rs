@@ -181,7 +181,13 @@ mod tests {
             || {
                 n += 1;
                 let n = n;
-                async move { if n == 3 { Poll::Ready(n) } else { Poll::Pending(n) } }
+                async move {
+                    if n == 3 {
+                        Poll::Ready(n)
+                    } else {
+                        Poll::Pending(n)
+                    }
+                }
             },
         )
         .await;

@@ -31,6 +31,7 @@ pub mod submit;
 pub mod digest;
 pub mod fsx;
 pub mod http;
+pub mod ids;
 pub mod lock;
 pub mod ray;
 pub mod records;

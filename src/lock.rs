@@ -36,7 +36,6 @@ pub enum Error {
     #[error("{what} is locked by {holder} (waited {}s)", waited.as_secs())]
     Timeout {
         what: String,
-        /// Boxed: errors travel by value through every `Result` up to `main`.
         holder: Box<Holder>,
         waited: Duration,
     },
@@ -52,7 +51,9 @@ impl crate::exit::Classify for Error {
                 "wait for it to finish, or stop it (pid {} on {}); a lock whose holder died is taken over by itself",
                 holder.pid, holder.host
             )),
-            Error::Io { .. } => Some("the lock lives on the shared storage: is it mounted and writable?".into()),
+            Error::Io { .. } => {
+                Some("the lock lives on the shared storage: is it mounted and writable?".into())
+            }
         }
     }
 }
@@ -179,7 +180,9 @@ pub fn acquire(
                 _ => false,
             },
         };
-        let new_holder = watched.as_ref().is_none_or(|(h, _, _)| h.nonce != holder.nonce);
+        let new_holder = watched
+            .as_ref()
+            .is_none_or(|(h, _, _)| h.nonce != holder.nonce);
         let moved = watched.as_ref().is_some_and(|(_, b, _)| *b != beat);
         if new_holder {
             on_wait(&holder);
@@ -410,7 +413,10 @@ mod tests {
         std::fs::write(dir.join("owner.json"), serde_json::to_vec(&far).unwrap()).unwrap();
         std::fs::write(dir.join("heartbeat"), "1").unwrap();
         let err = acquire(&dir, &opts(400), |_| {}).unwrap_err();
-        assert!(err.to_string().contains("pid 1 on some-other-host"), "{err}");
+        assert!(
+            err.to_string().contains("pid 1 on some-other-host"),
+            "{err}"
+        );
         assert_eq!(read_holder(&dir).unwrap().nonce, "far");
     }
 }

@@ -17,7 +17,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::ray::jobs::{JobInfo, JobStatus};
 
+/// Every field has a default, so a record written by another argus version (or by hand)
+/// still reads: the safety checks that read records (`snapshot rm`) must not skip one.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct JobRecord {
     pub submission_id: String,
     pub workload: String,
@@ -125,7 +128,11 @@ impl Records {
 
     pub fn read(&self, id: &str) -> Option<JobRecord> {
         let text = std::fs::read_to_string(self.dir(id).join("job.json")).ok()?;
-        serde_json::from_str(&text).ok()
+        let mut record: JobRecord = serde_json::from_str(&text).ok()?;
+        if record.submission_id.is_empty() {
+            record.submission_id = id.to_string();
+        }
+        Some(record)
     }
 
     pub fn write(&self, record: &JobRecord) -> std::io::Result<()> {

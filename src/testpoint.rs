@@ -23,7 +23,10 @@ pub fn reach(name: &str) {
     if std::fs::write(&file, marker).is_err() {
         return;
     }
-    tracing::warn!("test point {name}: paused until {} is removed", file.display());
+    tracing::warn!(
+        "test point {name}: paused until {} is removed",
+        file.display()
+    );
     while file.exists() {
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -64,8 +64,13 @@ pub fn docker_err(action: impl Into<String>) -> impl FnOnce(bollard::errors::Err
     move |source| Error::Docker { action, source }
 }
 
-/// The create-container request for a planned container.
-pub fn create_body(c: &ContainerPlan, cluster: &str) -> ContainerCreateBody {
+/// The create-container request for a planned container. `network_id` addresses the
+/// cluster's network by id: a name can be ambiguous (Docker allows two networks of one name).
+pub fn create_body(
+    c: &ContainerPlan,
+    cluster: &str,
+    network_id: Option<&str>,
+) -> ContainerCreateBody {
     let mut host = HostConfig {
         shm_size: c.shm_size.map(|b| b as i64),
         memory: c.memory.map(|b| b as i64),
@@ -130,10 +135,11 @@ pub fn create_body(c: &ContainerPlan, cluster: &str) -> ContainerCreateBody {
     }
     let networking_config = match &c.network {
         NetworkAttach::Bridge { network } => {
+            let network = network_id.unwrap_or(network).to_string();
             host.network_mode = Some(network.clone());
             Some(NetworkingConfig {
                 endpoints_config: Some(HashMap::from([(
-                    network.clone(),
+                    network,
                     EndpointSettings {
                         aliases: Some(vec![c.name.clone()]),
                         ..Default::default()
@@ -165,6 +171,33 @@ fn device(path: &str) -> DeviceMapping {
         path_in_container: Some(path.to_string()),
         cgroup_permissions: Some("rwm".to_string()),
     }
+}
+
+/// What `cmd` prints (stdout and stderr) when run in `container` through the exec API;
+/// None when it cannot be run.
+pub async fn exec_output(docker: &Docker, container: &str, cmd: &[&str]) -> Option<String> {
+    use bollard::exec::{CreateExecOptions, StartExecResults};
+    let exec = docker
+        .create_exec(
+            container,
+            CreateExecOptions {
+                cmd: Some(cmd.iter().map(|s| s.to_string()).collect()),
+                attach_stdout: Some(true),
+                attach_stderr: Some(true),
+                ..Default::default()
+            },
+        )
+        .await
+        .ok()?;
+    let mut text = String::new();
+    if let StartExecResults::Attached { mut output, .. } =
+        docker.start_exec(&exec.id, None).await.ok()?
+    {
+        while let Some(Ok(chunk)) = output.next().await {
+            text.push_str(&chunk.to_string());
+        }
+    }
+    Some(text)
 }
 
 /// The last `lines` lines a container printed (stdout and stderr), for error messages.

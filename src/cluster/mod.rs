@@ -43,6 +43,8 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Lock(#[from] crate::lock::Error),
     #[error("Ray was not ready after {seconds}s: {detail}")]
     NotReady { seconds: u64, detail: String },
     #[error("container {name} stopped while starting Ray (exit code {exit_code}):\n{logs}")]
@@ -58,6 +60,7 @@ impl Classify for Error {
         match self {
             Error::DockerUnreachable { .. } | Error::ImageUnavailable { .. } => Exit::Unreachable,
             Error::TokenMissing(_) => Exit::Usage,
+            Error::Lock(e) => e.exit(),
             Error::Docker { .. }
             | Error::NameTaken { .. }
             | Error::SharedStorage { .. }
@@ -73,6 +76,7 @@ impl Classify for Error {
             Error::NameTaken { name, .. } => Some(format!("remove or rename that container (docker rm -f {name}), or give the profile another name")),
             Error::TokenMissing(var) => Some(format!("export {var}=<token> before running argus")),
             Error::NotReady { .. } => Some("`argus status` shows the containers and nodes; `docker logs <container>` shows Ray's output".into()),
+            Error::Lock(e) => e.hint(),
             _ => None,
         }
     }

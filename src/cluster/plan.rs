@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::config::profile::{GpuMode, NetworkMode, NodeSpec};
+use crate::config::profile::{GpuMode, HOST_MODE_PORT_BLOCK, NetworkMode, NodeSpec, SharedStorage};
 use crate::config::{Layout, LoadedProfile};
 
 /// Labels argus puts on what it creates.
@@ -21,7 +21,7 @@ pub const LABEL_INDEX: &str = "argus.index";
 pub const LABEL_SPEC: &str = "argus.spec";
 
 /// Where workers' Ray ports start in host network mode; each node gets a block of 1000.
-pub const HOST_MODE_PORT_BASE: u32 = 20000;
+pub const HOST_MODE_PORT_BASE: u32 = crate::config::profile::HOST_MODE_PORT_BASE;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ClusterPlan {
@@ -170,22 +170,27 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
         },
         None => NetworkAttach::Host,
     };
-    let volume = p.shared.nfs.as_ref().map(|nfs| VolumePlan {
-        name: format!("{cluster}-shared"),
-        server: nfs.server.clone(),
-        export: nfs.export.clone(),
-        options: nfs.options.clone(),
-    });
-    let mount = match (&loaded.shared_host_path, &volume) {
-        (Some(path), _) => SharedMount::Bind {
-            source: path.clone(),
-            target: p.shared.mount.clone(),
-        },
-        (None, Some(volume)) => SharedMount::Volume {
-            name: volume.name.clone(),
-            target: p.shared.mount.clone(),
-        },
-        (None, None) => unreachable!("validation requires host_path or nfs"),
+    let (volume, mount) = match &p.shared.storage {
+        SharedStorage::HostPath(host) => (
+            None,
+            SharedMount::Bind {
+                source: host.path().to_path_buf(),
+                target: p.shared.mount.clone(),
+            },
+        ),
+        SharedStorage::Nfs(nfs) => {
+            let volume = VolumePlan {
+                name: format!("{cluster}-shared"),
+                server: nfs.server.to_string(),
+                export: nfs.export.to_string(),
+                options: nfs.options.as_ref().map(ToString::to_string),
+            };
+            let mount = SharedMount::Volume {
+                name: volume.name.clone(),
+                target: p.shared.mount.clone(),
+            };
+            (Some(volume), mount)
+        }
     };
 
     let in_container = Layout::new(&p.shared.mount);
@@ -198,6 +203,13 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
         ("ARGUS_CLUSTER".to_string(), cluster.clone()),
         ("ARGUS_SHARED".to_string(), p.shared.mount.clone()),
         ("PYTHONUNBUFFERED".to_string(), "1".to_string()),
+        // Ray's dashboard gives each of its modules 30 s to start and then dies for good
+        // (the head keeps running without a Jobs API). A busy host, such as a GPU node
+        // loading data, can be that slow: give it five minutes.
+        (
+            "RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT".to_string(),
+            "300".to_string(),
+        ),
     ]);
     if let Some(token) = &inputs.token {
         env.insert("RAY_AUTH_TOKEN".to_string(), token.clone());
@@ -207,8 +219,7 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
     let head_address = if host_mode {
         p.network
             .head_address
-            .clone()
-            .unwrap_or_else(|| "127.0.0.1".to_string())
+            .map_or_else(|| "127.0.0.1".to_string(), |a| a.to_string())
     } else {
         head_name(&cluster)
     };
@@ -224,7 +235,18 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
         "--block".to_string(),
         format!("--node-name={head}"),
         format!("--port={}", p.ray.gcs_port),
-        "--dashboard-host=0.0.0.0".to_string(),
+        // Inside its own network namespace (bridge) the dashboard listens on every
+        // interface of the container and Docker publishes it on `dashboard_bind` only; with
+        // host networking the container's interfaces are the host's, so Ray itself must bind
+        // to `dashboard_bind` (the Jobs API runs code for whoever reaches it).
+        format!(
+            "--dashboard-host={}",
+            if host_mode {
+                p.ray.dashboard_bind.as_str()
+            } else {
+                "0.0.0.0"
+            }
+        ),
         format!("--dashboard-port={}", p.ray.dashboard_port),
         "--num-gpus=0".to_string(),
     ];
@@ -327,7 +349,7 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
         cluster,
         network,
         volume,
-        shared_host_path: loaded.shared_host_path.clone(),
+        shared_host_path: loaded.shared_host_path(),
         containers,
         dashboard_url: loaded.dashboard_url(),
     }
@@ -366,7 +388,7 @@ fn resources_json(resources: &BTreeMap<String, f64>) -> String {
 /// In host network mode every Ray process on a host needs its own ports (the dashboard
 /// agent's 52365 is fixed by default and collides): node N gets the block 20000 + 1000·N.
 fn host_mode_ports(node_number: u32) -> Vec<String> {
-    let base = HOST_MODE_PORT_BASE + 1000 * node_number;
+    let base = HOST_MODE_PORT_BASE + HOST_MODE_PORT_BLOCK * node_number;
     vec![
         format!("--node-manager-port={base}"),
         format!("--object-manager-port={}", base + 1),

@@ -1,6 +1,13 @@
 //! Readiness: the cluster is ready when the GCS answers and exactly the expected nodes
 //! are ALIVE with their GPUs and custom resources. Polled under a deadline the caller owns.
+//!
+//! A node counts only if it belongs to the container as it runs now: a recreated or
+//! restarted container keeps its name, and Ray keeps the node of its previous life ALIVE
+//! until a health check expires. So a node must have started after its container did
+//! (both times come from the same host's clock), and while the previous node is still
+//! ALIVE the cluster is not ready: a job submitted then would see a dead node.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -24,21 +31,38 @@ impl Readiness {
     }
 }
 
+/// When each container (by name) last started, in ms since the epoch.
+pub type Incarnations = HashMap<String, u64>;
+
 /// Compares Ray's node list with the plan. Pure.
-pub fn assess(expected: &[&ExpectedNode], nodes: &[RayNode]) -> Readiness {
+pub fn assess(
+    expected: &[&ExpectedNode],
+    incarnations: &Incarnations,
+    nodes: &[RayNode],
+) -> Readiness {
     let mut readiness = Readiness::default();
     for want in expected {
-        let alive: Vec<&RayNode> = nodes
+        let started = incarnations.get(&want.node_name).copied();
+        let (fresh, stale): (Vec<&RayNode>, Vec<&RayNode>) = nodes
             .iter()
             .filter(|n| n.alive() && n.node_name == want.node_name)
-            .collect();
-        let problem = match alive.as_slice() {
-            [] => Some("not registered with Ray yet".to_string()),
-            [node] => node_problem(want, node),
-            several => Some(format!(
-                "{} ALIVE nodes with this name (an old one is still being retired)",
-                several.len()
+            .partition(|n| match (started, n.start_time_ms) {
+                (Some(container), Some(node)) => node >= container,
+                // Without both times nothing tells two lives apart.
+                _ => true,
+            });
+        let problem = match (fresh.as_slice(), stale.as_slice()) {
+            ([], []) => Some("not registered with Ray yet".to_string()),
+            ([], [old, ..]) => Some(format!(
+                "only its previous node {} is registered; waiting for the new one",
+                short(&old.node_id)
             )),
+            ([_, _, ..], _) => Some(format!("{} ALIVE nodes with this name", fresh.len())),
+            ([_], [old, ..]) => Some(format!(
+                "its previous node {} is still ALIVE; waiting for Ray to retire it",
+                short(&old.node_id)
+            )),
+            ([node], []) => node_problem(want, node),
         };
         match problem {
             None => readiness.ready.push(want.node_name.clone()),
@@ -53,6 +77,10 @@ pub fn assess(expected: &[&ExpectedNode], nodes: &[RayNode]) -> Readiness {
         }
     }
     readiness
+}
+
+fn short(id: &str) -> &str {
+    &id[..id.len().min(12)]
 }
 
 fn node_problem(want: &ExpectedNode, node: &RayNode) -> Option<String> {
@@ -76,6 +104,7 @@ fn node_problem(want: &ExpectedNode, node: &RayNode) -> Option<String> {
 pub async fn wait_ready(
     ray: &RayClient,
     containers: &[ContainerPlan],
+    incarnations: &Incarnations,
     deadline: Instant,
     mut on_progress: impl FnMut(&Readiness),
 ) -> Result<Readiness, (Readiness, Option<RayError>)> {
@@ -95,7 +124,7 @@ pub async fn wait_ready(
     let mut last_error;
     let mut delay = Duration::from_millis(100);
     loop {
-        match observe(ray, &expected).await {
+        match observe(ray, &expected, incarnations).await {
             Ok(readiness) => {
                 on_progress(&readiness);
                 if readiness.is_ready() {
@@ -114,7 +143,11 @@ pub async fn wait_ready(
     }
 }
 
-async fn observe(ray: &RayClient, expected: &[&ExpectedNode]) -> Result<Readiness, RayError> {
+async fn observe(
+    ray: &RayClient,
+    expected: &[&ExpectedNode],
+    incarnations: &Incarnations,
+) -> Result<Readiness, RayError> {
     if !ray.gcs_healthy().await? {
         return Ok(Readiness {
             missing: expected
@@ -125,7 +158,7 @@ async fn observe(ray: &RayClient, expected: &[&ExpectedNode]) -> Result<Readines
         });
     }
     let nodes = ray.nodes().await?;
-    Ok(assess(expected, &nodes))
+    Ok(assess(expected, incarnations, &nodes))
 }
 
 #[cfg(test)]
@@ -145,6 +178,7 @@ mod tests {
             state: state.into(),
             is_head_node: false,
             resources_total,
+            start_time_ms: Some(1_000),
         }
     }
 
@@ -165,13 +199,13 @@ mod tests {
             node("h", "ALIVE", 0.0, &[("head_node", 1.0)]),
             node("w", "ALIVE", 2.0, &[("worker_node", 1.0)]),
         ];
-        assert!(assess(&expected, &nodes).is_ready());
+        assert!(assess(&expected, &Incarnations::new(), &nodes).is_ready());
 
         let wrong_gpus = vec![
             node("h", "ALIVE", 0.0, &[("head_node", 1.0)]),
             node("w", "ALIVE", 1.0, &[("worker_node", 1.0)]),
         ];
-        let r = assess(&expected, &wrong_gpus);
+        let r = assess(&expected, &Incarnations::new(), &wrong_gpus);
         assert_eq!(
             r.missing,
             vec![("w".to_string(), "reports 1 GPUs, expected 2".to_string())]
@@ -182,8 +216,39 @@ mod tests {
             node("w", "DEAD", 2.0, &[("worker_node", 1.0)]),
             node("x", "ALIVE", 0.0, &[]),
         ];
-        let r = assess(&expected, &dead_and_stranger);
+        let r = assess(&expected, &Incarnations::new(), &dead_and_stranger);
         assert_eq!(r.missing.len(), 1);
         assert_eq!(r.unexpected.len(), 1);
+    }
+
+    #[test]
+    fn a_node_of_a_containers_previous_life_never_counts() {
+        let w = want("w", 2, "worker_node");
+        let expected = [&w];
+        // The container was recreated at t=5000; Ray still lists the node from t=1000.
+        let incarnations = Incarnations::from([("w".to_string(), 5_000)]);
+        let old = RayNode {
+            node_id: "old".into(),
+            ..node("w", "ALIVE", 2.0, &[("worker_node", 1.0)])
+        };
+        let r = assess(&expected, &incarnations, std::slice::from_ref(&old));
+        assert!(!r.is_ready());
+        assert!(r.missing[0].1.contains("previous node old"), "{r:?}");
+
+        // The new node registered while the old one is still ALIVE: not yet.
+        let new = RayNode {
+            node_id: "new".into(),
+            start_time_ms: Some(5_900),
+            ..old.clone()
+        };
+        let r = assess(&expected, &incarnations, &[old.clone(), new.clone()]);
+        assert!(r.missing[0].1.contains("still ALIVE"), "{r:?}");
+
+        // The old one is DEAD: ready, with the new one.
+        let dead = RayNode {
+            state: "DEAD".into(),
+            ..old
+        };
+        assert!(assess(&expected, &incarnations, &[dead, new]).is_ready());
     }
 }

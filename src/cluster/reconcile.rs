@@ -20,12 +20,13 @@ use super::docker::{self, docker_err, is_conflict, is_not_found};
 use super::plan::{
     self, ClusterPlan, ContainerPlan, LABEL_CLUSTER, LABEL_SPEC, PlanInputs, Role, SharedMount,
 };
-use crate::ray::{RayClient, RayNode};
 use super::ready::{self, Readiness};
 use super::{Error, image};
 use crate::config::LoadedProfile;
 use crate::config::layout::{self, Layout};
 use crate::config::profile::AuthMode;
+use crate::lock;
+use crate::ray::{RayClient, RayNode};
 use crate::ui::Reporter;
 
 /// A container of this cluster as Docker reports it.
@@ -147,6 +148,41 @@ pub fn ray_client(loaded: &LoadedProfile) -> Result<RayClient, Error> {
     Ok(RayClient::new(&loaded.dashboard_url(), token(loaded)?))
 }
 
+/// Where a cluster's lock lives: on the shared storage when this host sees it (so `up`
+/// and `down` on two hosts exclude each other), else in this user's state directory.
+fn lock_dir(loaded: &LoadedProfile) -> std::path::PathBuf {
+    let root = match loaded.shared_host_path() {
+        Some(shared) => Layout::new(shared).locks(),
+        None => dirs::state_dir()
+            .or_else(dirs::home_dir)
+            .unwrap_or_else(std::env::temp_dir)
+            .join("argus")
+            .join("locks"),
+    };
+    root.join(format!("cluster-{}", loaded.profile.name))
+}
+
+/// Takes the cluster's lock: one `up`, `down` or `run` changes a cluster at a time; the
+/// others wait, saying who they wait for.
+async fn lock_cluster(
+    loaded: &LoadedProfile,
+    reporter: &dyn Reporter,
+) -> Result<lock::Lock, Error> {
+    let dir = lock_dir(loaded);
+    let what = format!("cluster {}", loaded.profile.name);
+    let options = lock::Acquire {
+        what: &what,
+        timeout: None,
+    };
+    let lock = tokio::task::block_in_place(|| {
+        lock::acquire(&dir, &options, |holder| {
+            reporter.note(&lock::waiting_message(&what, holder));
+        })
+    })?;
+    crate::testpoint::reach("cluster:locked");
+    Ok(lock)
+}
+
 /// Converges the cluster to the profile and waits until Ray is ready.
 pub async fn up(
     loaded: &LoadedProfile,
@@ -165,6 +201,12 @@ pub async fn up(
             token: token.clone(),
         },
     );
+    // A dry run only looks; anything that may act holds the cluster's lock from here.
+    let _lock = if options.dry_run {
+        None
+    } else {
+        Some(lock_cluster(loaded, reporter).await?)
+    };
     let observed = observe(&docker, &plan.cluster).await?;
     let actions = diff(&plan, &observed);
     let changed = actions.iter().any(Action::changes);
@@ -187,7 +229,8 @@ pub async fn up(
     }
 
     prepare_storage(&docker, &plan).await?;
-    ensure_network(&docker, &plan).await?;
+    let network_id = ensure_network(&docker, &plan).await?;
+    let network_id = network_id.as_deref();
 
     let removals = actions.iter().filter_map(|a| match a {
         Action::Remove { name, .. } => Some(name.as_str()),
@@ -208,7 +251,7 @@ pub async fn up(
             .collect()
     };
     for head in replace(Role::Head) {
-        start(&docker, &plan.cluster, head, reporter).await?;
+        start(&docker, &plan.cluster, head, network_id, reporter).await?;
         if let SharedMount::Volume { target, .. } = &head.mount {
             // The host may not see an NFS volume: make the layout from inside the head.
             create_layout_inside(&docker, &head.name, target).await?;
@@ -217,7 +260,7 @@ pub async fn up(
     try_join_all(
         replace(Role::Worker)
             .into_iter()
-            .map(|w| start(&docker, &plan.cluster, w, reporter)),
+            .map(|w| start(&docker, &plan.cluster, w, network_id, reporter)),
     )
     .await?;
 
@@ -299,36 +342,77 @@ async fn prepare_storage(docker: &Docker, plan: &ClusterPlan) -> Result<(), Erro
     Ok(())
 }
 
-async fn ensure_network(docker: &Docker, plan: &ClusterPlan) -> Result<(), Error> {
-    let Some(network) = &plan.network else {
-        return Ok(());
-    };
-    match docker
-        .inspect_network(
-            network,
-            None::<bollard::query_parameters::InspectNetworkOptions>,
-        )
+/// The cluster's networks (by label), as (id, name, attached containers).
+async fn cluster_networks(
+    docker: &Docker,
+    cluster: &str,
+) -> Result<Vec<(String, String, usize)>, Error> {
+    let filters = HashMap::from([("label", vec![format!("{LABEL_CLUSTER}={cluster}")])]);
+    let options = bollard::query_parameters::ListNetworksOptionsBuilder::new()
+        .filters(&filters)
+        .build();
+    let list = docker
+        .list_networks(Some(options))
         .await
-    {
-        Ok(_) => Ok(()),
-        Err(e) if is_not_found(&e) => {
-            let request = NetworkCreateRequest {
-                name: network.clone(),
-                driver: Some("bridge".to_string()),
-                labels: Some(HashMap::from([(
-                    LABEL_CLUSTER.to_string(),
-                    plan.cluster.clone(),
-                )])),
-                ..Default::default()
-            };
-            match docker.create_network(request).await {
-                Ok(_) => Ok(()),
-                // Created by a concurrent `up` in the meantime: fine.
-                Err(e) if is_conflict(&e) => Ok(()),
-                Err(e) => Err(docker_err(format!("create network {network}"))(e)),
+        .map_err(docker_err("list networks"))?;
+    let mut out = Vec::new();
+    for n in list {
+        let id = n.id.unwrap_or_default();
+        // The list does not say which containers are attached; inspect does.
+        let attached = match docker
+            .inspect_network(
+                &id,
+                None::<bollard::query_parameters::InspectNetworkOptions>,
+            )
+            .await
+        {
+            Ok(info) => info.containers.map_or(0, |c| c.len()),
+            Err(_) => 0,
+        };
+        out.push((id, n.name.unwrap_or_default(), attached));
+    }
+    Ok(out)
+}
+
+/// Makes sure the cluster has exactly one network of its name and returns its id. Extra
+/// networks of that name (left by two `up`s racing, before argus locked) are removed when
+/// nothing is attached to them; containers always address the network by id.
+async fn ensure_network(docker: &Docker, plan: &ClusterPlan) -> Result<Option<String>, Error> {
+    let Some(network) = &plan.network else {
+        return Ok(None);
+    };
+    let mut ours: Vec<(String, String, usize)> = cluster_networks(docker, &plan.cluster)
+        .await?
+        .into_iter()
+        .filter(|(_, name, _)| name == network)
+        .collect();
+    // Keep the one with the most containers attached (the one in use).
+    ours.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
+    if let Some(((keep, _, _), extras)) = ours.split_first() {
+        for (id, _, attached) in extras {
+            if *attached == 0 {
+                tracing::info!("removing a duplicate network {network} ({id})");
+                let _ = docker.remove_network(id).await;
             }
         }
-        Err(e) => Err(docker_err(format!("inspect network {network}"))(e)),
+        return Ok(Some(keep.clone()));
+    }
+    let request = NetworkCreateRequest {
+        name: network.clone(),
+        driver: Some("bridge".to_string()),
+        labels: Some(HashMap::from([(
+            LABEL_CLUSTER.to_string(),
+            plan.cluster.clone(),
+        )])),
+        ..Default::default()
+    };
+    match docker.create_network(request).await {
+        Ok(created) => Ok(Some(created.id)),
+        Err(e) if is_conflict(&e) => Err(Error::NameTaken {
+            name: network.clone(),
+            cluster: plan.cluster.clone(),
+        }),
+        Err(e) => Err(docker_err(format!("create network {network}"))(e)),
     }
 }
 
@@ -346,6 +430,7 @@ async fn start(
     docker: &Docker,
     cluster: &str,
     c: &ContainerPlan,
+    network_id: Option<&str>,
     reporter: &dyn Reporter,
 ) -> Result<(), Error> {
     let task = reporter.task(&c.name);
@@ -370,7 +455,7 @@ async fn start(
     }
     let options = CreateContainerOptionsBuilder::new().name(&c.name).build();
     docker
-        .create_container(Some(options), docker::create_body(c, cluster))
+        .create_container(Some(options), docker::create_body(c, cluster, network_id))
         .await
         .map_err(|e| {
             task.fail("create failed");
@@ -405,14 +490,31 @@ async fn wait(
     let deadline = tokio::time::Instant::now() + timeout;
     let mut restarts_before = HashMap::new();
     for c in &plan.containers {
-        restarts_before.insert(c.name.clone(), container_health(docker, &c.name).await.1);
+        restarts_before.insert(
+            c.name.clone(),
+            container_health(docker, &c.name).await.restarts,
+        );
     }
     loop {
-        // Poll Ray in slices, looking at the missing nodes' containers in between.
+        // Poll Ray in slices, looking at the containers in between: when each last
+        // started (a node older than its container is a previous life's) and whether a
+        // missing node's container has died.
+        let mut incarnations = ready::Incarnations::new();
+        for c in &plan.containers {
+            if let Some(started) = container_health(docker, &c.name).await.started_ms {
+                incarnations.insert(c.name.clone(), started);
+            }
+        }
         let slice_end = deadline.min(tokio::time::Instant::now() + Duration::from_secs(2));
-        let outcome = ready::wait_ready(ray, &plan.containers, slice_end, |r: &Readiness| {
-            task.update(&format!("{}/{total} nodes ready", r.ready.len()));
-        })
+        let outcome = ready::wait_ready(
+            ray,
+            &plan.containers,
+            &incarnations,
+            slice_end,
+            |r: &Readiness| {
+                task.update(&format!("{}/{total} nodes ready", r.ready.len()));
+            },
+        )
         .await;
         let (readiness, error) = match outcome {
             Ok(_) => {
@@ -424,8 +526,38 @@ async fn wait(
             }
             Err(failed) => failed,
         };
+        // The dashboard can die while its container runs on (`ray start --block` does not
+        // exit for it): nothing will answer again, so say so now, with the head's log.
+        if error.is_some()
+            && let Some(head) = plan.containers.iter().find(|c| c.role == Role::Head)
+            && let Some(logs) = docker::exec_output(
+                docker,
+                &head.name,
+                &[
+                    "tail",
+                    "-n",
+                    "30",
+                    "/tmp/ray/session_latest/logs/dashboard.log",
+                ],
+            )
+            .await
+            && logs.contains("The dashboard on node")
+            && logs.contains("failed with the following error")
+        {
+            task.fail("the dashboard died");
+            return Err(Error::NodeExited {
+                name: format!("{} (its Ray dashboard)", head.name),
+                exit_code: -1,
+                logs,
+            });
+        }
         for (name, _) in &readiness.missing {
-            let (running, restarts, exit_code) = container_health(docker, name).await;
+            let Health {
+                running,
+                restarts,
+                exit_code,
+                ..
+            } = container_health(docker, name).await;
             if !running || restarts > restarts_before.get(name).copied().unwrap_or(0) {
                 task.fail(&format!("{name} stopped"));
                 let logs = docker::tail_logs(docker, name, 20).await;
@@ -503,21 +635,42 @@ async fn create_layout_inside(docker: &Docker, container: &str, mount: &str) -> 
     Ok(())
 }
 
-/// (running, restart count, last exit code) of a container; a missing one is not running.
-async fn container_health(docker: &Docker, name: &str) -> (bool, i64, i64) {
+/// A container's state as readiness needs it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Health {
+    running: bool,
+    restarts: i64,
+    exit_code: i64,
+    /// When its current process started (ms since the epoch, the host's clock).
+    started_ms: Option<u64>,
+}
+
+/// Docker's `2026-11-23T05:12:34.123456789Z` as ms since the epoch.
+fn epoch_ms(rfc3339: &str) -> Option<u64> {
+    let t = humantime::parse_rfc3339_weak(rfc3339).ok()?;
+    let d = t.duration_since(std::time::UNIX_EPOCH).ok()?;
+    Some(d.as_millis() as u64)
+}
+
+/// A missing container is not running.
+async fn container_health(docker: &Docker, name: &str) -> Health {
     match docker
         .inspect_container(name, None::<InspectContainerOptions>)
         .await
     {
         Ok(info) => {
             let state = info.state.unwrap_or_default();
-            (
-                state.running == Some(true) && state.restarting != Some(true),
-                info.restart_count.unwrap_or(0),
-                state.exit_code.unwrap_or(-1),
-            )
+            Health {
+                running: state.running == Some(true) && state.restarting != Some(true),
+                restarts: info.restart_count.unwrap_or(0),
+                exit_code: state.exit_code.unwrap_or(-1),
+                started_ms: state.started_at.as_deref().and_then(epoch_ms),
+            }
         }
-        Err(_) => (false, 0, -1),
+        Err(_) => Health {
+            exit_code: -1,
+            ..Health::default()
+        },
     }
 }
 
@@ -538,29 +691,21 @@ pub async fn down(
 ) -> Result<DownReport, Error> {
     let cluster = loaded.profile.name.clone();
     let docker = docker::connect(loaded.profile.docker.host.as_deref()).await?;
+    let _lock = if dry_run {
+        None
+    } else {
+        Some(lock_cluster(loaded, reporter).await?)
+    };
     let observed = observe(&docker, &cluster).await?;
     let names: Vec<String> = observed.iter().map(|o| o.name.clone()).collect();
-    let network = plan::network_name(&cluster);
-    let network_ours = match docker
-        .inspect_network(
-            &network,
-            None::<bollard::query_parameters::InspectNetworkOptions>,
-        )
-        .await
-    {
-        Ok(info) => info.labels.unwrap_or_default().get(LABEL_CLUSTER) == Some(&cluster),
-        Err(e) if is_not_found(&e) => false,
-        Err(e) => return Err(docker_err(format!("inspect network {network}"))(e)),
-    };
+    // Networks by label and id: a name may be shared by several (Docker allows it).
+    let networks = cluster_networks(&docker, &cluster).await?;
     let report = DownReport {
         cluster,
         removed_containers: names.clone(),
-        removed_network: network_ours.then(|| network.clone()),
+        removed_network: networks.first().map(|(_, name, _)| name.clone()),
         dry_run,
-        shared_kept: loaded
-            .shared_host_path
-            .as_ref()
-            .map(|p| p.display().to_string()),
+        shared_kept: loaded.shared_host_path().map(|p| p.display().to_string()),
     };
     if dry_run {
         return Ok(report);
@@ -571,11 +716,11 @@ pub async fn down(
         try_join_all(observed.iter().map(|o| remove(&docker, &o.id))).await?;
         task.done(&format!("removed {}", names.len()));
     }
-    if network_ours {
-        match docker.remove_network(&network).await {
+    for (id, name, _) in &networks {
+        match docker.remove_network(id).await {
             Ok(()) => {}
             Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(docker_err(format!("remove network {network}"))(e)),
+            Err(e) => return Err(docker_err(format!("remove network {name} ({id})"))(e)),
         }
     }
     Ok(report)
@@ -603,6 +748,15 @@ mod tests {
             state: "running".into(),
             spec: Some(c.spec_hash()),
         }
+    }
+
+    #[test]
+    fn dockers_start_times_parse_to_the_millisecond() {
+        assert_eq!(
+            epoch_ms("2026-11-23T05:12:34.123456789Z"),
+            Some(1_795_410_754_123)
+        );
+        assert_eq!(epoch_ms("0001-01-01T00:00:00Z"), None);
     }
 
     #[test]

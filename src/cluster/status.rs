@@ -7,9 +7,9 @@ use serde::Serialize;
 
 use super::Error;
 use super::docker;
-use crate::ray::RayNode;
 use super::reconcile::{observe, ray_client};
 use crate::config::LoadedProfile;
+use crate::ray::RayNode;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ContainerStatus {

@@ -33,6 +33,7 @@ fn target(cli: &Cli) -> Result<Target> {
 pub async fn submit(cli: &Cli, args: &SubmitArgs, printer: &Printer) -> Result<Exit> {
     let loaded = LoadedJobSpec::load(&args.jobspec, &args.sets)?;
     let target = target(cli)?;
+    loaded.check_on_shared(&target.mount)?;
     let prepared = submit::prepare(&target, &loaded, !args.no_check)
         .with_context(|| format!("cannot submit {}", args.jobspec.display()))?;
     for note in &prepared.notes {

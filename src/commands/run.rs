@@ -31,6 +31,8 @@ pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
             )
         }
     };
+    let p = &loaded.profile;
+    job.check_on_shared(p.submit.shared_root.as_deref().unwrap_or(&p.shared.mount))?;
     let options = RunOptions {
         down_after: args.down_after,
         lock,
@@ -39,16 +41,9 @@ pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
         new: args.new,
     };
     let reporter = printer.reporter();
-    let outcome = run::run(
-        &loaded,
-        job,
-        &options,
-        &reporter,
-        &|text| printer.info(text),
-        |text| printer.raw(text),
-    )
-    .await
-    .context("the run stopped")?;
+    let outcome = run::run(&loaded, job, &options, &reporter, |text| printer.raw(text))
+        .await
+        .context("the run stopped")?;
     let (report, finished_before) = match outcome {
         Outcome::Ran(report) => (report, false),
         Outcome::AlreadyFinished(report) => (report, true),

@@ -45,6 +45,10 @@ impl Layout {
     pub fn jobs(&self) -> PathBuf {
         self.root.join("jobs")
     }
+    /// Locks that hold across hosts: `.argus/locks/<kind>-<key>`.
+    pub fn locks(&self) -> PathBuf {
+        self.root.join(".argus").join("locks")
+    }
     pub fn runs(&self) -> PathBuf {
         self.root.join("runs")
     }

@@ -7,7 +7,8 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::profile::RuntimeEnvSection;
+use super::profile::{RuntimeEnvSection, check_entrypoint_resources, check_job_env};
+use super::secrets::Secrets;
 use super::yaml::{self, ConfigError, Source};
 use crate::yaml_path;
 
@@ -38,12 +39,39 @@ impl RayConfig {
                 )
                 .with_hint("http://127.0.0.1:8265"));
         }
-        if !config.shared_root.starts_with('/') {
-            return Err(source.error_at(
-                &yaml_path!["shared_root"],
-                "shared_root must be an absolute path",
-            ));
+        for (key, value) in [
+            ("shared_root", Some(&config.shared_root)),
+            ("user_code_path", config.user_code_path.as_ref()),
+        ] {
+            if let Some(path) = value
+                && let Err(e) = crate::ids::ContainerPath::parse_as("path", path)
+            {
+                return Err(source
+                    .error_at(&yaml_path![key], format!("{path:?}: {}", e.reason))
+                    .with_hint(e.rule));
+            }
         }
+        check_entrypoint_resources(
+            &source,
+            &[],
+            config.entrypoint_num_cpus,
+            config.entrypoint_num_gpus,
+            config.entrypoint_resources.as_ref(),
+        )?;
+        check_job_env(
+            &source,
+            &yaml_path!["runtime_env", "env_vars"],
+            config.runtime_env.env_vars.keys(),
+        )?;
+        let mut secrets = Secrets::new();
+        secrets.add_vars(
+            config
+                .runtime_env
+                .env_vars
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str())),
+        );
+        super::secrets::remember(&secrets);
         Ok((config, source))
     }
 }

@@ -9,17 +9,23 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct ByteSize(pub u64);
 
-const EXPECTED: &str = "a size such as 512m, 2g, 1.5GiB or a number of bytes";
+/// The largest size a profile may give: 1 PiB. Larger is a typo (no host has it), and
+/// Docker takes sizes as signed 64-bit numbers, so `10000000t` must never be cast there.
+pub const MAX: ByteSize = ByteSize(1 << 50);
+
+const EXPECTED: &str =
+    "a size such as 512m, 2g, 1.5GiB or a number of bytes, from 1 byte to 1024t (1 PiB)";
 
 impl ByteSize {
+    /// Parses `512m`, `1.5GiB`, `100`: exact decimal arithmetic, checked for overflow,
+    /// between 1 byte and [`MAX`].
     pub fn parse(text: &str) -> Option<ByteSize> {
         let text = text.trim();
         let split = text
             .find(|c: char| !(c.is_ascii_digit() || c == '.'))
             .unwrap_or(text.len());
         let (number, unit) = text.split_at(split);
-        let number: f64 = number.parse().ok()?;
-        let multiplier: u64 = match unit.trim().to_ascii_lowercase().as_str() {
+        let multiplier: u128 = match unit.trim().to_ascii_lowercase().as_str() {
             "" | "b" => 1,
             "k" | "kb" | "kib" => 1 << 10,
             "m" | "mb" | "mib" => 1 << 20,
@@ -27,9 +33,36 @@ impl ByteSize {
             "t" | "tb" | "tib" => 1 << 40,
             _ => return None,
         };
-        let bytes = number * multiplier as f64;
-        (bytes.is_finite() && bytes >= 1.0 && bytes < u64::MAX as f64)
+        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+        if whole.is_empty() && fraction.is_empty() {
+            return None;
+        }
+        // At most 18 digits on either side: larger is over MAX whatever the unit.
+        if whole.len() > 18 || fraction.len() > 18 || fraction.contains('.') {
+            return None;
+        }
+        let whole: u128 = if whole.is_empty() {
+            0
+        } else {
+            whole.parse().ok()?
+        };
+        let bytes = whole.checked_mul(multiplier)?;
+        let bytes = if fraction.is_empty() {
+            bytes
+        } else {
+            let scale = 10u128.checked_pow(fraction.len() as u32)?;
+            let part: u128 = fraction.parse().ok()?;
+            bytes.checked_add(part.checked_mul(multiplier)? / scale)?
+        };
+        (1..=u128::from(MAX.0))
+            .contains(&bytes)
             .then_some(ByteSize(bytes as u64))
+    }
+
+    /// The size as Docker's API takes it (a signed 64-bit number); never negative, since
+    /// a `ByteSize` is at most [`MAX`].
+    pub fn as_i64(self) -> i64 {
+        i64::try_from(self.0).unwrap_or(i64::MAX)
     }
 }
 
@@ -65,7 +98,7 @@ impl<'de> Deserialize<'de> for ByteSize {
                 f.write_str(EXPECTED)
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<ByteSize, E> {
-                if v == 0 {
+                if v == 0 || v > MAX.0 {
                     return Err(E::invalid_value(de::Unexpected::Unsigned(v), &self));
                 }
                 Ok(ByteSize(v))
@@ -98,5 +131,28 @@ mod tests {
         assert_eq!(ByteSize::parse("0"), None);
         assert_eq!(ByteSize::parse(""), None);
         assert_eq!(ByteSize(2 << 30).to_string(), "2g");
+        assert_eq!(ByteSize::parse(".5k"), Some(ByteSize(512)));
+        assert_eq!(ByteSize::parse("1024t"), Some(super::MAX));
+    }
+
+    #[test]
+    fn sizes_that_would_overflow_are_refused() {
+        for text in [
+            "10000000t",
+            "1025t",
+            "18446744073709551616",
+            "99999999999999999999999999g",
+            "1.5.3g",
+            ".",
+            "1e3",
+            "-1g",
+            "0.0000001",
+        ] {
+            assert_eq!(ByteSize::parse(text), None, "{text}");
+        }
+        let err = serde_yaml::from_str::<ByteSize>("10000000t").unwrap_err();
+        assert!(err.to_string().contains("1024t (1 PiB)"), "{err}");
+        assert!(serde_yaml::from_str::<ByteSize>("2000000000000000").is_err());
+        assert_eq!(super::MAX.as_i64(), 1 << 50);
     }
 }

@@ -4,6 +4,7 @@
 //! after parsing (a GPU id used twice, a count below 1) are pointed at the offending node
 //! with [`locate`], which walks the document's events to a key path.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -137,7 +138,28 @@ impl fmt::Display for ConfigError {
 }
 
 /// Deserializes a document, turning serde_yaml's error into a located [`ConfigError`].
+///
+/// A key given twice in one mapping is refused first, at the second one: serde would
+/// keep the last silently for maps (`env`, `env_vars`, `overrides`) and report a
+/// struct's duplicate field at the mapping's start.
 pub fn parse<T: DeserializeOwned>(source: &Source) -> Result<T, ConfigError> {
+    if let Some(dup) = find_duplicate_key(&source.text) {
+        let mut path = dup.path;
+        path.push(Seg::Key(dup.key.clone()));
+        return Err(ConfigError {
+            origin: source.origin.clone(),
+            line: dup.line,
+            column: dup.column,
+            message: format!(
+                "{}: key {:?} is given twice (first at line {}, column {})",
+                display_path(&path),
+                dup.key,
+                dup.first.0,
+                dup.first.1
+            ),
+            hint: Some("each key at most once in a mapping; remove one of them".into()),
+        });
+    }
     serde_yaml::from_str(&source.text).map_err(|e| {
         let (line, column) = e
             .location()
@@ -157,6 +179,152 @@ pub fn parse<T: DeserializeOwned>(source: &Source) -> Result<T, ConfigError> {
             hint: None,
         }
     })
+}
+
+/// A key that a mapping has twice: where its mapping is, and both places.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DuplicateKey {
+    pub path: Vec<Seg>,
+    pub key: String,
+    /// The second occurrence (1-based).
+    pub line: usize,
+    pub column: usize,
+    /// The first occurrence (1-based line, column).
+    pub first: (usize, usize),
+}
+
+/// The first key given twice in any mapping of the document (scalar keys, compared as
+/// written). A document the YAML parser refuses has none: serde reports it instead.
+pub fn find_duplicate_key(text: &str) -> Option<DuplicateKey> {
+    let mut events = Parser::new_from_str(text).map_while(Result::ok);
+    // Documents after the first are refused by serde; look at the first only.
+    let first = events.find(|(ev, _)| {
+        !matches!(
+            ev,
+            Event::StreamStart | Event::DocumentStart(_) | Event::Nothing
+        )
+    })?;
+    let mut path = Vec::new();
+    duplicate_in(&mut events, first, &mut path, 0)
+}
+
+/// Nesting deeper than this is left to serde (which has its own recursion limit).
+const MAX_DEPTH: usize = 128;
+
+fn duplicate_in<'a>(
+    events: &mut impl Iterator<Item = Spanned<'a>>,
+    node: Spanned<'a>,
+    path: &mut Vec<Seg>,
+    depth: usize,
+) -> Option<DuplicateKey> {
+    if depth > MAX_DEPTH {
+        skip(events, node);
+        return None;
+    }
+    match node.0 {
+        Event::MappingStart(..) => {
+            let mut seen: HashMap<String, (usize, usize)> = HashMap::new();
+            loop {
+                let key = events.next()?;
+                if matches!(key.0, Event::MappingEnd) {
+                    return None;
+                }
+                let name = match &key.0 {
+                    Event::Scalar(name, ..) => Some(name.to_string()),
+                    _ => None,
+                };
+                let at = (key.1.start.line(), key.1.start.col() + 1);
+                if name.is_none() {
+                    skip(events, key);
+                }
+                if let Some(name) = &name {
+                    if let Some(first) = seen.get(name) {
+                        return Some(DuplicateKey {
+                            path: path.clone(),
+                            key: name.clone(),
+                            line: at.0,
+                            column: at.1,
+                            first: *first,
+                        });
+                    }
+                    seen.insert(name.clone(), at);
+                }
+                let value = events.next()?;
+                path.push(Seg::Key(name.unwrap_or_else(|| "?".into())));
+                let found = duplicate_in(events, value, path, depth + 1);
+                path.pop();
+                if found.is_some() {
+                    return found;
+                }
+            }
+        }
+        Event::SequenceStart(..) => {
+            let mut index = 0;
+            loop {
+                let item = events.next()?;
+                if matches!(item.0, Event::SequenceEnd) {
+                    return None;
+                }
+                path.push(Seg::Index(index));
+                let found = duplicate_in(events, item, path, depth + 1);
+                path.pop();
+                if found.is_some() {
+                    return found;
+                }
+                index += 1;
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Serde for an enum written as one word (`workload: ppo`): anything else, a list or a
+/// map included, is "expected one of ppo|grpo|sft|custom", never a YAML-tag message.
+#[macro_export]
+macro_rules! string_enum {
+    ($name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
+        impl $name {
+            /// Every spelling, as written in YAML.
+            pub const CHOICES: &'static [&'static str] = &[$($text),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),+
+                }
+            }
+        }
+
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl ::serde::Serialize for $name {
+            fn serialize<S: ::serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> ::serde::Deserialize<'de> for $name {
+            fn deserialize<D: ::serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl ::serde::de::Visitor<'_> for V {
+                    type Value = $name;
+                    fn expecting(&self, f: &mut ::std::fmt::Formatter) -> ::std::fmt::Result {
+                        write!(f, "one of {}", $name::CHOICES.join("|"))
+                    }
+                    fn visit_str<E: ::serde::de::Error>(self, v: &str) -> Result<$name, E> {
+                        match v {
+                            $($text => Ok($name::$variant),)+
+                            _ => Err(E::unknown_variant(v, $name::CHOICES)),
+                        }
+                    }
+                }
+                d.deserialize_str(V)
+            }
+        }
+    };
 }
 
 /// Serializes a value as YAML (used for records written under the shared storage).
@@ -281,6 +449,80 @@ mod tests {
             display_path(&yaml_path!["workers", 1, "device_ids", 0]),
             "workers[1].device_ids[0]"
         );
+    }
+
+    #[derive(serde::Deserialize, Debug)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Doc {
+        #[serde(default)]
+        env: std::collections::BTreeMap<String, String>,
+        #[serde(default)]
+        list: Vec<std::collections::BTreeMap<String, u32>>,
+        a: Option<u32>,
+    }
+
+    #[test]
+    fn serde_alone_keeps_the_last_of_a_duplicate_map_key() {
+        // Why `parse` looks for duplicates itself: serde_yaml_ng accepts this.
+        let doc: Doc = serde_yaml::from_str("env: {A: 1, A: 2}\n").unwrap();
+        assert_eq!(doc.env["A"], "2");
+    }
+
+    #[test]
+    fn duplicate_keys_are_refused_at_the_second_one_anywhere() {
+        for (text, line, column, path) in [
+            ("env:\n  A: x\n  B: y\n  A: z\n", 4, 3, "env.A"),
+            ("env: {A: 1, A: 2}\n", 1, 13, "env.A"),
+            ("a: 1\nenv: {}\na: 2\n", 3, 1, "a"),
+            (
+                "list:\n  - {x: 1}\n  - {x: 1, y: 2, x: 3}\n",
+                3,
+                18,
+                "list[1].x",
+            ),
+            ("env: {'A': 1, \"A\": 2}\n", 1, 15, "env.A"),
+        ] {
+            let err = parse::<Doc>(&Source::new("d.yaml", text)).unwrap_err();
+            assert_eq!((err.line, err.column), (line, column), "{text:?}: {err}");
+            assert!(err.message.starts_with(&format!("{path}: key")), "{err}");
+            assert!(
+                err.message.contains("is given twice (first at line"),
+                "{err}"
+            );
+        }
+        // The same key in different mappings is fine.
+        parse::<Doc>(&Source::new("d.yaml", "list: [{x: 1}, {x: 2}]\n")).unwrap();
+    }
+
+    #[test]
+    fn one_word_enums_say_their_choices() {
+        #[derive(Debug, Clone, Copy, PartialEq)]
+        enum Mode {
+            A,
+            B,
+        }
+        crate::string_enum!(Mode { A = "a", B = "b" });
+        #[derive(serde::Deserialize, Debug)]
+        #[allow(dead_code)]
+        struct T {
+            mode: Mode,
+        }
+        for text in ["mode: [a]\n", "mode: {a: 1}\n"] {
+            let err = parse::<T>(&Source::new("t.yaml", text)).unwrap_err();
+            assert!(
+                err.message.ends_with("expected one of a|b"),
+                "{text:?}: {err}"
+            );
+            assert!(!err.message.contains("tag"), "{err}");
+        }
+        let err = parse::<T>(&Source::new("t.yaml", "mode: c\n")).unwrap_err();
+        assert!(
+            err.message
+                .contains("unknown variant `c`, expected `a` or `b`"),
+            "{err}"
+        );
+        assert_eq!(Mode::B.to_string(), "b");
     }
 
     #[test]

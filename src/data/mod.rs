@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::config::Layout;
-use crate::exit::{Classify, Exit};
 use crate::digest::file_sha256;
+use crate::exit::{Classify, Exit};
 use crate::ui::Reporter;
 use download::{CachedFile, SnapshotSpec};
 use hf::{HubClient, HubError, RepoKind};

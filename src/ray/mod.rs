@@ -73,6 +73,9 @@ pub struct RayNode {
     pub is_head_node: bool,
     #[serde(default)]
     pub resources_total: BTreeMap<String, f64>,
+    /// When the node's raylet started, in ms since the epoch (the host's clock).
+    #[serde(default)]
+    pub start_time_ms: Option<u64>,
 }
 
 impl RayNode {

@@ -9,14 +9,15 @@ use std::path::{Path, PathBuf};
 
 use super::lock::{CodePin, DatasetPin, ModelPin, Observed, RunLock};
 use super::{Ctx, Error};
-use crate::config::jobspec::{JobSpec, Workload};
+use crate::config::jobspec::{Code, DataFile, JobSpec, Workload};
 use crate::data::{self, Dataset, Prepare};
+use crate::ids::CodeRef;
 
 /// The datasets a JobSpec names (bare names under common/datasets/, or verl's defaults).
 pub fn datasets_needed(spec: &JobSpec) -> Vec<Dataset> {
     let mut names: Vec<&str> = [&spec.train_file, &spec.val_file]
         .iter()
-        .filter_map(|f| f.as_deref())
+        .filter_map(|f| f.as_ref().map(DataFile::as_str))
         .filter(|f| !f.contains('/') && !f.contains('.'))
         .collect();
     if spec.train_file.is_none() && spec.workload != Workload::Custom {
@@ -54,7 +55,7 @@ pub fn observe_before(ctx: &Ctx<'_>, spec: &JobSpec, lock: &RunLock) -> Result<O
             .read_ref(data::hf::RepoKind::Model, &model.repo, &model.revision);
     }
     // The source as it is now, hashed without snapshotting it.
-    if let Some(code) = &spec.code
+    if let Code::Source(code) = &spec.code
         && lock.code.source.is_some()
     {
         observed.code_tree_hash = Some(crate::snapshot::tree_hash_of(
@@ -118,30 +119,32 @@ pub async fn prepare(
 /// the JobSpec names, pinned.
 pub fn snapshot(ctx: &Ctx<'_>, job: &mut JobSpec) -> Result<CodePin, Error> {
     let code_root = ctx.host.code();
-    if let Some(code) = job.code.take() {
-        let options = crate::snapshot::SnapshotOptions {
-            source: PathBuf::from(&code.source),
-            name: code.name.clone(),
-            code_id: None,
-            excludes: code.exclude.clone(),
-            follow_links: false,
-        };
-        let snap = crate::snapshot::snapshot(&code_root, &options, ctx.reporter)?;
-        job.code_id = Some(format!("{}/{}", code.name, snap.code_id));
-        return Ok(CodePin {
-            name: code.name,
-            code_id: snap.code_id,
-            tree_hash: snap.tree_hash,
-            source: Some(code.source),
-        });
-    }
-    let mount = &ctx.loaded.profile.shared.mount;
-    let path = match (&job.code_id, &job.code_path) {
-        (Some(id), _) => crate::snapshot::find(&code_root, id).ok(),
-        (None, Some(p)) => p
-            .strip_prefix(mount.as_str())
-            .map(|rest| ctx.host.root().join(rest.trim_start_matches('/'))),
-        _ => None,
+    let path = match &job.code {
+        Code::Source(code) => {
+            let options = crate::snapshot::SnapshotOptions {
+                source: PathBuf::from(&code.source),
+                name: code.name.to_string(),
+                code_id: None,
+                excludes: code.exclude.clone(),
+                follow_links: false,
+            };
+            let snap = crate::snapshot::snapshot(&code_root, &options, ctx.reporter)?;
+            let pin = CodePin {
+                name: code.name.to_string(),
+                code_id: snap.code_id.clone(),
+                tree_hash: snap.tree_hash,
+                source: Some(code.source.clone()),
+            };
+            job.code = Code::Snapshot(CodeRef {
+                name: Some(code.name.clone()),
+                id: snap.code_id.parse()?,
+            });
+            return Ok(pin);
+        }
+        Code::Snapshot(id) => crate::snapshot::find(&code_root, &id.to_string()).ok(),
+        Code::Path(p) => p
+            .under(&ctx.loaded.profile.shared.mount)
+            .map(|shared| shared.on_host(ctx.host.root())),
     };
     let manifest = path
         .as_deref()

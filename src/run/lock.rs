@@ -6,9 +6,6 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::data::FileDigest;
-
-/// The lock format this argus writes and reads.
-pub const FORMAT: u32 = 1;
 use crate::data::download::CachedFile;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -83,16 +80,8 @@ impl RunLock {
     pub fn read(path: &Path) -> Result<Self, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let lock: RunLock = serde_yaml::from_str(&text)
-            .map_err(|e| format!("{}: not a run lock: {e}", path.display()))?;
-        if lock.format != FORMAT {
-            return Err(format!(
-                "{}: lock format {} is not one this argus reads (it reads format {FORMAT})",
-                path.display(),
-                lock.format
-            ));
-        }
-        Ok(lock)
+        check_format(path, &text)?;
+        serde_yaml::from_str(&text).map_err(|e| format!("{}: not a run lock: {e}", path.display()))
     }
 
     /// Writes the lock atomically (a reader sees the old lock or the new one, never a part).
@@ -104,6 +93,32 @@ impl RunLock {
             },
         )
     }
+}
+
+/// The lock format this argus reads and writes.
+pub const FORMAT: u32 = 1;
+
+/// A lock of a format this argus does not know is refused before its fields are read,
+/// at the `format` line: its fields may mean something else.
+fn check_format(path: &Path, text: &str) -> Result<(), String> {
+    let Ok(doc) = serde_yaml::from_str::<serde_yaml::Value>(text) else {
+        return Ok(()); // not YAML: the full parse says where
+    };
+    let format = doc.get("format");
+    if format.and_then(serde_yaml::Value::as_u64) == Some(u64::from(FORMAT)) {
+        return Ok(());
+    }
+    let (line, column) =
+        crate::config::yaml::locate(text, &crate::yaml_path!["format"]).unwrap_or((1, 1));
+    let given = match format {
+        None => "no format".to_string(),
+        Some(v) => format!("format {}", crate::config::yaml::to_string(v).trim()),
+    };
+    Err(format!(
+        "{}:{line}:{column}: format: a run lock of {given} is not one this argus {} reads (valid: format: {FORMAT})",
+        path.display(),
+        env!("CARGO_PKG_VERSION")
+    ))
 }
 
 /// What a replay found, to compare with the lock.
@@ -207,19 +222,33 @@ mod tests {
     }
 
     #[test]
-    fn a_lock_round_trips_and_an_unknown_format_is_refused() {
+    fn a_lock_written_reads_back_whole() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("run.lock.yaml");
         lock().write(&path).unwrap();
         assert_eq!(RunLock::read(&path).unwrap().code, lock().code);
-        let mut future = lock();
-        future.format = FORMAT + 1;
-        future.write(&path).unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn an_unknown_format_is_refused_at_its_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.lock.yaml");
+        let good = crate::config::yaml::to_string(&lock());
+        std::fs::write(&path, &good).unwrap();
+        assert!(RunLock::read(&path).is_ok());
+        for (bad, given) in [("format: 2", "format 2"), ("format: x", "format x")] {
+            std::fs::write(&path, good.replace("format: 1", bad)).unwrap();
+            let err = RunLock::read(&path).unwrap_err();
+            assert!(
+                err.contains(&format!(":1:9: format: a run lock of {given}")),
+                "{err}"
+            );
+            assert!(err.contains("valid: format: 1"), "{err}");
+        }
+        std::fs::write(&path, good.replace("format: 1\n", "")).unwrap();
         let err = RunLock::read(&path).unwrap_err();
-        assert!(
-            err.contains("lock format 2 is not one this argus reads"),
-            "{err}"
-        );
+        assert!(err.contains("a run lock of no format"), "{err}");
     }
 
     #[test]

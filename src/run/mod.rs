@@ -25,11 +25,12 @@ use std::path::{Path, PathBuf};
 
 use crate::cluster::image;
 use crate::cluster::reconcile;
-use crate::config::jobspec::LoadedJobSpec;
+use crate::config::jobspec::{Code, LoadedJobSpec};
 use crate::config::secrets::{REDACTED, redact_json};
 use crate::config::yaml::Source;
 use crate::config::{Layout, LoadedProfile};
 use crate::exit::{Classify, Exit};
+use crate::ids::SubmissionId;
 use crate::records::Records;
 use crate::submit::watch::WaitOptions;
 use crate::submit::{self, Target};
@@ -79,6 +80,8 @@ pub enum Error {
     Submit(#[from] crate::submit::Error),
     #[error(transparent)]
     Lock(#[from] crate::lock::Error),
+    #[error(transparent)]
+    Id(#[from] crate::ids::IdError),
 }
 
 impl Classify for Error {
@@ -87,7 +90,7 @@ impl Classify for Error {
             Error::Drift { .. } | Error::Record { .. } | Error::JobLost { .. } => Exit::Failed,
             Error::BadLock(_) | Error::MissingSecret(_) => Exit::Usage,
             Error::Invalid(_) | Error::SubmissionTaken { .. } => Exit::Usage,
-            Error::Config(_) | Error::NoHostPath(_) => Exit::Usage,
+            Error::Config(_) | Error::NoHostPath(_) | Error::Id(_) => Exit::Usage,
             Error::Cluster(e) => e.exit(),
             Error::Image(e) => e.exit(),
             Error::Data(e) => e.exit(),
@@ -103,7 +106,7 @@ impl Classify for Error {
             Error::Invalid(_) => None,
             Error::SubmissionTaken { .. } => Some("remove submission_id from the JobSpec (each run then gets its own), or change it".into()),
             Error::JobLost { .. } => Some("the cluster was taken down or recreated while the job ran: `argus run --new` runs it again".into()),
-            Error::Config(_) => None,
+            Error::Config(_) | Error::Id(_) => None,
             Error::NoHostPath(_) => Some("argus run writes the shared storage from this host: use shared.host_path".into()),
             Error::Cluster(e) => e.hint(),
             Error::Image(e) => e.hint(),
@@ -170,7 +173,7 @@ pub enum Outcome {
 
 /// `run-<yyyymmdd-hhmmss>-<hex>`.
 pub fn new_run_id() -> String {
-    submit::generate_id("run")
+    crate::ids::RunId::generate().into_string()
 }
 
 /// What every stage reads.
@@ -187,19 +190,13 @@ pub(crate) struct Ctx<'a> {
 fn validate(host: &Layout, job: &LoadedJobSpec, options: &RunOptions) -> Result<(), Error> {
     let origin = job.source.origin.display();
     let spec = &job.spec;
-    if let Some(code) = &spec.code {
-        if !Path::new(&code.source).is_dir() {
-            return Err(Error::Invalid(format!(
-                "{origin}: code.source {} is not a directory",
-                code.source
-            )));
-        }
-        if !crate::config::jobspec::valid_id(&code.name) {
-            return Err(Error::Invalid(format!(
-                "{origin}: code.name {:?} is not a snapshot name (letters, digits, '.', '_', '-')",
-                code.name
-            )));
-        }
+    if let Code::Source(code) = &spec.code
+        && !Path::new(&code.source).is_dir()
+    {
+        return Err(Error::Invalid(format!(
+            "{origin}: code.source {} is not a directory",
+            code.source
+        )));
     }
     if let Some(from) = &spec.data_from
         && !Path::new(from).is_dir()
@@ -208,17 +205,19 @@ fn validate(host: &Layout, job: &LoadedJobSpec, options: &RunOptions) -> Result<
             "{origin}: data_from {from} is not a directory"
         )));
     }
-    if let Some(id) = &spec.code_id {
-        crate::snapshot::find(&host.code(), id).map_err(|_| submit::Error::CodeNotFound {
-            code_id: id.clone(),
-            root: host.code(),
+    if let Code::Snapshot(id) = &spec.code {
+        crate::snapshot::find(&host.code(), &id.to_string()).map_err(|_| {
+            submit::Error::CodeNotFound {
+                code_id: id.to_string(),
+                root: host.code(),
+            }
         })?;
     }
     if options.new
         && let Some(id) = &spec.submission_id
-        && Records::new(host.jobs()).exists(id)
+        && Records::new(host.jobs()).exists(id.as_str())
     {
-        return Err(Error::SubmissionTaken { id: id.clone() });
+        return Err(Error::SubmissionTaken { id: id.to_string() });
     }
     Ok(())
 }
@@ -228,9 +227,9 @@ fn hold(
     host: &Layout,
     key: &RunKey,
     job: &LoadedJobSpec,
-    notice: &(dyn Fn(&str) + Sync),
+    reporter: &dyn Reporter,
 ) -> Result<crate::lock::Lock, Error> {
-    let dir = host.root().join(".argus/locks").join(format!("run-{key}"));
+    let dir = host.locks().join(format!("run-{key}"));
     let what = format!(
         "the run of {} (key {})",
         job.source.origin.display(),
@@ -243,7 +242,7 @@ fn hold(
                 what: &what,
                 timeout: None,
             },
-            |holder| notice(&crate::lock::waiting_message(&what, holder)),
+            |holder| reporter.note(&crate::lock::waiting_message(&what, holder)),
         )
     };
     // The wait blocks a thread: tell a multi-threaded runtime so it moves its other work.
@@ -264,7 +263,6 @@ pub async fn run(
     mut job: LoadedJobSpec,
     options: &RunOptions,
     reporter: &dyn Reporter,
-    notice: &(dyn Fn(&str) + Sync),
     mut on_log: impl FnMut(&str) + Send,
 ) -> Result<Outcome, Error> {
     // Nothing is written before everything that can be checked was.
@@ -276,13 +274,13 @@ pub async fn run(
         &job.spec,
         options.lock.as_ref().map(|(_, l)| l),
     );
-    let _held = hold(&host, &key, &job, notice)?;
+    let _held = hold(&host, &key, &job, reporter)?;
 
     let runs = host.runs();
     let rec = match resume::decide(resume::newest(&runs, &key), options.new) {
         Start::Finished(report) => return Ok(Outcome::AlreadyFinished(report)),
         Start::Resume(mut report) => {
-            notice(&format!(
+            reporter.note(&format!(
                 "resuming run {} (it stopped in its {} stage)",
                 report.run_id, report.stage
             ));
@@ -309,7 +307,7 @@ pub async fn run(
         options,
         reporter,
     };
-    stages(&ctx, rec, job, notice, &mut on_log).await
+    stages(&ctx, rec, job, &mut on_log).await
 }
 
 /// The stages, in order; each observes what is there before it acts.
@@ -317,17 +315,17 @@ async fn stages(
     ctx: &Ctx<'_>,
     mut rec: Recorder,
     mut job: LoadedJobSpec,
-    notice: &(dyn Fn(&str) + Sync),
     on_log: &mut (dyn FnMut(&str) + Send),
 ) -> Result<Outcome, Error> {
     let options = ctx.options;
     // The JobSpec as loaded (the lock records it); the job's id: the JobSpec's, or the run's.
     let spec = job.spec.clone();
-    let id = job
-        .spec
-        .submission_id
-        .get_or_insert_with(|| rec.report.run_id.clone())
-        .clone();
+    let id = match &job.spec.submission_id {
+        Some(id) => id.clone(),
+        None => rec.report.run_id.parse::<SubmissionId>()?,
+    };
+    job.spec.submission_id = Some(id.clone());
+    let id = id.into_string();
     let records = Records::new(ctx.host.jobs());
     let pinned = RunLock::read(&rec.lock_path())
         .ok()
@@ -442,14 +440,14 @@ async fn stages(
             job::submit(&target, &prepared).await?
         }
         Seen::Recorded(record) => {
-            notice(&format!(
+            ctx.reporter.note(&format!(
                 "job {id} was already submitted ({} when last seen): attaching to it",
                 record.status
             ));
             format!("{id} (already submitted: attached)")
         }
         Seen::OnlyOnCluster(info) => {
-            notice(&format!(
+            ctx.reporter.note(&format!(
                 "job {id} is on the cluster but argus never recorded it: recording it and attaching"
             ));
             job::adopt(&target, &records, info, &id)?;

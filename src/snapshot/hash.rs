@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use sha2::{Digest, Sha256};
 
-use crate::digest::hex;
 pub use crate::digest::file_sha256;
+use crate::digest::hex;
 
 use super::walk::{Entry, GitState, Kind};
 use super::{Error, io};

@@ -46,6 +46,8 @@ pub enum Error {
     NotFound(String),
     #[error("snapshot {id} is used by unfinished job(s): {jobs}")]
     InUse { id: String, jobs: String },
+    #[error(transparent)]
+    Lock(#[from] crate::lock::Error),
     #[error("{action} {path}")]
     Io {
         action: &'static str,
@@ -59,6 +61,7 @@ impl Classify for Error {
     fn exit(&self) -> Exit {
         match self {
             Error::Io { .. } => Exit::Failed,
+            Error::Lock(e) => e.exit(),
             _ => Exit::Usage,
         }
     }
@@ -168,7 +171,18 @@ pub fn snapshot(
         seconds: started.elapsed().as_secs_f64(),
     };
 
-    publish::remove_leftovers(&dir);
+    std::fs::create_dir_all(&dir).map_err(io("cannot create", &dir))?;
+    // One writer per snapshot id, on any host: a second one waits, then finds it published.
+    let what = format!("snapshot {}/{code_id}", options.name);
+    let _lock = crate::lock::acquire(
+        &dir.join(format!(".lock-{code_id}")),
+        &crate::lock::Acquire {
+            what: &what,
+            timeout: None,
+        },
+        |holder| reporter.note(&crate::lock::waiting_message(&what, holder)),
+    )?;
+    publish::remove_leftovers(&dir, &code_id);
     if target.exists() {
         let existing = Manifest::read(&target)?;
         if existing.tree_hash != tree_hash {
@@ -220,7 +234,11 @@ pub fn list(code_root: &Path) -> Result<Vec<ListedSnapshot>, Error> {
         let Ok(ids) = std::fs::read_dir(name.path()) else {
             continue;
         };
-        for id in ids.flatten() {
+        // Dot entries are temporary copies and locks, never snapshots.
+        for id in ids
+            .flatten()
+            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+        {
             let Ok(manifest) = Manifest::read(&id.path()) else {
                 continue;
             };

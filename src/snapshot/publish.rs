@@ -1,6 +1,8 @@
-//! Publishing: copy into `<name>/.tmp-<code_id>-<pid>` on the same filesystem, make the
-//! files read-only, write the manifest, then rename into place. A crash, Ctrl-C or full
-//! disk leaves nothing under a final name; the next run removes the leftovers.
+//! Publishing: copy into a temporary name in `<name>/` on the same filesystem (one that
+//! says which host and process writes it: `crate::fsx::temp_name`), make the files
+//! read-only, write the manifest, fsync the tree, then rename into place. A crash, Ctrl-C
+//! or full disk leaves nothing under a final name; the next run removes the leftovers,
+//! never those of a live writer on another host.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -12,8 +14,6 @@ use super::walk::{Entry, Kind};
 use super::{Error, io};
 use crate::ui::Task;
 
-const TMP_PREFIX: &str = ".tmp-";
-
 pub fn publish(
     source: &Path,
     dir: &Path,
@@ -23,10 +23,12 @@ pub fn publish(
     task: &dyn Task,
 ) -> Result<(), Error> {
     std::fs::create_dir_all(dir).map_err(io("cannot create", dir))?;
-    let tmp = dir.join(format!("{TMP_PREFIX}{code_id}-{}", std::process::id()));
+    let tmp = dir.join(crate::fsx::temp_name(code_id));
     let result = fill(source, &tmp, entries, manifest, task).and_then(|()| {
+        crate::fsx::fsync_tree(&tmp).map_err(io("cannot sync", &tmp))?;
+        crate::testpoint::reach("snapshot:before-publish");
         match std::fs::rename(&tmp, dir.join(code_id)) {
-            Ok(()) => Ok(()),
+            Ok(()) => crate::fsx::fsync_dir(dir).map_err(io("cannot sync", dir)),
             // Published by a concurrent identical snapshot in the meantime.
             Err(_) if dir.join(code_id).join(MANIFEST).is_file() => remove_tree(&tmp),
             Err(e) => Err(Error::Io {
@@ -93,33 +95,15 @@ fn fill(
     Ok(())
 }
 
-/// Removes the temporary directories of snapshot runs that are no longer alive.
-pub fn remove_leftovers(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name.strip_prefix(TMP_PREFIX) else {
-            continue;
-        };
-        let pid = rest
-            .rsplit_once('-')
-            .and_then(|(_, pid)| pid.parse::<u32>().ok());
-        let alive = pid.is_some_and(|pid| {
-            pid != std::process::id() && Path::new(&format!("/proc/{pid}")).exists()
-        });
-        if !alive {
-            tracing::info!(
-                "removing the leftovers of an interrupted snapshot: {}",
-                entry.path().display()
-            );
-            let _ = remove_tree(&entry.path());
-        }
-    }
+/// Removes the leftovers of interrupted snapshots in `dir`: every temporary copy of
+/// `code_id` (the caller holds its lock, so none has a live writer), and those of other ids
+/// whose writer on this host is gone. Another host's copies of other ids are left alone.
+pub fn remove_leftovers(dir: &Path, code_id: &str) {
+    crate::fsx::remove_temps_of(dir, code_id);
+    crate::fsx::remove_dead_temps(dir);
 }
 
 /// Removes a snapshot tree (its files are read-only; its directories are not).
 pub fn remove_tree(path: &Path) -> Result<(), Error> {
-    std::fs::remove_dir_all(path).map_err(io("cannot remove", path))
+    crate::fsx::remove_any(path).map_err(io("cannot remove", path))
 }

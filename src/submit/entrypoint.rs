@@ -17,6 +17,9 @@ pub struct EntrypointInputs {
     pub save_freq: Option<i64>,
     pub test_freq: Option<i64>,
     pub checkpoint_dir: String,
+    /// Hydra's run directory (`.hydra/`, the trainer's log): on the shared storage, not in
+    /// the worker container where it would be lost with it.
+    pub hydra_run_dir: String,
     pub user_overrides: Vec<Override>,
     /// Workload `custom`: the command as written.
     pub custom: Option<String>,
@@ -87,6 +90,7 @@ pub fn implied_overrides(i: &EntrypointInputs) -> Vec<Override> {
         }
     }
     set("trainer.default_local_dir", i.checkpoint_dir.clone());
+    set("hydra.run.dir", i.hydra_run_dir.clone());
     set("trainer.logger", "[console]".into());
     out.into_iter()
         .map(|(key, value)| {
@@ -121,6 +125,13 @@ pub fn effective_overrides(i: &EntrypointInputs) -> Vec<Override> {
         all.push(user.clone());
     }
     all
+}
+
+/// The driver's command run in `work_dir` (made first): every relative path a job writes,
+/// and anything a Hydra app puts in its working directory, lands on the shared storage.
+pub fn in_work_dir(work_dir: &str, command: &str) -> String {
+    let dir = shell_quote(work_dir);
+    format!("mkdir -p {dir} && cd {dir} && {command}")
 }
 
 /// The shell command Ray runs as the job's driver.
@@ -171,6 +182,7 @@ mod tests {
             save_freq: Some(5),
             test_freq: None,
             checkpoint_dir: "/mnt/shared/jobs/j1/checkpoints".into(),
+            hydra_run_dir: "/mnt/shared/jobs/j1/hydra".into(),
             user_overrides: Vec::new(),
             custom: None,
         }

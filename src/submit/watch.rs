@@ -4,9 +4,9 @@
 
 use std::time::{Duration, Instant};
 
+use super::{Error, Target};
 use crate::ray::jobs::{JobInfo, JobStatus, JobsApi, JobsError};
 use crate::records::JobRecord;
-use super::{Error, Target};
 
 pub struct WaitOptions {
     /// Give up waiting (the job keeps running) after this long.

@@ -34,14 +34,13 @@ impl Printer {
     /// Data for scripts and pipes (tables, ids, paths).
     pub fn data(&self, text: impl AsRef<str>) {
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{}", text.as_ref());
+        stdout_result(writeln!(out, "{}", text.as_ref()));
     }
 
     /// Text on stdout exactly as given, flushed at once (a job's log as it streams).
     pub fn raw(&self, text: &str) {
         let mut out = std::io::stdout().lock();
-        let _ = out.write_all(text.as_bytes());
-        let _ = out.flush();
+        stdout_result(out.write_all(text.as_bytes()).and_then(|()| out.flush()));
     }
 
     /// A JSON document on stdout.
@@ -64,5 +63,15 @@ impl Printer {
     /// Progress reporting for library code.
     pub fn reporter(&self) -> ProgressReporter {
         ProgressReporter::new(self.bars, self.verbosity == Verbosity::Quiet)
+    }
+}
+
+/// The reader of our stdout went away (`argus job logs -f ID | head`): nothing more can
+/// be delivered, so end quietly with success, as `head` asked, instead of following on.
+fn stdout_result(result: std::io::Result<()>) {
+    if let Err(e) = result
+        && e.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        std::process::exit(0);
     }
 }

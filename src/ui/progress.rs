@@ -12,6 +12,10 @@ use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 /// How library code announces slow work.
 pub trait Reporter: Send + Sync {
     fn task(&self, label: &str) -> Box<dyn Task>;
+    /// A line for the user now, bars or not (e.g. who holds a lock being waited for).
+    fn note(&self, message: &str) {
+        let _ = message;
+    }
 }
 
 /// One unit of slow work.
@@ -48,6 +52,17 @@ impl ProgressReporter {
 }
 
 impl Reporter for ProgressReporter {
+    fn note(&self, message: &str) {
+        if self.quiet {
+            return;
+        }
+        if self.bars {
+            let _ = self.multi.println(message);
+        } else {
+            eprintln!("{message}");
+        }
+    }
+
     fn task(&self, label: &str) -> Box<dyn Task> {
         let bar = if self.bars {
             let bar = self.multi.add(ProgressBar::new_spinner());

@@ -168,6 +168,21 @@ impl Argus {
         self.command.arg(path);
         self
     }
+    pub fn env(mut self, key: &str, value: impl AsRef<std::ffi::OsStr>) -> Self {
+        self.command.env(key, value);
+        self
+    }
+    /// Starts it without waiting, its stdout and stderr going to files (read them with
+    /// `std::fs::read_to_string` while it runs).
+    pub fn spawn_to(mut self, stdout: &Path, stderr: &Path) -> std::process::Child {
+        let out = std::fs::File::create(stdout).expect("stdout file");
+        let err = std::fs::File::create(stderr).expect("stderr file");
+        self.command
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .expect("spawn argus")
+    }
     /// Starts it without waiting (to interrupt it).
     pub fn spawn(mut self) -> std::process::Child {
         self.command
@@ -175,20 +190,6 @@ impl Argus {
             .stderr(std::process::Stdio::null())
             .spawn()
             .expect("spawn argus")
-    }
-    /// Starts it without waiting, its stderr going to the file `stderr` (to read what it
-    /// says while it runs).
-    pub fn spawn_logged(mut self, stderr: &Path) -> std::process::Child {
-        let file = std::fs::File::create(stderr).expect("stderr file");
-        self.command
-            .stdout(std::process::Stdio::null())
-            .stderr(file)
-            .spawn()
-            .expect("spawn argus")
-    }
-    pub fn env(mut self, key: &str, value: impl AsRef<std::ffi::OsStr>) -> Self {
-        self.command.env(key, value);
-        self
     }
     pub fn profile(mut self, path: &Path) -> Self {
         self.command.arg("-p").arg(path);

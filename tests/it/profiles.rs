@@ -189,3 +189,74 @@ fn token_auth_without_a_token_is_a_usage_error() {
         .code(2)
         .stderr_has("ARGUS_TEST_NO_SUCH_TOKEN is not set");
 }
+
+#[test]
+fn secrets_never_appear_in_clear_in_a_printed_payload_or_an_error() {
+    let mut ctx = TestContext::new("secrets");
+    let name = ctx.cluster("c");
+    let profile = ctx.write(
+        "p.yaml",
+        &test_profile(&name, &ctx.path("shared"), free_port(), 1, ""),
+    );
+    // A DB_PASS in env_vars, the same password copied into an override, and a secret
+    // passed as an override value under a secret-named key.
+    let job = ctx.write(
+        "job.yaml",
+        "workload: ppo\ncode_path: /mnt/shared/common/code/verl/x\nenv_vars: {DB_PASS: hunter2-db-pass}\noverrides:\n  data.url: 'postgres://u:hunter2-db-pass@db/x'\n  trainer.wandb_api_key: wandb-secret-0123\n",
+    );
+    let run = ctx
+        .argus()
+        .profile(&profile)
+        .args(["submit", "--dry-run", "--no-check"])
+        .arg_path(&job)
+        .run()
+        .code(0);
+    for secret in ["hunter2-db-pass", "wandb-secret-0123"] {
+        assert!(
+            !run.stdout.contains(secret),
+            "{secret} in clear:\n{}",
+            run.stdout
+        );
+        assert!(
+            !run.stderr.contains(secret),
+            "{secret} in clear:\n{}",
+            run.stderr
+        );
+    }
+    assert!(
+        run.stdout.contains("trainer.wandb_api_key=<redacted>"),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stdout.contains("postgres://u:<redacted>@db/x"),
+        "{}",
+        run.stdout
+    );
+    assert!(nothing_under(&ctx.path("shared").join("jobs")));
+
+    // An error that echoes a value: the environment's token is hidden there too.
+    let bad = ctx.write(
+        "bad.yaml",
+        "workload: ppo\ncode_id: abc\nsubmission_id: 'tok-0123456789/x'\n",
+    );
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_argus"));
+    command
+        .arg("-p")
+        .arg(&profile)
+        .arg("submit")
+        .arg(&bad)
+        .env("ARGUS_TEST_API_TOKEN", "tok-0123456789")
+        .env("NO_COLOR", "1");
+    let out = command.output().expect("argus");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("invalid submission id \"<redacted>/x\""),
+        "{stderr}"
+    );
+}
+
+fn nothing_under(dir: &Path) -> bool {
+    std::fs::read_dir(dir).map_or(true, |mut d| d.next().is_none())
+}

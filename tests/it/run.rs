@@ -248,10 +248,10 @@ impl Quick {
     /// Starts `argus run` of the JobSpec and returns once it paused at the test point
     /// `point` (it waits there until killed, or until the returned file is removed).
     fn paused_at(&self, point: &str, extra: &[&str]) -> (std::process::Child, PathBuf) {
-        let tp = self.ctx.path(&format!("tp-{}", point.replace(':', "-")));
-        let said = self
-            .ctx
-            .path(&format!("tp-{}.stderr", point.replace(':', "-")));
+        let name = format!("tp-{}", point.replace(':', "-"));
+        let tp = self.ctx.path(&name);
+        let said = self.ctx.path(&format!("{name}.stderr"));
+        let out = self.ctx.path(&format!("{name}.stdout"));
         let mut child = self
             .argus()
             .env("ARGUS_TESTPOINT", point)
@@ -259,7 +259,7 @@ impl Quick {
             .args(["run"])
             .args(extra)
             .arg_path(&self.jobspec)
-            .spawn_logged(&said);
+            .spawn_to(&out, &said);
         poll(
             &format!("argus run to reach {point}"),
             Duration::from_secs(400),
@@ -536,11 +536,12 @@ fn two_runs_of_one_jobspec_at_once_make_one_job() {
     // The first holds the run's lock, paused before it submits.
     let (mut first, tp) = quick.paused_at("run:submit", &[]);
     let said = quick.ctx.path("second.stderr");
+    let out = quick.ctx.path("second.stdout");
     let mut second = quick
         .argus()
         .args(["run"])
         .arg_path(&quick.jobspec)
-        .spawn_logged(&said);
+        .spawn_to(&out, &said);
     let text = poll(
         "the second run to wait for the first",
         Duration::from_secs(120),

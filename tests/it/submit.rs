@@ -195,7 +195,7 @@ fn unreachable_ray_is_exit_4_after_bounded_retries() {
     let (_name, shared, profile) = profile_at(&mut ctx, free_port(), 1);
     let spec = ctx.write(
         "j.yaml",
-        "workload: custom\ncode_path: /x\nentrypoint: echo hi\n",
+        "workload: custom\ncode_path: /mnt/shared/x\nentrypoint: echo hi\n",
     );
     ctx.argus()
         .profile(&profile)
@@ -246,7 +246,7 @@ fn traceback_error_bodies_are_reported_by_their_last_line() {
     let (_name, shared, profile) = profile_at(&mut ctx, port, 1);
     let spec = ctx.write(
         "j.yaml",
-        "workload: custom\ncode_path: /x\nentrypoint: echo hi\nsubmission_id: tb-1\n",
+        "workload: custom\ncode_path: /mnt/shared/x\nentrypoint: echo hi\nsubmission_id: tb-1\n",
     );
     let run = ctx.argus().profile(&profile).args(["submit"]).arg_path(&spec).run().code(1).stderr_has("Ray answered 500 to /api/jobs/: RuntimeError: Failed to start supervisor actor: out of CPUs");
     assert!(
@@ -274,60 +274,88 @@ fn job(ctx: &TestContext, id: &str, code_id: &str, entrypoint: &str) -> PathBuf 
     ctx.write(&format!("{id}.yaml"), &format!("workload: custom\nsubmission_id: {id}\ncode_id: {code_id}\nentrypoint: {entrypoint}\nenv_vars: {{API_TOKEN: do-not-leak}}\n"))
 }
 
-/// The old tool's acceptance test, then stop, follow, time limit, interop, duplicates and
-/// records that outlive the cluster, all on one real Ray cluster.
+/// A running cluster of the test's own with snapshot `codeA` (marker-alpha) on it.
+struct Jobs {
+    name: String,
+    shared: PathBuf,
+    profile: PathBuf,
+    dashboard: String,
+}
+
+fn cluster_with_code(ctx: &mut TestContext, workers: u32) -> Jobs {
+    let port = free_port();
+    let (name, shared, profile) = profile_at(ctx, port, workers);
+    ctx.argus().profile(&profile).args(["up"]).run().code(0);
+    snapshot_marker(ctx, &profile, "codeA", "marker-alpha");
+    Jobs {
+        name,
+        shared,
+        profile,
+        dashboard: format!("http://127.0.0.1:{port}"),
+    }
+}
+
+/// A snapshot `id` whose module `marker` says `marker`.
+fn snapshot_marker(ctx: &TestContext, profile: &Path, id: &str, marker: &str) {
+    let src = ctx.path(id);
+    std::fs::create_dir_all(&src).expect("mkdir");
+    std::fs::write(src.join("marker.py"), format!("MARKER = {marker:?}\n")).expect("write");
+    ctx.argus()
+        .profile(profile)
+        .args(["snapshot", "--code-id", id])
+        .arg_path(&src)
+        .run()
+        .code(0);
+}
+
+fn job_status(ctx: &TestContext, j: &Jobs, id: &str) -> Value {
+    ctx.argus()
+        .profile(&j.profile)
+        .args(["job", "status", id, "--json"])
+        .run()
+        .json()
+}
+
+/// The old tool's acceptance test: two jobs pinned to two code snapshots each import
+/// their own marker; each driver runs on a worker, never the head; every artifact is
+/// there; no secret is in clear anywhere under jobs/<id>.
 #[test]
-fn jobs_on_a_real_cluster() {
-    if TestContext::skip_docker("jobs_on_a_real_cluster") {
+fn jobs_import_their_own_snapshot_run_on_a_worker_and_leave_their_records() {
+    if TestContext::skip_docker("jobs_import_their_own_snapshot") {
         return;
     }
     ensure_image();
-    let mut ctx = TestContext::new("jobs");
-    let port = free_port();
-    let (name, shared, profile) = profile_at(&mut ctx, port, 2);
-    let dashboard = format!("http://127.0.0.1:{port}");
-    ctx.argus().profile(&profile).args(["up"]).run().code(0);
-
-    // Two snapshots whose marker module differs.
-    for (id, marker) in [("codeA", "marker-alpha"), ("codeB", "marker-beta")] {
-        let src = ctx.path(id);
-        std::fs::create_dir_all(&src).expect("mkdir");
-        std::fs::write(src.join("marker.py"), format!("MARKER = {marker:?}\n")).expect("write");
-        ctx.argus()
-            .profile(&profile)
-            .args(["snapshot", "--code-id", id])
-            .arg_path(&src)
-            .run()
-            .code(0);
-    }
+    let mut ctx = TestContext::new("accept");
+    let j = cluster_with_code(&mut ctx, 2);
+    snapshot_marker(&ctx, &j.profile, "codeB", "marker-beta");
     let print_marker = "python3 -c \"import marker; print('MARKER=' + marker.MARKER)\"";
-    let mut worker_ids = Vec::new();
     let status = ctx
         .argus()
-        .profile(&profile)
+        .profile(&j.profile)
         .args(["status", "--json"])
         .run()
         .code(0)
         .json();
-    let head_id = status["nodes"]
-        .as_array()
-        .expect("nodes")
+    let nodes = status["nodes"].as_array().expect("nodes").clone();
+    let head_id = nodes
         .iter()
         .find(|n| n["is_head_node"] == true)
         .expect("head")["node_id"]
         .clone();
-    for n in status["nodes"].as_array().expect("nodes") {
-        if n["is_head_node"] == false {
-            worker_ids.push(n["node_id"].clone());
-        }
-    }
+    let worker_ids: Vec<Value> = nodes
+        .iter()
+        .filter(|n| n["is_head_node"] == false && n["state"] == "ALIVE")
+        .map(|n| n["node_id"].clone())
+        .collect();
+    assert_eq!(worker_ids.len(), 2, "{nodes:#?}");
+    assert!(!worker_ids.contains(&head_id));
     for (id, code, mine, other) in [
         ("job-a", "codeA", "marker-alpha", "marker-beta"),
         ("job-b", "codeB", "marker-beta", "marker-alpha"),
     ] {
         let spec = job(&ctx, id, code, print_marker);
         ctx.argus()
-            .profile(&profile)
+            .profile(&j.profile)
             .args(["submit", "--wait"])
             .arg_path(&spec)
             .run()
@@ -335,7 +363,7 @@ fn jobs_on_a_real_cluster() {
             .stderr_has(&format!("job {id} SUCCEEDED"));
         let logs = ctx
             .argus()
-            .profile(&profile)
+            .profile(&j.profile)
             .args(["job", "logs", id])
             .run()
             .code(0)
@@ -344,20 +372,12 @@ fn jobs_on_a_real_cluster() {
             logs.contains(&format!("MARKER={mine}")) && !logs.contains(other),
             "{id}: {logs}"
         );
-        let status = ctx
-            .argus()
-            .profile(&profile)
-            .args(["job", "status", id, "--json"])
-            .run()
-            .code(0)
-            .json();
-        let driver = &status["job"]["driver_node_id"];
+        let driver = job_status(&ctx, &j, id)["job"]["driver_node_id"].clone();
         assert!(
-            worker_ids.contains(driver) && *driver != head_id,
-            "{id} ran on {driver}, workers {worker_ids:?}, head {head_id}"
+            worker_ids.contains(&driver),
+            "{id} ran on {driver}, not on a worker {worker_ids:?} (head {head_id})"
         );
-        // The artifacts.
-        let dir = shared.join("jobs").join(id);
+        let dir = j.shared.join("jobs").join(id);
         for file in [
             "config/profile.yaml",
             "config/jobspec.yaml",
@@ -405,23 +425,59 @@ fn jobs_on_a_real_cluster() {
             );
         }
     }
+}
 
-    // A duplicate id is refused and the existing job's files are untouched.
-    let before = std::fs::read(shared.join("jobs/job-a/job.json")).expect("record");
-    let spec = job(&ctx, "job-a", "codeA", "echo again");
+/// A submission id already used is refused, and the existing job's files are untouched.
+#[test]
+fn a_duplicate_submission_id_is_refused_and_changes_nothing() {
+    if TestContext::skip_docker("a_duplicate_submission_id_is_refused") {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("dupid");
+    let j = cluster_with_code(&mut ctx, 1);
+    let spec = job(&ctx, "job-d", "codeA", "echo once");
     ctx.argus()
-        .profile(&profile)
+        .profile(&j.profile)
+        .args(["submit", "--wait"])
+        .arg_path(&spec)
+        .run()
+        .code(0);
+    let dir = j.shared.join("jobs/job-d");
+    let before: Vec<(PathBuf, Vec<u8>)> = walk(&dir)
+        .into_iter()
+        .map(|f| {
+            let bytes = std::fs::read(&f).expect("read");
+            (f, bytes)
+        })
+        .collect();
+    let spec = job(&ctx, "job-d", "codeA", "echo again");
+    ctx.argus()
+        .profile(&j.profile)
         .args(["submit"])
         .arg_path(&spec)
         .run()
         .code(2)
-        .stderr_has("submission id job-a is already used");
-    assert_eq!(
-        std::fs::read(shared.join("jobs/job-a/job.json")).expect("record"),
-        before
-    );
+        .stderr_has("submission id job-d is already used");
+    for (file, bytes) in before {
+        assert_eq!(
+            std::fs::read(&file).expect("read"),
+            bytes,
+            "{} changed",
+            file.display()
+        );
+    }
+}
 
-    // logs --follow streams lines as they are printed and returns when the job ends.
+/// logs --follow streams lines as they are printed and returns when the job ends.
+#[test]
+fn logs_follow_streams_lines_while_the_job_runs() {
+    if TestContext::skip_docker("logs_follow_streams_lines_while_the_job_runs") {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("follow");
+    let j = cluster_with_code(&mut ctx, 1);
     let slow = "python3 -u -c \"import time\nfor i in range(4): print('tick', i, flush=True); time.sleep(2)\"";
     let spec = ctx.write(
         "slow.yaml",
@@ -431,14 +487,14 @@ fn jobs_on_a_real_cluster() {
         ),
     );
     ctx.argus()
-        .profile(&profile)
+        .profile(&j.profile)
         .args(["submit"])
         .arg_path(&spec)
         .run()
         .code(0);
     let mut follower = std::process::Command::new(env!("CARGO_BIN_EXE_argus"))
         .args(["-p"])
-        .arg(&profile)
+        .arg(&j.profile)
         .args(["job", "logs", "job-slow", "--follow"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -452,65 +508,121 @@ fn jobs_on_a_real_cluster() {
             .filter(|l| l.contains("tick"))
     });
     assert!(first.contains("tick 0"), "{first}");
-    let status = ctx
-        .argus()
-        .profile(&profile)
-        .args(["job", "status", "job-slow", "--json"])
-        .run()
-        .json();
     assert_eq!(
-        status["job"]["status"], "RUNNING",
+        job_status(&ctx, &j, "job-slow")["job"]["status"],
+        "RUNNING",
         "the first line arrived while the job was still running"
     );
     let rest: Vec<String> = lines.map_while(Result::ok).collect();
     assert!(rest.iter().any(|l| l.contains("tick 3")), "{rest:?}");
     assert!(follower.wait().expect("wait").success());
+}
 
-    // stop: a long job is stopped; its status is STOPPED and the exit code says so.
+/// A reader that goes away (`argus job logs -f ID | head -1`) ends argus quietly, exit 0.
+#[test]
+fn logs_follow_into_a_closed_pipe_ends_quietly() {
+    if TestContext::skip_docker("logs_follow_into_a_closed_pipe_ends_quietly") {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("pipe");
+    let j = cluster_with_code(&mut ctx, 1);
+    let spec = ctx.write(
+        "chatty.yaml",
+        "workload: custom\nsubmission_id: job-chatty\ncode_id: codeA\nentrypoint: |-\n  python3 -u -c \"import time\n  for i in range(600): print('line', i, flush=True); time.sleep(0.1)\"\n",
+    );
+    ctx.argus()
+        .profile(&j.profile)
+        .args(["submit"])
+        .arg_path(&spec)
+        .run()
+        .code(0);
+    let mut follower = std::process::Command::new(env!("CARGO_BIN_EXE_argus"))
+        .args(["-p"])
+        .arg(&j.profile)
+        .args(["job", "logs", "job-chatty", "--follow"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("follow");
+    let mut out = BufReader::new(follower.stdout.take().expect("stdout"));
+    let mut first = String::new();
+    poll("a first line", Duration::from_secs(60), || {
+        (out.read_line(&mut first).ok()? > 0 && first.contains("line")).then_some(())
+    });
+    drop(out); // the reader goes away, as `head -1` does
+    let status = poll("argus to end", Duration::from_secs(60), || {
+        follower.try_wait().ok().flatten()
+    });
+    let mut err = String::new();
+    let _ = follower
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err);
+    assert_eq!(status.code(), Some(0), "{err}");
+    assert!(!err.contains("error") && !err.contains("panicked"), "{err}");
+    assert_eq!(
+        job_status(&ctx, &j, "job-chatty")["job"]["status"],
+        "RUNNING"
+    );
+}
+
+/// stop: a long job is stopped; its status is STOPPED and the exit codes say so (3).
+#[test]
+fn a_stopped_job_exits_3() {
+    if TestContext::skip_docker("a_stopped_job_exits_3") {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("stop");
+    let j = cluster_with_code(&mut ctx, 1);
     let spec = job(&ctx, "job-long", "codeA", "sleep 300");
     ctx.argus()
-        .profile(&profile)
+        .profile(&j.profile)
         .args(["submit"])
         .arg_path(&spec)
         .run()
         .code(0);
     poll("job-long to run", Duration::from_secs(60), || {
-        (ctx.argus()
-            .profile(&profile)
-            .args(["job", "status", "job-long", "--json"])
-            .run()
-            .json()["job"]["status"]
-            == "RUNNING")
-            .then_some(())
+        (job_status(&ctx, &j, "job-long")["job"]["status"] == "RUNNING").then_some(())
     });
     ctx.argus()
-        .profile(&profile)
+        .profile(&j.profile)
         .args(["job", "stop", "job-long", "--wait"])
         .run()
         .code(3)
         .stderr_has("STOPPED");
     ctx.argus()
-        .profile(&profile)
+        .profile(&j.profile)
         .args(["job", "wait", "job-long"])
         .run()
         .code(3);
+}
 
-    // time_limit: --wait stops the job once it is exceeded and records why.
+/// time_limit: --wait stops the job once it is exceeded (exit 3) and records why; a
+/// failing job exits 1.
+#[test]
+fn a_time_limit_stops_the_job_and_a_failure_exits_1() {
+    if TestContext::skip_docker("a_time_limit_stops_the_job_and_a_failure_exits_1") {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("limit");
+    let j = cluster_with_code(&mut ctx, 1);
     let spec = ctx.write("limited.yaml", "workload: custom\nsubmission_id: job-limited\ncode_id: codeA\nentrypoint: sleep 300\ntime_limit: 3s\n");
     ctx.argus()
-        .profile(&profile)
+        .profile(&j.profile)
         .args(["submit", "--wait"])
         .arg_path(&spec)
         .run()
         .code(3);
     let record: Value = serde_json::from_str(
-        &std::fs::read_to_string(shared.join("jobs/job-limited/job.json")).expect("record"),
+        &std::fs::read_to_string(j.shared.join("jobs/job-limited/job.json")).expect("record"),
     )
     .expect("json");
     assert_eq!(record["status"], "STOPPED");
     assert_eq!(record["stopped_by_argus"], "time_limit 3s exceeded");
-
-    // A failing job exits 1.
     let spec = job(
         &ctx,
         "job-fail",
@@ -518,15 +630,31 @@ fn jobs_on_a_real_cluster() {
         "python3 -c 'raise SystemExit(7)'",
     );
     ctx.argus()
-        .profile(&profile)
+        .profile(&j.profile)
         .args(["submit", "--wait"])
         .arg_path(&spec)
         .run()
         .code(1)
         .stderr_has("job job-fail FAILED");
+}
 
-    // Interop: Ray's own CLI sees argus's job, and argus lists a job Ray's CLI submitted.
-    let head = format!("{name}-head");
+/// Interop: Ray's own CLI sees argus's job, and argus lists a job Ray's CLI submitted.
+#[test]
+fn ray_cli_and_argus_see_each_others_jobs() {
+    if TestContext::skip_docker("ray_cli_and_argus_see_each_others_jobs") {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("interop");
+    let j = cluster_with_code(&mut ctx, 1);
+    let spec = job(&ctx, "job-i", "codeA", "echo hi");
+    ctx.argus()
+        .profile(&j.profile)
+        .args(["submit", "--wait"])
+        .arg_path(&spec)
+        .run()
+        .code(0);
+    let head = format!("{}-head", j.name);
     let ray_status = docker(&[
         "exec",
         &head,
@@ -534,8 +662,8 @@ fn jobs_on_a_real_cluster() {
         "job",
         "status",
         "--address",
-        &dashboard,
-        "job-a",
+        &j.dashboard,
+        "job-i",
     ]);
     assert!(ray_status.contains("succeeded"), "{ray_status}");
     let submitted = docker(&[
@@ -545,7 +673,7 @@ fn jobs_on_a_real_cluster() {
         "job",
         "submit",
         "--address",
-        &dashboard,
+        &j.dashboard,
         "--submission-id",
         "from-ray-cli",
         "--no-wait",
@@ -556,7 +684,7 @@ fn jobs_on_a_real_cluster() {
     assert!(submitted.contains("from-ray-cli"), "{submitted}");
     let list = ctx
         .argus()
-        .profile(&profile)
+        .profile(&j.profile)
         .args(["job", "list", "--json"])
         .run()
         .code(0)
@@ -568,28 +696,42 @@ fn jobs_on_a_real_cluster() {
             .any(|j| j["submission_id"] == "from-ray-cli" && j["source"] == "cluster"),
         "{list:#}"
     );
+}
 
-    // The records outlive the cluster: after down (and up again) argus still knows the jobs.
-    ctx.argus().profile(&profile).args(["down"]).run().code(0);
-    let status = ctx
-        .argus()
-        .profile(&profile)
-        .args(["job", "status", "job-a", "--json"])
-        .run()
-        .code(0)
-        .json();
+/// The records outlive the cluster: after down (and up again) argus still knows the jobs,
+/// their final status and their logs.
+#[test]
+fn job_records_outlive_the_cluster() {
+    if TestContext::skip_docker("job_records_outlive_the_cluster") {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("outlive");
+    let j = cluster_with_code(&mut ctx, 1);
+    let print_marker = "python3 -c \"import marker; print('MARKER=' + marker.MARKER)\"";
+    for id in ["job-x", "job-y"] {
+        let spec = job(&ctx, id, "codeA", print_marker);
+        ctx.argus()
+            .profile(&j.profile)
+            .args(["submit", "--wait"])
+            .arg_path(&spec)
+            .run()
+            .code(0);
+    }
+    ctx.argus().profile(&j.profile).args(["down"]).run().code(0);
+    let status = job_status(&ctx, &j, "job-x");
     assert_eq!(status["job"]["status"], "SUCCEEDED");
     assert_eq!(status["from_cluster"], false);
     ctx.argus()
-        .profile(&profile)
-        .args(["job", "logs", "job-a"])
+        .profile(&j.profile)
+        .args(["job", "logs", "job-x"])
         .run()
         .code(0)
         .stdout_has("MARKER=marker-alpha");
-    ctx.argus().profile(&profile).args(["up"]).run().code(0);
+    ctx.argus().profile(&j.profile).args(["up"]).run().code(0);
     let list = ctx
         .argus()
-        .profile(&profile)
+        .profile(&j.profile)
         .args(["job", "list", "--json"])
         .run()
         .code(0)
@@ -601,17 +743,7 @@ fn jobs_on_a_real_cluster() {
         .filter(|j| j["source"] == "record")
         .filter_map(|j| j["submission_id"].as_str())
         .collect();
-    for id in [
-        "job-a",
-        "job-b",
-        "job-slow",
-        "job-long",
-        "job-limited",
-        "job-fail",
-    ] {
-        assert!(ids.contains(&id), "{id} missing from {ids:?}");
-    }
-    ctx.argus().profile(&profile).args(["down"]).run().code(0);
+    assert!(ids.contains(&"job-x") && ids.contains(&"job-y"), "{ids:?}");
 }
 
 fn walk(dir: &Path) -> Vec<PathBuf> {
@@ -625,4 +757,103 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// Every output of a job lands on the shared storage: a custom job's relative file under
+/// `jobs/<id>/work/`, and a verl-shaped Hydra app's run directory (`.hydra/config.yaml`)
+/// under `jobs/<id>/hydra/`, through the overrides argus implies for a verl workload.
+#[test]
+fn job_outputs_land_on_the_shared_storage() {
+    if TestContext::skip_docker("job_outputs_land_on_the_shared_storage") {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("outputs");
+    let j = cluster_with_code(&mut ctx, 1);
+
+    // A custom job writing a relative path.
+    let spec = ctx.write(
+        "rel.yaml",
+        "workload: custom\nsubmission_id: job-rel\ncode_id: codeA\nentrypoint: python3 -c \"open('out.txt', 'w').write('written here')\"\n",
+    );
+    ctx.argus()
+        .profile(&j.profile)
+        .args(["submit", "--wait"])
+        .arg_path(&spec)
+        .run()
+        .code(0);
+    assert_eq!(
+        std::fs::read_to_string(j.shared.join("jobs/job-rel/work/out.txt")).expect("out.txt"),
+        "written here"
+    );
+
+    // A Hydra app shaped like verl's trainer, with hydra-core copied into the snapshot
+    // from the test venv (pure Python, the same 3.11 as the image's).
+    let src = ctx.path("fake-verl");
+    let trainer = src.join("verl/trainer");
+    std::fs::create_dir_all(trainer.join("config")).expect("mkdir");
+    std::fs::write(src.join("verl/__init__.py"), "").expect("write");
+    std::fs::write(trainer.join("__init__.py"), "").expect("write");
+    std::fs::write(
+        trainer.join("main_ppo.py"),
+        "import os\nimport hydra\n\n@hydra.main(config_path='config', config_name='ppo_trainer', version_base=None)\ndef main(cfg):\n    print('HYDRA_APP_RAN in', os.getcwd(), 'checkpoints', cfg.trainer.default_local_dir)\n\nif __name__ == '__main__':\n    main()\n",
+    )
+    .expect("write");
+    std::fs::write(
+        trainer.join("config/ppo_trainer.yaml"),
+        "data:\n  train_files: null\n  val_files: null\nactor_rollout_ref:\n  rollout:\n    name: null\ntrainer:\n  default_local_dir: null\n  logger: null\n  total_training_steps: null\n",
+    )
+    .expect("write");
+    let site = crate::hub::python()
+        .parent()
+        .and_then(Path::parent)
+        .expect("venv")
+        .join("lib/python3.11/site-packages");
+    for package in ["hydra", "omegaconf", "antlr4"] {
+        let status = std::process::Command::new("cp")
+            .arg("-r")
+            .arg(site.join(package))
+            .arg(&src)
+            .status()
+            .expect("cp");
+        assert!(
+            status.success(),
+            "hydra-core is in the test venv (tests/venvs.sh)"
+        );
+    }
+    // Installed packages carry their repository's .gitignore files (Hydra's ignores its
+    // generated parser), which a snapshot honours: these copies are not a checkout.
+    let status = std::process::Command::new("find")
+        .arg(&src)
+        .args(["-name", ".gitignore", "-delete"])
+        .status()
+        .expect("find");
+    assert!(status.success());
+    ctx.argus()
+        .profile(&j.profile)
+        .args(["snapshot", "--code-id", "fakeverl"])
+        .arg_path(&src)
+        .run()
+        .code(0);
+    let spec = ctx.write(
+        "hydra.yaml",
+        "workload: ppo\nsubmission_id: job-hydra\ncode_id: fakeverl\ntotal_training_steps: 2\n",
+    );
+    ctx.argus()
+        .profile(&j.profile)
+        .args(["submit", "--wait"])
+        .arg_path(&spec)
+        .run()
+        .code(0);
+    let dir = j.shared.join("jobs/job-hydra");
+    let config = std::fs::read_to_string(dir.join("hydra/.hydra/config.yaml"))
+        .expect("Hydra's run directory is under jobs/<id>/hydra");
+    assert!(
+        config.contains("default_local_dir: /mnt/shared/jobs/job-hydra/checkpoints"),
+        "{config}"
+    );
+    assert!(dir.join("hydra/.hydra/overrides.yaml").is_file());
+    let log = std::fs::read_to_string(dir.join("logs/driver.log")).expect("driver.log");
+    assert!(log.contains("HYDRA_APP_RAN"), "{log}");
+    assert!(dir.join("work").is_dir());
 }

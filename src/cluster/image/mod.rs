@@ -1,0 +1,229 @@
+//! The runtime image: found locally, pulled, or built without any registry.
+//!
+//! The build is a Debian rootfs (debootstrap from this machine's configured mirror, read
+//! from apt's sources at run time), a venv at /opt/ray with `ray[default]` pinned, then a
+//! `docker import` through the API. The inputs' hash is a label on the image: an image
+//! built from the same inputs is found and not rebuilt.
+//!
+//! `mod.rs` finds or pulls the image (`ensure`); `build` is the build policy and its
+//! steps; `apt` reads this machine's Debian mirror; `process` streams a step's output;
+//! `import` turns the rootfs into an image through the Docker API.
+
+mod apt;
+mod build;
+mod import;
+mod process;
+
+use std::path::Path;
+
+use bollard::Docker;
+use bollard::query_parameters::CreateImageOptionsBuilder;
+use futures_util::StreamExt;
+
+use super::Error;
+use super::docker::{docker_err, is_not_found};
+use crate::exit::{Classify, Exit};
+use crate::ui::Reporter;
+
+pub use apt::debian_mirror;
+pub use build::{BuildReport, BuildSpec, build};
+
+/// Bumped whenever the recipe below changes what ends up in the image.
+const RECIPE_VERSION: u32 = 2;
+/// Installed beside Ray in every image: verl reads its parquet datasets with pyarrow.
+pub const BASE_PIP: [&str; 1] = ["pyarrow"];
+pub const LABEL_INPUTS: &str = "argus.image.inputs";
+pub const VENV: &str = "/opt/ray";
+
+/// The image id of `image`, pulling it first if it is absent (not in a dry run).
+pub async fn ensure(
+    docker: &Docker,
+    image: &str,
+    dry_run: bool,
+    reporter: &dyn Reporter,
+) -> Result<String, Error> {
+    match docker.inspect_image(image).await {
+        Ok(info) => return Ok(info.id.unwrap_or_default()),
+        Err(e) if is_not_found(&e) => {}
+        Err(e) => return Err(docker_err(format!("inspect image {image}"))(e)),
+    }
+    if dry_run {
+        return Ok(format!("(absent: {image} would be pulled)"));
+    }
+    let task = reporter.task(&format!("pull {image}"));
+    let options = CreateImageOptionsBuilder::new().from_image(image).build();
+    let mut stream = docker.create_image(Some(options), None, None);
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(info) => {
+                let status = [info.id, info.status]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                task.update(&status);
+            }
+            Err(source) => {
+                task.fail("pull failed");
+                return Err(Error::ImageUnavailable {
+                    image: image.to_string(),
+                    source,
+                });
+            }
+        }
+    }
+    let info = docker
+        .inspect_image(image)
+        .await
+        .map_err(|source| Error::ImageUnavailable {
+            image: image.to_string(),
+            source,
+        })?;
+    task.done("pulled");
+    Ok(info.id.unwrap_or_default())
+}
+
+/// argus's own image (`argus/ray:<version>`), built when absent; other images are left
+/// to `up`, which pulls them.
+pub async fn ensure_built(
+    docker_host: Option<&str>,
+    reference: &str,
+    reporter: &dyn Reporter,
+) -> Result<(), BuildError> {
+    let Some(version) = reference.strip_prefix("argus/ray:") else {
+        return Ok(());
+    };
+    let docker = super::docker::connect(docker_host).await?;
+    if docker.inspect_image(reference).await.is_ok() {
+        return Ok(());
+    }
+    let spec = BuildSpec {
+        tag: reference.to_string(),
+        ray_version: version.to_string(),
+        pip: Vec::new(),
+        suite: "bookworm".into(),
+        mirror: None,
+        force: false,
+    };
+    build(&docker, &spec, reporter).await.map(|_| ())
+}
+
+/// The registry digest of a local image, when it came from a registry.
+pub async fn digest(docker_host: Option<&str>, reference: &str) -> Result<Option<String>, Error> {
+    let docker = super::docker::connect(docker_host).await?;
+    Ok(docker
+        .inspect_image(reference)
+        .await
+        .ok()
+        .and_then(|i| i.repo_digests)
+        .and_then(|d| d.first().cloned()))
+}
+
+/// The `argus image build` flags that produce `image` (for hints).
+pub fn build_flags_for(image: &str) -> String {
+    match image.strip_prefix("argus/ray:") {
+        Some(version) if version.chars().all(|c| c.is_ascii_digit() || c == '.') => {
+            if version == "2.51.1" {
+                String::new()
+            } else {
+                format!(" --ray-version {version}")
+            }
+        }
+        _ => format!(" --tag {image}"),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("image build needs {0}")]
+    Missing(String),
+    #[error("no Debian mirror for suite {suite} in {searched}")]
+    NoMirror { suite: String, searched: String },
+    #[error("{step} failed (exit status {status}):\n{output}")]
+    Step {
+        step: String,
+        status: String,
+        output: String,
+    },
+    #[error("I/O error during image build at {path}")]
+    Io {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid {what} {value:?}")]
+    Input { what: String, value: String },
+    #[error(transparent)]
+    Cluster(#[from] Error),
+}
+
+impl Classify for BuildError {
+    fn exit(&self) -> Exit {
+        match self {
+            BuildError::Missing(_) | BuildError::NoMirror { .. } | BuildError::Input { .. } => {
+                Exit::Usage
+            }
+            BuildError::Step { .. } | BuildError::Io { .. } => Exit::Failed,
+            BuildError::Cluster(e) => e.exit(),
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            BuildError::Missing(what) if what.contains("debootstrap") => {
+                Some("apt-get install -y debootstrap".into())
+            }
+            BuildError::Missing(_) => Some("run as root (debootstrap and chroot need it)".into()),
+            BuildError::NoMirror { .. } => {
+                Some("pass --mirror http://your.debian.mirror/debian".into())
+            }
+            BuildError::Cluster(e) => e.hint(),
+            _ => None,
+        }
+    }
+}
+
+pub(super) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> BuildError + '_ {
+    move |source| BuildError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+pub fn short_id(id: &str) -> &str {
+    let id = id.strip_prefix("sha256:").unwrap_or(id);
+    &id[..id.len().min(12)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inputs_hash_ignores_the_mirror_and_follows_the_pins() {
+        let a = BuildSpec {
+            tag: "t".into(),
+            ray_version: "2.51.1".into(),
+            pip: vec![],
+            suite: "bookworm".into(),
+            mirror: None,
+            force: false,
+        };
+        let b = BuildSpec {
+            mirror: Some("http://elsewhere/debian".into()),
+            ..a.clone()
+        };
+        let c = BuildSpec {
+            ray_version: "2.52.0".into(),
+            ..a.clone()
+        };
+        assert_eq!(a.inputs_hash(), b.inputs_hash());
+        assert_ne!(a.inputs_hash(), c.inputs_hash());
+    }
+
+    #[test]
+    fn build_hint_matches_the_image() {
+        assert_eq!(build_flags_for("argus/ray:2.51.1"), "");
+        assert_eq!(build_flags_for("argus/ray:2.52.0"), " --ray-version 2.52.0");
+        assert_eq!(build_flags_for("my/img:1"), " --tag my/img:1");
+    }
+}

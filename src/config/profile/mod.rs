@@ -1,0 +1,456 @@
+//! The cluster profile: one YAML file describes one cluster.
+//!
+//! Parsing is strict (unknown keys and wrong types are errors with file:line:column) and
+//! validation runs before anything touches Docker, so a bad profile never leaves
+//! half-created state behind. See `profiles/local.yaml` for a commented example.
+//!
+//! `types` holds what the YAML spells (with defaults), `storage` the shared storage (a
+//! host path or an NFS volume), `expand` what a path may abbreviate, `validate` the rules
+//! that span fields; this file loads a profile and answers questions about it.
+
+mod expand;
+mod storage;
+mod types;
+mod validate;
+
+use std::path::{Path, PathBuf};
+
+pub use expand::expand_path;
+pub use storage::{
+    HostPath, NfsExport, NfsOptions, NfsServer, NfsVolume, SharedSection, SharedStorage,
+};
+pub use types::{
+    AuthMode, DockerSection, GpuMode, HeadAddress, NetworkMode, NetworkSection, NodeSpec,
+    PrepareSection, Profile, RaySection, RuntimeEnvSection, SubmitSection, WorkerGroup,
+};
+pub use validate::{
+    HOST_MODE_PORT_BASE, HOST_MODE_PORT_BLOCK, MAX_CPUS, MAX_GPUS_PER_WORKER, MAX_GROUPS,
+    MAX_HOST_MODE_NODES, MAX_READY_TIMEOUT_S, MAX_WORKERS, TOKEN_AUTH_SINCE,
+    check_entrypoint_resources, check_job_env, ray_version_of_image, token_auth_supported,
+};
+
+use super::docker::DockerEndpoint;
+use super::yaml::{self, ConfigError, Source};
+
+/// The built-in default profile, used when no `-p` is given.
+pub const BUILTIN_LOCAL: &str = include_str!("../../../profiles/local.yaml");
+pub const BUILTIN_ORIGIN: &str = "<built-in profiles/local.yaml>";
+
+/// A profile together with the document it came from (for located errors later on).
+#[derive(Debug, Clone)]
+pub struct LoadedProfile {
+    pub profile: Profile,
+    pub source: Source,
+}
+
+/// Work that writes the shared storage from this host needs it mounted here.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the profile's shared storage is an NFS volume, not a path on this host")]
+pub struct NoHostPath;
+
+impl LoadedProfile {
+    /// The shared storage as this host sees it (prepare, snapshot and run write there).
+    pub fn host_layout(&self) -> Result<super::Layout, NoHostPath> {
+        self.shared_host_path()
+            .map(super::Layout::new)
+            .ok_or(NoHostPath)
+    }
+
+    /// `shared.host_path` after expansion; None for an NFS volume.
+    pub fn shared_host_path(&self) -> Option<PathBuf> {
+        self.profile.shared.host_path().map(Path::to_path_buf)
+    }
+
+    /// Loads `path`, or the built-in local profile when `None`.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let source = match path {
+            Some(path) => Source::read(path)?,
+            None => Source::new(BUILTIN_ORIGIN, BUILTIN_LOCAL),
+        };
+        Self::from_source(source)
+    }
+
+    pub fn from_source(source: Source) -> Result<Self, ConfigError> {
+        let profile: Profile = yaml::parse(&source)?;
+        validate::validate(&profile, &source)?;
+        super::secrets::remember_profile(&profile);
+        Ok(Self { profile, source })
+    }
+
+    /// The Docker endpoint argus dials for this profile: `docker.host`, else
+    /// `DOCKER_HOST`, else the local socket. A malformed `DOCKER_HOST` is bad input.
+    pub fn docker_endpoint(&self) -> Result<DockerEndpoint, ConfigError> {
+        DockerEndpoint::resolve(self.profile.docker.host.as_ref()).map_err(|message| ConfigError {
+            origin: PathBuf::from("environment"),
+            line: 0,
+            column: 0,
+            message,
+            hint: Some(super::docker::VALID_ENDPOINTS.into()),
+        })
+    }
+
+    /// The Jobs API / dashboard URL as seen from this host.
+    pub fn dashboard_url(&self) -> String {
+        if let Some(address) = &self.profile.submit.address {
+            return address.trim_end_matches('/').to_string();
+        }
+        let ray = &self.profile.ray;
+        let host = match ray.dashboard_bind.as_str() {
+            "0.0.0.0" | "::" => "127.0.0.1",
+            other => other,
+        };
+        if host.contains(':') {
+            format!("http://[{host}]:{}", ray.dashboard_port)
+        } else {
+            format!("http://{host}:{}", ray.dashboard_port)
+        }
+    }
+
+    /// Every worker container the profile asks for, in order: (group index, index in group).
+    pub fn worker_count(&self) -> u32 {
+        self.profile.workers.iter().map(|g| g.count).sum()
+    }
+
+    pub fn total_gpus(&self) -> u32 {
+        self.profile.workers.iter().map(|g| g.count * g.gpus).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<LoadedProfile, ConfigError> {
+        LoadedProfile::from_source(Source::new("p.yaml", text))
+    }
+
+    const BASE: &str = "name: t\nimage: argus/ray:2.51.1\nshared: {host_path: /tmp/x}\n";
+
+    #[test]
+    fn builtin_profile_is_valid() {
+        let p = LoadedProfile::load(None).unwrap();
+        assert_eq!(p.profile.workers.len(), 1);
+        assert_eq!(p.worker_count(), 2);
+        assert_eq!(p.total_gpus(), 4);
+        assert_eq!(p.dashboard_url(), "http://127.0.0.1:8265");
+        assert!(p.shared_host_path().unwrap().is_absolute());
+    }
+
+    #[test]
+    fn count_below_one_points_at_the_count() {
+        let err = load(&format!("{BASE}workers:\n  - name: gpu\n    count: 0\n")).unwrap_err();
+        assert_eq!((err.line, err.column), (6, 12), "{err}");
+        assert!(err.message.contains("workers[0].count"), "{err}");
+    }
+
+    #[test]
+    fn gpu_used_twice_points_at_the_second_use() {
+        let text = format!(
+            "{BASE}workers:\n  - name: a\n    count: 1\n    gpus: 2\n    gpu_mode: nvidia\n    device_ids: [[0, 1]]\n  - name: b\n    count: 1\n    gpus: 2\n    gpu_mode: nvidia\n    device_ids: [[2, 1]]\n"
+        );
+        let err = load(&text).unwrap_err();
+        assert_eq!((err.line, err.column), (14, 22), "{err}");
+        assert!(
+            err.message
+                .contains("GPU 1 is already used by workers[0].device_ids[0][1]"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn wrong_type_and_unknown_key_are_located_by_serde() {
+        let err = load(&format!("{BASE}workers:\n  - name: a\n    count: two\n")).unwrap_err();
+        assert_eq!((err.line, err.column), (6, 12));
+        let err = load(&format!("{BASE}workers: []\nhead: {{cpu: 1}}\n")).unwrap_err();
+        assert!(err.message.contains("unknown field `cpu`"), "{err}");
+        assert_eq!(err.line, 5);
+    }
+
+    #[test]
+    fn ports_ray_uses_itself_are_refused_where_they_are_written() {
+        let err = load(&format!(
+            "{BASE}ray:\n  dashboard_port: 18265\nworkers: [{{name: g, count: 1}}]\n"
+        ))
+        .unwrap_err();
+        assert_eq!((err.line, err.column), (5, 19), "{err}");
+        assert!(err.message.contains("worker port range"), "{err}");
+    }
+
+    #[test]
+    fn bad_size_is_located() {
+        let err = load(&format!(
+            "{BASE}workers:\n  - name: a\n    count: 1\n    shm_size: 2x\n"
+        ))
+        .unwrap_err();
+        assert_eq!(err.line, 7, "{err}");
+        assert!(err.message.contains("512m"), "{err}");
+    }
+
+    /// (document, line, column, text the message must contain)
+    const BAD: &[(&str, usize, usize, &str)] = &[
+        // class 5: accepted nonsense
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nenv:\n  A: 1\n  A: 2\nworkers: [{name: g, count: 1}]\n",
+            6,
+            3,
+            "env.A: key \"A\" is given twice",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nsubmit: {runtime_env: {env_vars: {A: 1, A: 2}}}\nworkers: [{name: g, count: 1}]\n",
+            4,
+            41,
+            "key \"A\" is given twice",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 100000}]\n",
+            4,
+            28,
+            "count is 100000, more than 256",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 200}, {name: h, count: 100}]\n",
+            4,
+            51,
+            "300 workers, more than 256",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 1, memory: 10000000t}]\n",
+            4,
+            39,
+            "1024t (1 PiB)",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 1, gpus: 1000}]\n",
+            4,
+            37,
+            "0 to 64 GPUs",
+        ),
+        (
+            "name: t\nimage: i\nnetwork: {mode: host, head_address: head.example}\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 1}]\n",
+            3,
+            37,
+            "\"head.example\" is not an IP address (valid: the head host's IPv4 address",
+        ),
+        (
+            "name: t\nimage: i\nnetwork: {mode: host, head_address: 0.0.0.0}\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 1}]\n",
+            3,
+            37,
+            "0.0.0.0 is not an address workers can reach",
+        ),
+        (
+            "name: t\nimage: i\nnetwork: {mode: host, head_address: '::1'}\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 1}]\n",
+            3,
+            37,
+            "is IPv6",
+        ),
+        (
+            "name: t\nimage: i\nnetwork: {mode: host}\nshared: {host_path: /tmp/x}\nray: {dashboard_port: 21005}\nworkers: [{name: g, count: 2}]\n",
+            5,
+            23,
+            "port 21005 is in the host-mode port block of Ray node 1 (21000-21999)",
+        ),
+        (
+            "name: t\nimage: i\nnetwork: {mode: host}\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 50}]\n",
+            5,
+            28,
+            "51 Ray nodes in host mode",
+        ),
+        (
+            "name: t\nimage: i\nshared: {nfs: {server: '10.0.0.5,nolock', export: /e}}\nworkers: [{name: g, count: 1}]\n",
+            3,
+            24,
+            "is not an NFS server",
+        ),
+        (
+            "name: t\nimage: i\nshared: {nfs: {server: 10.0.0.5, export: '/e,x'}}\nworkers: [{name: g, count: 1}]\n",
+            3,
+            42,
+            "is not an NFS export",
+        ),
+        (
+            "name: t\nimage: i\nshared: {nfs: {server: 10.0.0.5, export: /e, options: 'rw,addr=6.6.6.6'}}\nworkers: [{name: g, count: 1}]\n",
+            3,
+            55,
+            "addr is set from shared.nfs.server",
+        ),
+        (
+            "name: t\nimage: i\nshared: {nfs: {server: 10.0.0.5, export: /e, options: 'rw hard'}}\nworkers: [{name: g, count: 1}]\n",
+            3,
+            55,
+            "NFS option \"rw hard\"",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nsubmit: {entrypoint_resources: {worker_node: 0}}\nworkers: [{name: g, count: 1}]\n",
+            4,
+            46,
+            "worker_node is 0: a driver asking for it could never be scheduled",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nsubmit: {entrypoint_resources: {worker_node: -1}}\nworkers: [{name: g, count: 1}]\n",
+            4,
+            46,
+            "worker_node is -1",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nsubmit: {entrypoint_resources: {worker_node: .nan}}\nworkers: [{name: g, count: 1}]\n",
+            4,
+            46,
+            "worker_node is NaN",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nsubmit: {entrypoint_resources: {worker_node: 2}}\nworkers: [{name: g, count: 1}]\n",
+            4,
+            46,
+            "each worker has worker_node: 1",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nsubmit: {entrypoint_resources: {head_node: 1}}\nworkers: [{name: g, count: 1}]\n",
+            4,
+            44,
+            "never runs on the head",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nsubmit: {entrypoint_num_cpus: .inf}\nworkers: [{name: g, count: 1}]\n",
+            4,
+            31,
+            "entrypoint_num_cpus is inf",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nenv: {RAY_AUTH_MODE: disabled}\nworkers: [{name: g, count: 1}]\n",
+            4,
+            22,
+            "RAY_AUTH_MODE cannot be set here: argus sets RAY_AUTH_MODE",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nenv: {HF_HOME: /root/.cache}\nworkers: [{name: g, count: 1}]\n",
+            4,
+            16,
+            "HF_HOME cannot be set here",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nenv: {RAY_AUTH_TOKEN: abc}\nworkers: [{name: g, count: 1}]\n",
+            4,
+            23,
+            "RAY_AUTH_TOKEN cannot be set here",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nsubmit: {runtime_env: {env_vars: {PYTHONPATH: /x}}}\nworkers: [{name: g, count: 1}]\n",
+            4,
+            47,
+            "PYTHONPATH cannot be set here",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 1, gpu_mode: [nvidia]}]\n",
+            4,
+            41,
+            "expected one of nvidia|amd|simulated",
+        ),
+        (
+            "name: t\nimage: i\nnetwork: {mode: [host]}\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 1}]\n",
+            3,
+            17,
+            "expected one of bridge|host",
+        ),
+        (
+            "name: t\nimage: i\ndocker: {host: 'tcp://h:99999'}\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 1}]\n",
+            3,
+            16,
+            "malformed Docker endpoint",
+        ),
+        (
+            "name: t\nimage: i\ndocker: {host: garbage}\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 1}]\n",
+            3,
+            16,
+            "malformed Docker endpoint \"garbage\": no scheme",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nray: {ready_timeout_s: 10000000}\nworkers: [{name: g, count: 1}]\n",
+            4,
+            24,
+            "1 to 86400 seconds",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x, mount: /mnt/../etc}\nworkers: [{name: g, count: 1}]\n",
+            3,
+            9,
+            "shared: invalid shared.mount \"/mnt/../etc\"",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x, nfs: {server: a, export: /e}}\nworkers: [{name: g, count: 1}]\n",
+            3,
+            9,
+            "give exactly one of `host_path` and `nfs`",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: relative/x}\nworkers: [{name: g, count: 1}]\n",
+            3,
+            21,
+            "is not an absolute path",
+        ),
+        // class 6: auth that is not there
+        (
+            "name: t\nimage: argus/ray:2.51.1\nshared: {host_path: /tmp/x}\nray: {auth: token}\nworkers: [{name: g, count: 1}]\n",
+            4,
+            13,
+            "image argus/ray:2.51.1 has Ray 2.51, which has no token auth",
+        ),
+    ];
+
+    #[test]
+    fn bad_profiles_get_one_located_error_each() {
+        let mut wrong = Vec::new();
+        for (text, line, column, want) in BAD {
+            let err = load(text).unwrap_err();
+            if !err.to_string().contains(want) || (err.line, err.column) != (*line, *column) {
+                wrong.push(format!(
+                    "{text:?}\n  want {line}:{column} {want:?}\n  got  {err}"
+                ));
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
+    #[test]
+    fn token_auth_is_accepted_with_a_ray_that_has_it() {
+        let text = "name: t\nimage: argus/ray:2.52.0\nshared: {host_path: /tmp/x}\nray: {auth: token}\nworkers: [{name: g, count: 1}]\n";
+        load(text).unwrap();
+        assert_eq!(token_auth_supported("2.51.1"), Some(false));
+        assert_eq!(token_auth_supported("2.52.0"), Some(true));
+        assert_eq!(token_auth_supported("3.0"), Some(true));
+        assert_eq!(token_auth_supported("nightly"), None);
+    }
+
+    #[test]
+    fn the_shared_storage_is_a_host_path_or_an_nfs_volume() {
+        let p = load("name: t\nimage: i\nshared: {nfs: {server: nas.example, export: /e, options: 'nfsvers=4.1,rw'}}\nworkers: [{name: g, count: 1}]\n").unwrap();
+        assert!(matches!(p.profile.shared.storage, SharedStorage::Nfs(_)));
+        assert!(p.host_layout().is_err());
+        // The record of a profile parses back to the same storage.
+        let again = load(&yaml::to_string(&p.profile)).unwrap();
+        assert_eq!(
+            again.profile.shared.nfs().map(|n| n.options.clone()),
+            p.profile.shared.nfs().map(|n| n.options.clone())
+        );
+        let p = load(&format!("{BASE}workers: [{{name: g, count: 1}}]\n")).unwrap();
+        assert_eq!(p.shared_host_path(), Some(PathBuf::from("/tmp/x")));
+    }
+
+    #[test]
+    fn a_malformed_docker_host_env_is_bad_input() {
+        let p = load(&format!("{BASE}workers: [{{name: g, count: 1}}]\n")).unwrap();
+        // SAFETY: nextest runs each test in its own process.
+        unsafe { std::env::set_var("DOCKER_HOST", "tcp//oops") };
+        let err = p.docker_endpoint().unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("DOCKER_HOST: malformed Docker endpoint"),
+            "{err}"
+        );
+        unsafe { std::env::set_var("DOCKER_HOST", "tcp://127.0.0.1:2375") };
+        assert_eq!(
+            p.docker_endpoint().unwrap().as_str(),
+            "tcp://127.0.0.1:2375"
+        );
+        unsafe { std::env::remove_var("DOCKER_HOST") };
+    }
+}

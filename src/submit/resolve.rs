@@ -1,0 +1,238 @@
+//! A JobSpec resolved against a target: the submission id, the code snapshot, the
+//! datasets and model as the containers see them, the entrypoint and the checked
+//! overrides. Reads the shared storage (snapshots, HF cache) but writes nothing.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Serialize;
+
+use super::entrypoint::{self, EntrypointInputs};
+use super::hydra::ConfigKeys;
+use super::target::{Target, redacted_yaml};
+use super::{Error, payload};
+use crate::config::Layout;
+use crate::config::jobspec::{Code, LoadedJobSpec, Workload};
+
+/// A job ready to submit: everything decided, nothing written.
+#[derive(Debug, Clone, Serialize)]
+pub struct Prepared {
+    pub submission_id: String,
+    pub workload: Workload,
+    pub code_id: Option<String>,
+    pub code_path: String,
+    pub entrypoint: String,
+    pub payload: serde_json::Value,
+    pub checked_overrides_against: Option<String>,
+    pub notes: Vec<String>,
+    #[serde(skip)]
+    pub time_limit_s: Option<u64>,
+    #[serde(skip)]
+    pub jobspec_record: String,
+}
+
+/// `<prefix>-<yyyymmdd-hhmmss>-<4 hex>`; the generator lives in [`crate::ids`].
+pub fn generate_id(prefix: &str) -> String {
+    crate::ids::generate(prefix)
+}
+
+/// Resolves the JobSpec against the target and builds the payload. Reads the shared
+/// storage (snapshots, HF cache) but writes nothing.
+pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<Prepared, Error> {
+    let spec = &loaded.spec;
+    let submission_id = spec
+        .submission_id
+        .as_ref()
+        .map(ToString::to_string)
+        .unwrap_or_else(|| generate_id(spec.workload.as_str()));
+    if !crate::config::jobspec::valid_id(&submission_id) {
+        return Err(Error::BadId(submission_id));
+    }
+    let mut notes = Vec::new();
+    let layout = Layout::new(&target.mount);
+
+    let (code_path, code_id) = match &spec.code {
+        Code::Source(_) => return Err(Error::NeedsRun),
+        Code::Path(path) => (
+            path.to_string(),
+            Path::new(path.as_str())
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned()),
+        ),
+        Code::Snapshot(code_ref) => {
+            let id = &code_ref.to_string();
+            let name = code_ref.name.as_ref().map_or("verl", |n| n.as_str());
+            let code_id = code_ref.id.as_str();
+            let path = format!("{}/{name}/{code_id}", layout.code().display());
+            if let Some(host) = &target.host_shared {
+                let code_root = Layout::new(host).code();
+                let found =
+                    crate::snapshot::find(&code_root, id).map_err(|_| Error::CodeNotFound {
+                        code_id: id.clone(),
+                        root: code_root.clone(),
+                    })?;
+                let found_name = found
+                    .parent()
+                    .and_then(|p| p.file_name())
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                (
+                    format!("{}/{found_name}/{code_id}", layout.code().display()),
+                    Some(code_id.to_string()),
+                )
+            } else {
+                (path, Some(code_id.to_string()))
+            }
+        }
+    };
+
+    let model_path = spec
+        .model_id
+        .as_ref()
+        .map(|m| resolve_model(target, m, &mut notes));
+    let verl = spec.workload != Workload::Custom;
+    let dataset = if spec.workload == Workload::Sft {
+        "gsm8k_sft"
+    } else {
+        "gsm8k"
+    };
+    let resolve_data = |value: &Option<String>, split: &str| -> Option<String> {
+        let datasets = layout.datasets();
+        match value {
+            Some(v) if v.starts_with('/') => Some(v.clone()),
+            Some(v) if !v.contains('/') && !v.contains('.') => {
+                Some(format!("{}/{v}/{split}.parquet", datasets.display()))
+            }
+            Some(v) => Some(format!("{}/{v}", datasets.display())),
+            None if verl => Some(format!("{}/{dataset}/{split}.parquet", datasets.display())),
+            None => None,
+        }
+    };
+    let train_file = resolve_data(&spec.train_file.as_ref().map(ToString::to_string), "train");
+    let val_file = resolve_data(&spec.val_file.as_ref().map(ToString::to_string), "test");
+
+    let inputs = EntrypointInputs {
+        workload: spec.workload,
+        model_path,
+        train_file,
+        val_file,
+        nnodes: spec.nnodes,
+        n_gpus_per_node: spec.n_gpus_per_node,
+        total_training_steps: spec.total_training_steps,
+        save_freq: spec.save_freq,
+        test_freq: spec.test_freq,
+        checkpoint_dir: format!("{}/{submission_id}/checkpoints", layout.jobs().display()),
+        hydra_run_dir: format!("{}/{submission_id}/hydra", layout.jobs().display()),
+        user_overrides: spec.overrides.0.clone(),
+        custom: spec.entrypoint.clone(),
+    };
+    let work_dir = format!("{}/{submission_id}/work", layout.jobs().display());
+    let entrypoint = entrypoint::in_work_dir(&work_dir, &entrypoint::build(&inputs));
+
+    let mut checked_overrides_against = None;
+    if verl && check {
+        if let Some(keys) = target
+            .host_path_of(&code_path)
+            .and_then(|host| ConfigKeys::for_entrypoint(&host, spec.workload == Workload::Sft))
+        {
+            for o in &spec.overrides.0 {
+                if let Err(suggestion) = keys.check(&o.key) {
+                    return Err(Error::UnknownOverride {
+                        key: o.key.clone(),
+                        origin: keys.origin.clone(),
+                        suggestion,
+                    });
+                }
+            }
+            checked_overrides_against = Some(keys.origin);
+        } else if !spec.overrides.0.is_empty() {
+            notes.push(format!(
+                "overrides not checked: no verl configs under {code_path}/verl/trainer/config"
+            ));
+        }
+    }
+
+    let mut env_vars = target.env_vars.clone();
+    // What argus resolved, for any workload's own use (a custom script reads its data here).
+    let resolved = [
+        ("ARGUS_CODE_PATH", Some(code_path.clone())),
+        ("ARGUS_TRAIN_FILE", inputs.train_file.clone()),
+        ("ARGUS_VAL_FILE", inputs.val_file.clone()),
+        ("ARGUS_MODEL_PATH", inputs.model_path.clone()),
+        (
+            "ARGUS_JOB_DIR",
+            Some(format!("{}/{submission_id}", layout.jobs().display())),
+        ),
+    ];
+    env_vars.extend(
+        resolved
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k.to_string(), v))),
+    );
+    env_vars.extend(spec.env_vars.iter().map(|(k, v)| (k.clone(), v.0.clone())));
+    let mut python_path = vec![code_path.clone()];
+    python_path.extend(target.user_code_path.clone());
+    python_path.push("${PYTHONPATH}".to_string());
+    env_vars.insert("PYTHONPATH".to_string(), python_path.join(":"));
+
+    let mut metadata: BTreeMap<String, String> = spec
+        .metadata
+        .iter()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect();
+    metadata.insert("workload".into(), spec.workload.as_str().into());
+    metadata.insert("code_path".into(), code_path.clone());
+    if let Some(id) = &code_id {
+        metadata.insert("code_id".into(), id.clone());
+    }
+    metadata.insert("submitted_by".into(), ray_user_agent());
+
+    let payload = payload::build(&payload::Payload {
+        submission_id: &submission_id,
+        entrypoint: &entrypoint,
+        env_vars: &env_vars,
+        metadata: &metadata,
+        entrypoint_num_cpus: target.entrypoint_num_cpus,
+        entrypoint_num_gpus: target.entrypoint_num_gpus,
+        entrypoint_resources: &target.entrypoint_resources,
+    });
+    Ok(Prepared {
+        submission_id,
+        workload: spec.workload,
+        code_id,
+        code_path,
+        entrypoint,
+        payload,
+        checked_overrides_against,
+        notes,
+        time_limit_s: spec.time_limit.map(|t| t.0.as_secs()),
+        jobspec_record: redacted_yaml(spec),
+    })
+}
+
+fn ray_user_agent() -> String {
+    crate::http::USER_AGENT.to_string()
+}
+
+/// A model id present in the shared HF cache becomes its snapshot directory (as the
+/// containers see it); a path stays a path; anything else is left for verl to download.
+fn resolve_model(target: &Target, model: &str, notes: &mut Vec<String>) -> String {
+    if model.starts_with('/') {
+        return model.to_string();
+    }
+    let (repo, revision) = model.split_once('@').unwrap_or((model, "main"));
+    let folder = format!("models--{}", repo.replace('/', "--"));
+    let container_hub = Layout::new(&target.mount).hf_home().join("hub");
+    if let Some(host) = &target.host_shared {
+        let cache = Layout::new(host).hf_home().join("hub").join(&folder);
+        let commit = std::fs::read_to_string(cache.join("refs").join(revision))
+            .ok()
+            .map(|c| c.trim().to_string())
+            .unwrap_or_else(|| revision.to_string());
+        if cache.join("snapshots").join(&commit).is_dir() {
+            return format!("{}/{folder}/snapshots/{commit}", container_hub.display());
+        }
+    }
+    notes.push(format!("model {model} is not in the shared HF cache: verl will fetch it through HF_ENDPOINT (`argus prepare --model {model}` caches it)"));
+    repo.to_string()
+}

@@ -1,0 +1,132 @@
+//! Submitting a resolved job: the id checked free on both sides, the records staged,
+//! the POST, the records published (a job Ray refuses leaves no directory behind).
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use super::Error;
+use super::resolve::Prepared;
+use super::target::Target;
+use crate::config::secrets::redact_json;
+use crate::ray::jobs::{JobStatus, JobsApi, JobsError};
+use crate::records::JobRecord;
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SubmitReport {
+    pub submission_id: String,
+    pub record_dir: Option<PathBuf>,
+    pub dashboard: String,
+    pub entrypoint: String,
+}
+
+/// Submits a prepared job: checks the id is free, stages the records, POSTs, publishes.
+pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport, Error> {
+    let api = JobsApi { ray: &target.ray };
+    let id = &prepared.submission_id;
+    let records = target.records();
+    if let Some(records) = &records
+        && records.exists(id)
+    {
+        return Err(Error::DuplicateRecord {
+            id: id.clone(),
+            path: records.dir(id),
+        });
+    }
+    if api.exists(id).await? {
+        return Err(JobsError::Duplicate(id.clone()).into());
+    }
+    let staged = match &records {
+        Some(records) => {
+            let staged = records.stage(id).map_err(|source| Error::Records {
+                path: records.dir(id),
+                source,
+            })?;
+            let nodes = target
+                .ray
+                .get_text("/api/v0/nodes?limit=10000&detail=true")
+                .await
+                .unwrap_or_else(|e| format!("{{\"error\": {:?}}}", e.to_string()));
+            let write = |rel: &str, bytes: &[u8]| {
+                std::fs::write(staged.dir.join(rel), bytes).map_err(|source| Error::Records {
+                    path: staged.dir.join(rel),
+                    source,
+                })
+            };
+            let result = write(
+                &format!("config/{}", target.config_record.0),
+                target.config_record.1.as_bytes(),
+            )
+            .and_then(|()| write("config/jobspec.yaml", prepared.jobspec_record.as_bytes()))
+            .and_then(|()| {
+                write(
+                    "config/submit_payload.json",
+                    &serde_json::to_vec_pretty(&redact_json(prepared.payload.clone()))
+                        .unwrap_or_default(),
+                )
+            })
+            .and_then(|()| write("debug/nodes_before.json", nodes.as_bytes()));
+            if let Err(e) = result {
+                records.discard(staged);
+                return Err(e);
+            }
+            Some(staged)
+        }
+        None => None,
+    };
+    if let Err(e) = api.submit(&prepared.payload).await {
+        if let (Some(records), Some(staged)) = (&records, staged) {
+            records.discard(staged);
+        }
+        return Err(e.into());
+    }
+    // Ray has the job, argus's record of it is not published yet.
+    crate::testpoint::reach("submit:posted");
+    let mut record_dir = None;
+    if let (Some(records), Some(staged)) = (&records, staged) {
+        let dir = records.publish(staged).map_err(|source| Error::Records {
+            path: records.dir(id),
+            source,
+        })?;
+        let record = JobRecord {
+            submission_id: id.clone(),
+            workload: prepared.workload.as_str().into(),
+            code_id: prepared.code_id.clone(),
+            code_path: prepared.code_path.clone(),
+            entrypoint: prepared.entrypoint.clone(),
+            cluster: target.cluster.clone(),
+            dashboard: target.ray.base_url().to_string(),
+            submitted_at: humantime::format_rfc3339_millis(std::time::SystemTime::now())
+                .to_string(),
+            status: JobStatus::Pending,
+            time_limit_s: prepared.time_limit_s,
+            ..Default::default()
+        };
+        records.write(&record).map_err(|source| Error::Records {
+            path: dir.clone(),
+            source,
+        })?;
+        let out = format!(
+            "submitted {id} at {}\ncluster: {} ({})\nentrypoint: {}\n",
+            record.submitted_at,
+            target.cluster,
+            target.ray.base_url(),
+            prepared.entrypoint
+        );
+        let _ = std::fs::write(dir.join("logs/submit.out"), out);
+        if let Ok(jobs) = api.list_raw().await {
+            // Ray echoes every job's runtime_env (secrets included): redact before writing.
+            let _ = std::fs::write(
+                dir.join("debug/jobs_after.json"),
+                serde_json::to_vec_pretty(&redact_json(jobs)).unwrap_or_default(),
+            );
+        }
+        record_dir = Some(dir);
+    }
+    Ok(SubmitReport {
+        submission_id: id.clone(),
+        record_dir,
+        dashboard: target.ray.base_url().to_string(),
+        entrypoint: prepared.entrypoint.clone(),
+    })
+}

@@ -1,0 +1,95 @@
+//! Where jobs go and how: the cluster's Jobs API and the shared storage seen from both
+//! sides, from a profile or from the old submitter's RayConfig.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::config::ray_config::RayConfig;
+use crate::config::secrets::redact_json;
+use crate::config::{Layout, LoadedProfile};
+use crate::ray::RayClient;
+use crate::records::Records;
+
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub ray: RayClient,
+    pub cluster: String,
+    /// The shared storage inside the containers.
+    pub mount: String,
+    /// The same storage on this host (records, snapshot and model resolution).
+    pub host_shared: Option<PathBuf>,
+    pub user_code_path: Option<String>,
+    pub env_vars: BTreeMap<String, String>,
+    pub entrypoint_num_cpus: Option<f64>,
+    pub entrypoint_num_gpus: Option<f64>,
+    pub entrypoint_resources: BTreeMap<String, f64>,
+    /// The configuration as used, secrets redacted: (file name, YAML).
+    pub config_record: (String, String),
+}
+
+fn default_resources(given: Option<&BTreeMap<String, f64>>) -> BTreeMap<String, f64> {
+    given
+        .cloned()
+        .unwrap_or_else(|| BTreeMap::from([("worker_node".to_string(), 1.0)]))
+}
+
+pub(crate) fn redacted_yaml<T: Serialize>(value: &T) -> String {
+    let json = serde_json::to_value(value).unwrap_or_default();
+    crate::config::yaml::to_string(&redact_json(json))
+}
+
+impl Target {
+    pub fn from_profile(loaded: &LoadedProfile, ray: RayClient) -> Self {
+        let p = &loaded.profile;
+        let submit = &p.submit;
+        let mount = submit
+            .shared_root
+            .clone()
+            .unwrap_or_else(|| p.shared.mount.clone());
+        Target {
+            ray,
+            cluster: p.name.clone(),
+            mount,
+            host_shared: loaded.shared_host_path(),
+            user_code_path: submit.user_code_path.clone(),
+            env_vars: submit.runtime_env.env_vars.clone(),
+            entrypoint_num_cpus: submit.entrypoint_num_cpus,
+            entrypoint_num_gpus: submit.entrypoint_num_gpus,
+            entrypoint_resources: default_resources(submit.entrypoint_resources.as_ref()),
+            config_record: ("profile.yaml".into(), redacted_yaml(p)),
+        }
+    }
+
+    pub fn from_ray_config(config: &RayConfig, token: Option<String>) -> Self {
+        Target {
+            ray: RayClient::new(&config.address, token),
+            cluster: config.address.clone(),
+            mount: config.shared_root.clone(),
+            host_shared: Some(PathBuf::from(&config.shared_root)),
+            user_code_path: config.user_code_path.clone(),
+            env_vars: config.runtime_env.env_vars.clone(),
+            entrypoint_num_cpus: config.entrypoint_num_cpus,
+            entrypoint_num_gpus: config.entrypoint_num_gpus,
+            entrypoint_resources: default_resources(config.entrypoint_resources.as_ref()),
+            config_record: ("ray_config.yaml".into(), redacted_yaml(config)),
+        }
+    }
+
+    pub fn records(&self) -> Option<Records> {
+        self.host_shared
+            .as_ref()
+            .map(|root| Records::new(Layout::new(root).jobs()))
+    }
+
+    /// A path inside the containers, as seen from this host (when it is on the shared storage).
+    pub fn host_path_of(&self, container_path: &str) -> Option<PathBuf> {
+        let rest = container_path.strip_prefix(&self.mount)?;
+        Some(
+            self.host_shared
+                .as_ref()?
+                .join(rest.trim_start_matches('/')),
+        )
+    }
+}
