@@ -22,11 +22,15 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// sha256 of a file, read in 256 KiB pieces.
 pub fn file_sha256(path: &Path) -> std::io::Result<String> {
-    let mut file = std::fs::File::open(path)?;
+    reader_sha256(std::fs::File::open(path)?)
+}
+
+/// sha256 of everything `reader` yields, read in 256 KiB pieces.
+pub fn reader_sha256(mut reader: impl Read) -> std::io::Result<String> {
     let mut hasher = Sha256::new();
     let mut buffer = vec![0u8; 256 * 1024];
     loop {
-        let n = file.read(&mut buffer)?;
+        let n = reader.read(&mut buffer)?;
         if n == 0 {
             break;
         }

@@ -214,7 +214,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .unwrap_or_default();
     let tmp = dir.join(temp_name(&stem));
     let result = (|| {
-        let mut file = std::fs::File::create(&tmp)?;
+        // create_new: a name planted in the meantime (a symlink) is never followed.
+        let mut file = std::fs::File::create_new(&tmp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
         drop(file);

@@ -19,41 +19,41 @@ pub async fn run(loaded: &LoadedProfile, args: &PrepareArgs, printer: &Printer) 
             return Ok(Exit::Success);
         }
     }
+    // Everything the command needs is checked before anything is sent or written.
     let datasets = datasets
         .iter()
         .map(|d| Dataset::parse(d))
         .collect::<Result<Vec<_>, _>>()?;
+    for model in &models {
+        data::parse_model(model).with_context(|| format!("cannot prepare model {model:?}"))?;
+    }
+    if (!args.include.is_empty() || !args.exclude.is_empty()) && models.is_empty() {
+        return Err(data::Error::Usage(
+            "--include and --exclude select model files, and there is no model to prepare".into(),
+        )
+        .into());
+    }
+    if let Some(from) = &args.from {
+        if datasets.is_empty() {
+            return Err(data::Error::Usage(
+                "--from is the raw copy of a dataset, and there is no dataset to prepare".into(),
+            )
+            .into());
+        }
+        data::check_from(from)?;
+    }
+    data::download::Filter::new(&args.include, &args.exclude).map_err(data::Error::from)?;
     let prepare = Prepare {
         client: data::hub_client(loaded),
         host,
         mount: Layout::new(&loaded.profile.shared.mount),
     };
+    if !models.is_empty() || args.from.is_none() {
+        prepare.client.check_endpoint().map_err(data::Error::from)?;
+    }
     let reporter = printer.reporter();
     let mut reports = Vec::new();
-    for model in &models {
-        let report = data::prepare_model(&prepare, model, &args.include, &args.exclude, &reporter)
-            .await
-            .with_context(|| format!("cannot prepare model {model}"))?;
-        if !printer.json {
-            let what = if report.files_downloaded == 0 {
-                "already complete".to_string()
-            } else {
-                format!(
-                    "{} files, {} downloaded",
-                    report.files_downloaded,
-                    human_bytes(report.bytes_downloaded)
-                )
-            };
-            printer.info(format!(
-                "model {}@{} ({}): {what}",
-                report.repo,
-                report.revision,
-                &report.commit[..report.commit.len().min(10)]
-            ));
-            printer.data(&report.path);
-        }
-        reports.push(serde_json::to_value(&report)?);
-    }
+    // Datasets first: their input is checked whole (every row) before a model is fetched.
     for dataset in datasets {
         let report = data::prepare_dataset(&prepare, dataset, args.from.as_deref(), &reporter)
             .await
@@ -74,6 +74,30 @@ pub async fn run(loaded: &LoadedProfile, args: &PrepareArgs, printer: &Printer) 
                 report.dataset.dir_name(),
                 report.source,
                 rows.join(", ")
+            ));
+            printer.data(&report.path);
+        }
+        reports.push(serde_json::to_value(&report)?);
+    }
+    for model in &models {
+        let report = data::prepare_model(&prepare, model, &args.include, &args.exclude, &reporter)
+            .await
+            .with_context(|| format!("cannot prepare model {model}"))?;
+        if !printer.json {
+            let what = if report.files_downloaded == 0 {
+                "already complete".to_string()
+            } else {
+                format!(
+                    "{} files, {} downloaded",
+                    report.files_downloaded,
+                    human_bytes(report.bytes_downloaded)
+                )
+            };
+            printer.info(format!(
+                "model {}@{} ({}): {what}",
+                report.repo,
+                report.revision,
+                &report.commit[..report.commit.len().min(10)]
             ));
             printer.data(&report.path);
         }

@@ -1,8 +1,16 @@
-//! A repo snapshot into the HF cache: the revision's file list, then each missing file
-//! HEADed and downloaded (several at once) into `blobs/<etag>.incomplete`, verified,
-//! renamed to `blobs/<etag>` and linked from `snapshots/<commit>/`. `refs/<revision>` is
-//! written last. A complete snapshot costs one revision request and no file transfer.
+//! A repo snapshot into the HF cache, planned before it acts:
+//!
+//! 1. the revision's file list (every name checked; one bad name refuses the repo);
+//! 2. HEAD for each wanted file not yet in the cache (several at once): etag, size, and
+//!    the same commit, all checked. Nothing is written until every answer is good;
+//! 3. each missing blob downloaded once (even when several files share it) into
+//!    `blobs/<etag>.incomplete`, verified, renamed to `blobs/<etag>`;
+//! 4. `snapshots/<commit>/` linked once every blob is there, `refs/<revision>` last.
+//!
+//! A complete snapshot costs one revision request and no file transfer. A failed one
+//! takes away the directories it created (when they are empty).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
@@ -10,20 +18,66 @@ use futures_util::stream::{self, StreamExt, TryStreamExt};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::Serialize;
 
+use super::fsutil::Dirs;
 use super::hf::{FileMeta, HubClient, HubError, RepoKind};
 use super::hf_cache::HubCache;
+use super::hub_types::{Etag, RepoId, RepoPath, Revision};
 use crate::ui::Reporter;
 
 /// Files downloaded at the same time.
 pub const PARALLEL_FILES: usize = 4;
+/// HEAD requests at the same time.
+const PARALLEL_HEADS: usize = 8;
 
 #[derive(Debug, Clone)]
 pub struct SnapshotSpec {
     pub kind: RepoKind,
-    pub repo: String,
-    pub revision: String,
-    pub include: Vec<String>,
-    pub exclude: Vec<String>,
+    pub repo: RepoId,
+    pub revision: Revision,
+    pub filter: Filter,
+}
+
+/// `--include` / `--exclude` globs, compiled (a bad one is the user's error).
+#[derive(Debug, Clone, Default)]
+pub struct Filter {
+    include: Option<GlobSet>,
+    exclude: Option<GlobSet>,
+}
+
+impl Filter {
+    pub fn new(include: &[String], exclude: &[String]) -> Result<Self, HubError> {
+        Ok(Self {
+            include: globs(include)?,
+            exclude: globs(exclude)?,
+        })
+    }
+
+    pub fn matches(&self, file: &RepoPath) -> bool {
+        self.include
+            .as_ref()
+            .is_none_or(|g| g.is_match(file.as_str()))
+            && self
+                .exclude
+                .as_ref()
+                .is_none_or(|g| !g.is_match(file.as_str()))
+    }
+}
+
+fn globs(patterns: &[String]) -> Result<Option<GlobSet>, HubError> {
+    if patterns.is_empty() {
+        return Ok(None);
+    }
+    let mut builder = GlobSetBuilder::new();
+    for p in patterns {
+        builder.add(Glob::new(p).map_err(|e| HubError::BadPattern {
+            pattern: format!("{p:?}"),
+            reason: e.kind().to_string(),
+        })?);
+    }
+    builder.build().map(Some).map_err(|e| HubError::BadPattern {
+        pattern: format!("{patterns:?}"),
+        reason: e.to_string(),
+    })
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -44,39 +98,19 @@ pub struct SnapshotResult {
     pub bytes_downloaded: u64,
 }
 
-fn globs(patterns: &[String]) -> Result<Option<GlobSet>, HubError> {
-    if patterns.is_empty() {
-        return Ok(None);
-    }
-    let mut builder = GlobSetBuilder::new();
-    for p in patterns {
-        builder.add(Glob::new(p).map_err(|e| HubError::Protocol {
-            url: String::new(),
-            detail: format!("invalid glob {p:?}: {e}"),
-        })?);
-    }
-    builder.build().map(Some).map_err(|e| HubError::Protocol {
-        url: String::new(),
-        detail: e.to_string(),
-    })
-}
-
 pub async fn snapshot(
     client: &HubClient,
     cache: &HubCache,
     spec: &SnapshotSpec,
     reporter: &dyn Reporter,
 ) -> Result<SnapshotResult, HubError> {
-    let (include, exclude) = (globs(&spec.include)?, globs(&spec.exclude)?);
-    let (kind, repo) = (spec.kind, spec.repo.as_str());
+    let (kind, repo) = (spec.kind, &spec.repo);
     let info = client.revision(kind, repo, &spec.revision).await?;
-    let commit = info.sha.clone();
-    let wanted: Vec<String> = info
-        .siblings
-        .iter()
-        .map(|s| s.rfilename.clone())
-        .filter(|f| include.as_ref().is_none_or(|g| g.is_match(f)))
-        .filter(|f| exclude.as_ref().is_none_or(|g| !g.is_match(f)))
+    let commit = info.commit;
+    let wanted: Vec<RepoPath> = info
+        .files
+        .into_iter()
+        .filter(|f| spec.filter.matches(f))
         .collect();
     if wanted.is_empty() {
         return Err(HubError::NotFound {
@@ -88,60 +122,83 @@ pub async fn snapshot(
             status: 200,
         });
     }
-    let bytes = AtomicU64::new(0);
-    let count = AtomicUsize::new(0);
-    let overall = reporter.task(repo);
-    overall.update(&format!(
-        "{} files at {}",
-        wanted.len(),
-        &commit[..commit.len().min(10)]
-    ));
-    let files: Vec<CachedFile> = stream::iter(wanted.iter().cloned())
+    let overall = reporter.task(repo.as_str());
+    overall.update(&format!("{} files at {}", wanted.len(), commit.short()));
+
+    // Plan: what the cache has, and what the mirror says about the rest (all checked).
+    let planned: Vec<(RepoPath, Etag, Option<FileMeta>)> = stream::iter(wanted)
         .map(|file| {
-            let (bytes, count, commit) = (&bytes, &count, &commit);
+            let commit = &commit;
             async move {
                 if let Some(etag) = cache.linked_etag(kind, repo, commit, &file) {
-                    return Ok(CachedFile { path: file, etag });
+                    return Ok((file, etag, None));
                 }
                 let meta = client.head(kind, repo, commit, &file).await?;
-                let blob = cache.blob(kind, repo, &meta.etag);
-                if !blob.is_file() {
-                    let sent =
-                        fetch_blob(client, kind, repo, &file, &meta, &blob, reporter).await?;
-                    bytes.fetch_add(sent, Ordering::Relaxed);
-                    count.fetch_add(1, Ordering::Relaxed);
-                }
-                cache
-                    .link(kind, repo, commit, &file, &meta.etag)
-                    .map_err(|source| HubError::Io {
-                        action: "cannot link",
-                        path: file.clone(),
-                        source,
-                    })?;
-                Ok::<_, HubError>(CachedFile {
-                    path: file,
-                    etag: meta.etag,
-                })
+                Ok::<_, HubError>((file, meta.etag.clone(), Some(meta)))
+            }
+        })
+        .buffered(PARALLEL_HEADS)
+        .try_collect()
+        .await?;
+    // Each missing blob once, even when several files have the same bytes.
+    let mut to_fetch: BTreeMap<Etag, (RepoPath, FileMeta)> = BTreeMap::new();
+    for (file, etag, meta) in &planned {
+        if let Some(meta) = meta
+            && !cache.blob(kind, repo, etag).is_file()
+        {
+            to_fetch
+                .entry(etag.clone())
+                .or_insert_with(|| (file.clone(), meta.clone()));
+        }
+    }
+
+    // Act.
+    let dirs = Dirs::new();
+    let bytes = AtomicU64::new(0);
+    let count = AtomicUsize::new(0);
+    stream::iter(to_fetch.into_values())
+        .map(|(file, meta)| {
+            let (bytes, count, dirs) = (&bytes, &count, &dirs);
+            async move {
+                let sent =
+                    fetch_blob(client, cache, kind, repo, &file, &meta, dirs, reporter).await?;
+                bytes.fetch_add(sent, Ordering::Relaxed);
+                count.fetch_add(1, Ordering::Relaxed);
+                Ok::<_, HubError>(())
             }
         })
         .buffer_unordered(PARALLEL_FILES)
-        .try_collect()
+        .try_collect::<Vec<()>>()
         .await?;
-    let mut files = files;
-    files.sort_by(|a, b| a.path.cmp(&b.path));
-    if spec.revision != commit {
+    let mut files = Vec::with_capacity(planned.len());
+    for (file, etag, _) in planned {
         cache
-            .write_ref(kind, repo, &spec.revision, &commit)
+            .link(kind, repo, &commit, &file, &etag, &dirs)
+            .map_err(|source| HubError::Io {
+                action: "cannot link",
+                path: file.to_string(),
+                source,
+            })?;
+        files.push(CachedFile {
+            path: file.to_string(),
+            etag: etag.to_string(),
+        });
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    if spec.revision.as_commit().is_none() {
+        cache
+            .write_ref(kind, repo, &spec.revision, &commit, &dirs)
             .map_err(|source| HubError::Io {
                 action: "cannot write the ref of",
                 path: repo.to_string(),
                 source,
             })?;
     }
+    dirs.keep();
     let result = SnapshotResult {
         repo: repo.to_string(),
-        revision: spec.revision.clone(),
-        commit: commit.clone(),
+        revision: spec.revision.to_string(),
+        commit: commit.to_string(),
         dir: cache.snapshot_dir(kind, repo, &commit),
         files,
         files_downloaded: count.into_inner(),
@@ -162,31 +219,41 @@ pub async fn snapshot(
     Ok(result)
 }
 
-/// Downloads one blob through `<etag>.incomplete` (kept for resuming on failure,
-/// removed when the bytes are wrong) and renames it into place.
+/// Downloads one blob through `<etag>.incomplete` and renames it into place once its
+/// bytes are verified.
+#[allow(clippy::too_many_arguments)]
 async fn fetch_blob(
     client: &HubClient,
+    cache: &HubCache,
     kind: RepoKind,
-    repo: &str,
-    file: &str,
+    repo: &RepoId,
+    file: &RepoPath,
     meta: &FileMeta,
-    blob: &std::path::Path,
+    dirs: &Dirs,
     reporter: &dyn Reporter,
 ) -> Result<u64, HubError> {
+    let blob = cache.blob(kind, repo, &meta.etag);
     let io = |action: &'static str| {
+        let path = blob.display().to_string();
         move |source| HubError::Io {
             action,
-            path: blob.display().to_string(),
+            path,
             source,
         }
     };
     if let Some(parent) = blob.parent() {
-        tokio::fs::create_dir_all(parent)
-            .await
+        cache
+            .create_dir(parent, dirs)
             .map_err(io("cannot create"))?;
     }
-    let incomplete = blob.with_file_name(format!("{}.incomplete", meta.etag));
-    let task = reporter.task(file);
+    let incomplete = cache.incomplete(kind, repo, &meta.etag);
+    // Removed if this future is dropped half-way (another file failed) or fails for a
+    // reason other than the server going away (then the next run resumes from it).
+    let mut partial = Partial {
+        path: &incomplete,
+        keep: false,
+    };
+    let task = reporter.task(file.as_str());
     let result = client
         .download(kind, repo, meta, file, &incomplete, |done| {
             task.progress(done, meta.size)
@@ -194,15 +261,31 @@ async fn fetch_blob(
         .await;
     match result {
         Ok(sent) => {
-            tokio::fs::rename(&incomplete, blob)
+            tokio::fs::rename(&incomplete, &blob)
                 .await
                 .map_err(io("cannot publish"))?;
+            partial.keep = true;
             task.done(&crate::ui::human_bytes(meta.size.unwrap_or(sent)));
             Ok(sent)
         }
         Err(e) => {
+            partial.keep = matches!(e, HubError::Unreachable { .. });
             task.fail("failed");
             Err(e)
+        }
+    }
+}
+
+/// A download's `.incomplete` file, removed on drop unless kept.
+struct Partial<'a> {
+    path: &'a std::path::Path,
+    keep: bool,
+}
+
+impl Drop for Partial<'_> {
+    fn drop(&mut self) {
+        if !self.keep {
+            let _ = std::fs::remove_file(self.path);
         }
     }
 }

@@ -1,6 +1,12 @@
 //! A Hugging Face hub client over reqwest: the revision API for the file list, HEAD on
 //! `resolve/` for a file's commit, etag and size, GET for its bytes.
 //!
+//! Every answer is parsed into checked types ([`super::hub_types`]) before anything is
+//! done with it. Redirects are followed by hand, so the token (`HF_TOKEN`) is sent only
+//! to the configured endpoint's origin (scheme, host and port), as huggingface_hub does:
+//! a redirect to a CDN or any other host gets no `Authorization` header. The token never
+//! appears in errors or logs (error bodies are redacted by value).
+//!
 //! Mirrors differ (DESIGN.md): some ignore `Range` (then a download restarts cleanly),
 //! some send no Content-Length on GET (the HEAD's size is used), some answer 401 for a
 //! missing file (reported as "not found"). ETags may be quoted, weak, or not: normalised.
@@ -8,38 +14,21 @@
 use std::path::Path;
 use std::time::Duration;
 
-use futures_util::StreamExt;
-use reqwest::{StatusCode, header};
-use serde::Deserialize;
+use reqwest::{Method, StatusCode, Url, header};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
+use super::hub_types::{
+    Commit, ProtocolError, RepoId, RepoPath, Revision, RevisionInfo, parse_file_meta,
+    parse_revision_info, shown,
+};
+pub use super::hub_types::{FileMeta, RepoKind};
 use crate::http::USER_AGENT;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RepoKind {
-    Model,
-    Dataset,
-}
-
-impl RepoKind {
-    /// `models` / `datasets`, as in API paths and cache folder names.
-    pub fn plural(self) -> &'static str {
-        match self {
-            RepoKind::Model => "models",
-            RepoKind::Dataset => "datasets",
-        }
-    }
-    fn resolve_prefix(self) -> &'static str {
-        match self {
-            RepoKind::Model => "",
-            RepoKind::Dataset => "datasets/",
-        }
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum HubError {
+    #[error("HF_ENDPOINT {endpoint} is not usable: {reason}")]
+    BadEndpoint { endpoint: String, reason: String },
     #[error("cannot reach the Hugging Face endpoint {endpoint}")]
     Unreachable {
         endpoint: String,
@@ -60,6 +49,12 @@ pub enum HubError {
     },
     #[error("{url}: {detail}")]
     Protocol { url: String, detail: String },
+    #[error("refused the answer of {url}")]
+    Mirror {
+        url: String,
+        #[source]
+        source: ProtocolError,
+    },
     #[error(
         "{file}: downloaded bytes do not match (expected {expected}, got {actual}); the blob was discarded"
     )]
@@ -68,6 +63,18 @@ pub enum HubError {
         expected: String,
         actual: String,
     },
+    #[error(
+        "{file}: the transfer stopped at {got} of {expected} bytes {attempts} times in a row; {what}"
+    )]
+    Interrupted {
+        file: String,
+        got: u64,
+        expected: String,
+        attempts: u32,
+        what: String,
+    },
+    #[error("invalid glob {pattern}: {reason}")]
+    BadPattern { pattern: String, reason: String },
     #[error("{action} {path}")]
     Io {
         action: &'static str,
@@ -77,112 +84,160 @@ pub enum HubError {
     },
 }
 
-/// What HEAD says about one file at one revision.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileMeta {
-    pub commit: String,
-    /// Git blob sha1, or the sha256 of an LFS file.
-    pub etag: String,
-    pub size: Option<u64>,
-}
-
-impl FileMeta {
-    /// LFS etags are sha256 digests: the bytes can be verified against them.
-    pub fn sha256(&self) -> Option<&str> {
-        (self.etag.len() == 64 && self.etag.chars().all(|c| c.is_ascii_hexdigit()))
-            .then_some(self.etag.as_str())
-    }
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct RepoInfo {
-    pub sha: String,
-    #[serde(default)]
-    pub siblings: Vec<Sibling>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub struct Sibling {
-    pub rfilename: String,
-}
-
 #[derive(Debug, Clone)]
 pub struct HubClient {
     http: reqwest::Client,
-    /// HEAD must see the first answer (a CDN redirect carries X-Linked-Etag / -Size).
-    head_http: reqwest::Client,
-    endpoint: String,
+    /// The endpoint as configured; `Err` (reported on first use) when it is not a URL.
+    base: Result<Url, String>,
+    /// The endpoint for messages: no user name or password.
+    shown_endpoint: String,
     token: Option<String>,
-    /// Attempts per request on connection errors, 5xx and broken streams.
+    /// Attempts per request on connection errors and 5xx; transfers that make no
+    /// progress are given up after this many attempts.
     pub retries: u32,
 }
 
 pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 
-/// `"abc"`, `W/"abc"`, `abc` -> `abc`.
-pub fn normalize_etag(raw: &str) -> String {
-    raw.trim()
-        .trim_start_matches("W/")
-        .trim_matches('"')
-        .to_string()
+/// Redirects followed per request.
+const MAX_REDIRECTS: usize = 10;
+/// The revision API's answer is read up to this size (a model repo's file list is KBs).
+const MAX_JSON: usize = 32 << 20;
+/// Of an error body, this much is read and 300 characters shown.
+const MAX_ERROR_BODY: usize = 64 << 10;
+
+/// Parses and checks HF_ENDPOINT: http(s), a host, no query or fragment.
+fn parse_endpoint(raw: &str) -> Result<Url, String> {
+    let url = Url::parse(raw.trim_end_matches('/')).map_err(|e| e.to_string())?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "scheme {:?} (expected http or https)",
+            url.scheme()
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err("no host".into());
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err("a query or fragment".into());
+    }
+    Ok(url)
+}
+
+/// The URL without user name and password, for messages.
+fn without_credentials(url: &Url) -> String {
+    let mut url = url.clone();
+    let _ = url.set_username("");
+    let _ = url.set_password(None);
+    url.as_str().trim_end_matches('/').to_string()
 }
 
 impl HubClient {
     pub fn new(endpoint: &str, token: Option<String>) -> Self {
-        let build = |redirects| {
-            reqwest::Client::builder()
-                .user_agent(USER_AGENT)
-                .connect_timeout(Duration::from_secs(10))
-                .read_timeout(Duration::from_secs(60))
-                .redirect(redirects)
-                .build()
-                // Only fails without a TLS provider, which main installs.
-                .unwrap_or_else(|e| panic!("HTTP client: {e}"))
+        let http = reqwest::Client::builder()
+            .user_agent(USER_AGENT)
+            .connect_timeout(Duration::from_secs(10))
+            .read_timeout(Duration::from_secs(60))
+            // Followed by hand: the token must not follow a redirect to another origin.
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            // Only fails without a TLS provider, which main installs.
+            .unwrap_or_else(|e| panic!("HTTP client: {e}"));
+        let base = parse_endpoint(endpoint);
+        let shown_endpoint = match &base {
+            Ok(url) => without_credentials(url),
+            Err(_) => shown(endpoint),
         };
         Self {
-            http: build(reqwest::redirect::Policy::limited(10)),
-            head_http: build(reqwest::redirect::Policy::none()),
-            endpoint: endpoint.trim_end_matches('/').to_string(),
-            token,
+            http,
+            base,
+            shown_endpoint,
+            token: token.filter(|t| !t.is_empty()),
             retries: 4,
         }
     }
 
+    /// The endpoint for messages (credentials left out).
     pub fn endpoint(&self) -> &str {
-        &self.endpoint
+        &self.shown_endpoint
     }
 
-    fn authed(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+    /// An unusable HF_ENDPOINT as an error, before anything is sent or written.
+    pub fn check_endpoint(&self) -> Result<(), HubError> {
+        self.base().map(|_| ())
+    }
+
+    fn base(&self) -> Result<&Url, HubError> {
+        self.base.as_ref().map_err(|reason| HubError::BadEndpoint {
+            endpoint: self.shown_endpoint.clone(),
+            reason: reason.clone(),
+        })
+    }
+
+    /// `{endpoint}/{path}`: `path` is built from checked, encoded parts only.
+    fn url(&self, path: &str) -> Result<Url, HubError> {
+        let base = self.base()?;
+        let joined = format!("{}/{path}", base.as_str().trim_end_matches('/'));
+        Url::parse(&joined).map_err(|e| HubError::Protocol {
+            url: joined.clone(),
+            detail: e.to_string(),
+        })
+    }
+
+    /// True when `url` is on the endpoint's origin: the only place the token goes.
+    pub fn may_send_token(&self, url: &Url) -> bool {
+        self.base
+            .as_ref()
+            .is_ok_and(|base| base.origin() == url.origin())
+    }
+
+    /// The text with the token's value blotted out (error bodies may echo headers).
+    fn redact(&self, text: &str) -> String {
         match &self.token {
-            Some(token) => request.bearer_auth(token),
-            None => request,
+            Some(token) => text.replace(token.as_str(), "[HF_TOKEN]"),
+            None => text.to_string(),
         }
     }
 
-    pub fn resolve_url(&self, kind: RepoKind, repo: &str, revision: &str, file: &str) -> String {
-        format!(
-            "{}/{}{repo}/resolve/{revision}/{file}",
-            self.endpoint,
-            kind.resolve_prefix()
-        )
+    pub fn resolve_url(
+        &self,
+        kind: RepoKind,
+        repo: &RepoId,
+        revision: &str,
+        file: &RepoPath,
+    ) -> Result<Url, HubError> {
+        self.url(&format!(
+            "{}{}/resolve/{revision}/{}",
+            kind.resolve_prefix(),
+            repo.url_path(),
+            file.url_path()
+        ))
     }
 
-    /// Sends with retries: connection errors and 5xx wait and try again.
-    async fn send(
+    /// One request, with retries: connection errors and 5xx wait and try again. The
+    /// token is attached only on the endpoint's origin.
+    async fn send_once(
         &self,
-        build: impl Fn() -> reqwest::RequestBuilder,
+        method: &Method,
+        url: &Url,
+        range_from: Option<u64>,
     ) -> Result<reqwest::Response, HubError> {
         let mut delay = Duration::from_millis(500);
         let mut attempt = 0;
         loop {
             attempt += 1;
-            match build().send().await {
+            let mut request = self.http.request(method.clone(), url.clone());
+            if let Some(token) = &self.token
+                && self.may_send_token(url)
+            {
+                request = request.bearer_auth(token);
+            }
+            if let Some(from) = range_from.filter(|&f| f > 0) {
+                request = request.header(header::RANGE, format!("bytes={from}-"));
+            }
+            match request.send().await {
                 Ok(response) if response.status().is_server_error() && attempt < self.retries => {
-                    tracing::debug!(
-                        "{} answered {}; retrying",
-                        response.url(),
-                        response.status()
-                    );
+                    tracing::debug!("{url} answered {}; retrying", response.status());
                 }
                 Ok(response) => return Ok(response),
                 Err(e)
@@ -193,8 +248,8 @@ impl HubClient {
                 }
                 Err(source) => {
                     return Err(HubError::Unreachable {
-                        endpoint: self.endpoint.clone(),
-                        source,
+                        endpoint: self.shown_endpoint.clone(),
+                        source: source.without_url(),
                     });
                 }
             }
@@ -203,145 +258,248 @@ impl HubClient {
         }
     }
 
-    fn not_found_or_error(
+    /// Where a redirect points, resolved against the URL that answered; http(s) only.
+    fn redirect_target(
+        &self,
+        from: &Url,
+        response: &reqwest::Response,
+    ) -> Result<Option<Url>, HubError> {
+        if !response.status().is_redirection() {
+            return Ok(None);
+        }
+        let Some(location) = response.headers().get(header::LOCATION) else {
+            return Ok(None);
+        };
+        let location = location.to_str().map_err(|_| HubError::Protocol {
+            url: without_credentials(from),
+            detail: "a redirect whose Location is not text".into(),
+        })?;
+        let next = from.join(location).map_err(|e| HubError::Protocol {
+            url: without_credentials(from),
+            detail: format!("a redirect to {}: {e}", shown(location)),
+        })?;
+        if !matches!(next.scheme(), "http" | "https") {
+            return Err(HubError::Protocol {
+                url: without_credentials(from),
+                detail: format!("a redirect to a non-HTTP URL {}", shown(location)),
+            });
+        }
+        Ok(Some(next))
+    }
+
+    /// GET, following redirects (the token stays on the endpoint's origin). Returns the
+    /// final URL (for messages) and its response.
+    async fn get(
+        &self,
+        url: Url,
+        range_from: Option<u64>,
+    ) -> Result<(Url, reqwest::Response), HubError> {
+        let mut url = url;
+        for _ in 0..=MAX_REDIRECTS {
+            let response = self.send_once(&Method::GET, &url, range_from).await?;
+            match self.redirect_target(&url, &response)? {
+                Some(next) => {
+                    tracing::debug!("{url} redirects to {next}");
+                    url = next;
+                }
+                None => return Ok((url, response)),
+            }
+        }
+        Err(HubError::Protocol {
+            url: without_credentials(&url),
+            detail: "too many redirects".into(),
+        })
+    }
+
+    /// Reads a body up to `cap` bytes; `None` when it is longer.
+    async fn body_capped(
+        &self,
+        mut response: reqwest::Response,
+        cap: usize,
+    ) -> Result<Option<Vec<u8>>, HubError> {
+        let mut body = Vec::new();
+        loop {
+            let chunk = response
+                .chunk()
+                .await
+                .map_err(|source| HubError::Unreachable {
+                    endpoint: self.shown_endpoint.clone(),
+                    source: source.without_url(),
+                })?;
+            let Some(chunk) = chunk else {
+                return Ok(Some(body));
+            };
+            if body.len() + chunk.len() > cap {
+                return Ok(None);
+            }
+            body.extend_from_slice(&chunk);
+        }
+    }
+
+    /// An error body for a message: capped, redacted, without control characters.
+    async fn error_body(&self, response: reqwest::Response) -> String {
+        let body = match self.body_capped(response, MAX_ERROR_BODY).await {
+            Ok(Some(body)) => body,
+            _ => return String::from("(body unreadable or too long)"),
+        };
+        let text = self.redact(&String::from_utf8_lossy(&body));
+        text.chars()
+            .map(|c| if c.is_control() { ' ' } else { c })
+            .take(300)
+            .collect::<String>()
+            .trim()
+            .to_string()
+    }
+
+    async fn not_found_or_error(
         &self,
         what: String,
-        url: &str,
-        status: StatusCode,
-        body: String,
+        url: &Url,
+        response: reqwest::Response,
     ) -> HubError {
+        let status = response.status();
         match status {
             // Mirrors (olah) answer 401 for a missing repo or file; the hub answers 401
             // for gated repos without a token, 404 otherwise.
             StatusCode::NOT_FOUND | StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => {
                 HubError::NotFound {
                     what,
-                    endpoint: self.endpoint.clone(),
+                    endpoint: self.shown_endpoint.clone(),
                     status: status.as_u16(),
                 }
             }
             _ => HubError::Http {
-                url: url.to_string(),
+                url: without_credentials(url),
                 status: status.as_u16(),
-                body: body.chars().take(300).collect(),
+                body: self.error_body(response).await,
             },
         }
     }
 
-    /// `GET /api/{models|datasets}/{repo}/revision/{rev}`: the commit and its files.
+    /// `GET /api/{models|datasets}/{repo}/revision/{rev}`: the commit and its files,
+    /// every name checked.
     pub async fn revision(
         &self,
         kind: RepoKind,
-        repo: &str,
-        revision: &str,
-    ) -> Result<RepoInfo, HubError> {
-        let url = format!(
-            "{}/api/{}/{repo}/revision/{revision}",
-            self.endpoint,
-            kind.plural()
-        );
-        let response = self.send(|| self.authed(self.http.get(&url))).await?;
-        let status = response.status();
-        let body = response
-            .text()
-            .await
-            .map_err(|source| HubError::Unreachable {
-                endpoint: self.endpoint.clone(),
-                source,
-            })?;
-        if !status.is_success() {
-            return Err(self.not_found_or_error(
-                format!("{} {repo}@{revision}", kind.plural().trim_end_matches('s')),
-                &url,
-                status,
-                body,
-            ));
+        repo: &RepoId,
+        revision: &Revision,
+    ) -> Result<RevisionInfo, HubError> {
+        let url = self.url(&format!(
+            "api/{}/{}/revision/{}",
+            kind.plural(),
+            repo.url_path(),
+            revision.url_segment()
+        ))?;
+        let (url, response) = self.get(url, None).await?;
+        if !response.status().is_success() {
+            let what = format!("{} {repo}@{revision}", kind.singular());
+            return Err(self.not_found_or_error(what, &url, response).await);
         }
-        serde_json::from_str(&body).map_err(|e| HubError::Protocol {
-            url,
-            detail: format!("not a revision answer: {e}"),
-        })
+        let body =
+            self.body_capped(response, MAX_JSON)
+                .await?
+                .ok_or_else(|| HubError::Protocol {
+                    url: without_credentials(&url),
+                    detail: format!("the revision answer is larger than {} MiB", MAX_JSON >> 20),
+                })?;
+        let info = parse_revision_info(&body).map_err(|source| HubError::Mirror {
+            url: without_credentials(&url),
+            source,
+        })?;
+        if let Some(asked) = revision.as_commit()
+            && asked != info.commit
+        {
+            return Err(HubError::Mirror {
+                url: without_credentials(&url),
+                source: ProtocolError::OtherCommit {
+                    asked,
+                    answered: info.commit,
+                },
+            });
+        }
+        Ok(info)
     }
 
-    /// `HEAD .../resolve/{rev}/{file}`: commit, etag and size, from the first answer
-    /// (a redirect to a CDN carries them as X-Linked-*), following same-host redirects.
+    /// `HEAD .../resolve/{commit}/{file}`: etag and size, from the first answer that has
+    /// them (a redirect to a CDN carries them as X-Linked-*). The answer must be for
+    /// `commit`.
     pub async fn head(
         &self,
         kind: RepoKind,
-        repo: &str,
-        revision: &str,
-        file: &str,
+        repo: &RepoId,
+        commit: &Commit,
+        file: &RepoPath,
     ) -> Result<FileMeta, HubError> {
-        let mut url = self.resolve_url(kind, repo, revision, file);
-        for _ in 0..5 {
-            let response = self.send(|| self.authed(self.head_http.head(&url))).await?;
-            let status = response.status();
+        let mut url = self.resolve_url(kind, repo, commit.as_str(), file)?;
+        for _ in 0..=MAX_REDIRECTS {
+            let response = self.send_once(&Method::HEAD, &url, None).await?;
             let headers = response.headers();
-            let get = |name: &str| {
-                headers
-                    .get(name)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string)
-            };
-            let commit = get("x-repo-commit");
-            let etag = get("x-linked-etag")
-                .or_else(|| get(header::ETAG.as_str()))
-                .map(|e| normalize_etag(&e));
-            let size = get("x-linked-size")
-                .or_else(|| get(header::CONTENT_LENGTH.as_str()))
-                .and_then(|s| s.parse().ok());
-            if status.is_redirection() {
-                if let (Some(commit), Some(etag)) = (commit.clone(), etag.clone()) {
-                    return Ok(FileMeta { commit, etag, size });
-                }
-                // A relative redirect (a renamed repo): follow it.
-                let Some(location) = get(header::LOCATION.as_str()) else {
-                    break;
-                };
-                url = if location.starts_with('/') {
-                    format!("{}{location}", self.endpoint)
-                } else {
-                    location
-                };
+            let meta = parse_file_meta(|name| headers.get(name).map(|v| v.as_bytes())).map_err(
+                |source| HubError::Mirror {
+                    url: without_credentials(&url),
+                    source,
+                },
+            )?;
+            let status = response.status();
+            if status.is_redirection()
+                && let Some(meta) = &meta
+            {
+                return self.same_commit(&url, commit, meta.clone());
+            }
+            if let Some(next) = self.redirect_target(&url, &response)? {
+                url = next;
                 continue;
             }
             if !status.is_success() {
-                return Err(self.not_found_or_error(
-                    format!("{file} in {repo}@{revision}"),
-                    &url,
-                    status,
-                    String::new(),
-                ));
+                let what = format!("{file} in {repo}@{commit}");
+                return Err(self.not_found_or_error(what, &url, response).await);
             }
-            return match (commit, etag) {
-                (Some(commit), Some(etag)) => Ok(FileMeta { commit, etag, size }),
-                _ => Err(HubError::Protocol {
-                    url,
-                    detail: "no X-Repo-Commit or ETag header: is this a Hugging Face endpoint?"
-                        .into(),
+            return match meta {
+                Some(meta) => self.same_commit(&url, commit, meta),
+                None => Err(HubError::Mirror {
+                    url: without_credentials(&url),
+                    source: ProtocolError::MissingHeaders,
                 }),
             };
         }
         Err(HubError::Protocol {
-            url,
+            url: without_credentials(&url),
             detail: "too many redirects".into(),
         })
+    }
+
+    fn same_commit(&self, url: &Url, asked: &Commit, meta: FileMeta) -> Result<FileMeta, HubError> {
+        if &meta.commit != asked {
+            return Err(HubError::Mirror {
+                url: without_credentials(url),
+                source: ProtocolError::OtherCommit {
+                    asked: asked.clone(),
+                    answered: meta.commit,
+                },
+            });
+        }
+        Ok(meta)
     }
 
     /// Downloads `file` into `incomplete`, resuming from what it already holds when the
     /// server honours `Range` and starting over when it does not; verifies the size and,
     /// for LFS files, the sha256. Calls `progress(bytes so far)` as bytes arrive.
     /// Returns the number of bytes transferred.
+    ///
+    /// A transfer that breaks is tried again as long as each attempt gets further; after
+    /// `retries` attempts without progress, or when the bytes are proven wrong, the
+    /// partial file is removed. It is kept (for the next run to resume) only when the
+    /// server stopped answering at all.
     pub async fn download(
         &self,
         kind: RepoKind,
-        repo: &str,
+        repo: &RepoId,
         meta: &FileMeta,
-        file: &str,
+        file: &RepoPath,
         incomplete: &Path,
         mut progress: impl FnMut(u64),
     ) -> Result<u64, HubError> {
-        let url = self.resolve_url(kind, repo, &meta.commit, file);
+        let url = self.resolve_url(kind, repo, meta.commit.as_str(), file)?;
         let io = |action: &'static str| {
             move |source| HubError::Io {
                 action,
@@ -349,120 +507,172 @@ impl HubClient {
                 source,
             }
         };
+        let discard = || async {
+            let _ = tokio::fs::remove_file(incomplete).await;
+        };
         let mut transferred = 0u64;
-        let mut attempt = 0;
+        let mut best = 0u64;
+        let mut stalled = 0u32;
+        let mut total_attempts = 0u32;
         loop {
-            attempt += 1;
-            let have = tokio::fs::metadata(incomplete)
-                .await
-                .map(|m| m.len())
-                .unwrap_or(0);
+            total_attempts += 1;
+            // Only a regular file counts (not followed: a link planted in the cache
+            // must not make argus write through it).
+            let have = match tokio::fs::symlink_metadata(incomplete).await {
+                Ok(m) if m.is_file() => m.len(),
+                Ok(_) => {
+                    discard().await;
+                    0
+                }
+                Err(_) => 0,
+            };
             let have = if meta.size.is_some_and(|size| have > size) {
                 0
             } else {
                 have
             };
-            let response = self
-                .send(|| {
-                    let request = self.authed(self.http.get(&url));
-                    if have > 0 {
-                        request.header(header::RANGE, format!("bytes={have}-"))
-                    } else {
-                        request
-                    }
-                })
-                .await?;
+            let (final_url, response) = self.get(url.clone(), Some(have)).await?;
             let status = response.status();
-            if status == StatusCode::RANGE_NOT_SATISFIABLE {
-                // What we hold is already whole (or wrong): check it below.
-            } else if !status.is_success() {
-                return Err(self.not_found_or_error(
-                    format!("{file} in {repo}@{}", meta.commit),
-                    &url,
-                    status,
-                    String::new(),
-                ));
+            if status != StatusCode::RANGE_NOT_SATISFIABLE && !status.is_success() {
+                let what = format!("{file} in {repo}@{}", meta.commit);
+                return Err(self.not_found_or_error(what, &final_url, response).await);
             }
-            // 206: append to what we hold; 416: what we hold is already whole (checked
-            // below); 200: the whole file again (the server ignored Range, or we asked from 0).
+            // 206: append to what we hold (from exactly there); 416: what we hold is
+            // already whole (checked below); 200: the whole file again (the server
+            // ignored Range, or we asked from 0).
+            if status == StatusCode::RANGE_NOT_SATISFIABLE && have == 0 {
+                return Err(HubError::Protocol {
+                    url: without_credentials(&final_url),
+                    detail: "answered 416 to a request without a range".into(),
+                });
+            }
             let keep = (status == StatusCode::PARTIAL_CONTENT && have > 0)
                 || status == StatusCode::RANGE_NOT_SATISFIABLE;
+            if status == StatusCode::PARTIAL_CONTENT
+                && have > 0
+                && range_start(&response) != Some(have)
+            {
+                discard().await;
+                return Err(HubError::Protocol {
+                    url: without_credentials(&final_url),
+                    detail: format!(
+                        "asked for bytes from {have}, got a range that does not start there"
+                    ),
+                });
+            }
+            let mut options = tokio::fs::OpenOptions::new();
+            options.custom_flags(libc::O_NOFOLLOW);
             let mut out = if keep {
-                tokio::fs::OpenOptions::new()
+                options
                     .append(true)
                     .open(incomplete)
                     .await
                     .map_err(io("cannot open"))?
             } else {
-                tokio::fs::File::create(incomplete)
+                options
+                    .write(true)
+                    .create(true)
+                    .truncate(true)
+                    .open(incomplete)
                     .await
                     .map_err(io("cannot create"))?
             };
             let mut written = if keep { have } else { 0 };
             // Hash as the bytes arrive (what a resume keeps is hashed first): no second read.
             let mut hasher = Sha256::new();
-            if keep && meta.sha256().is_some() {
+            if keep && meta.etag.sha256().is_some() {
                 hash_prefix(incomplete, &mut hasher)
                     .await
                     .map_err(io("cannot read"))?;
             }
             progress(written);
-            let mut stream = response.bytes_stream();
-            let mut broken = None;
+            let mut response = response;
+            let mut broken = false;
             if status != StatusCode::RANGE_NOT_SATISFIABLE {
-                while let Some(chunk) = stream.next().await {
-                    match chunk {
-                        Ok(bytes) => {
-                            out.write_all(&bytes).await.map_err(io("cannot write"))?;
-                            if meta.sha256().is_some() {
-                                hasher.update(&bytes);
-                            }
-                            written += bytes.len() as u64;
-                            transferred += bytes.len() as u64;
-                            progress(written);
-                        }
+                loop {
+                    let bytes = match response.chunk().await {
+                        Ok(Some(bytes)) => bytes,
+                        Ok(None) => break,
                         Err(e) => {
-                            broken = Some(e);
+                            tracing::debug!("{file}: the transfer broke: {}", e.without_url());
+                            broken = true;
                             break;
                         }
+                    };
+                    if let Some(size) = meta.size
+                        && written + bytes.len() as u64 > size
+                    {
+                        drop(out);
+                        discard().await;
+                        return Err(HubError::Corrupt {
+                            file: file.to_string(),
+                            expected: format!("{size} bytes"),
+                            actual: "more bytes than that".into(),
+                        });
                     }
+                    if let Err(e) = out.write_all(&bytes).await {
+                        drop(out);
+                        discard().await;
+                        return Err(io("cannot write")(e));
+                    }
+                    if meta.etag.sha256().is_some() {
+                        hasher.update(&bytes);
+                    }
+                    written += bytes.len() as u64;
+                    transferred += bytes.len() as u64;
+                    progress(written);
                 }
             }
-            out.flush().await.map_err(io("cannot write"))?;
-            out.sync_all().await.map_err(io("cannot sync"))?;
+            if let Err(e) = async {
+                out.flush().await?;
+                out.sync_all().await
+            }
+            .await
+            {
+                drop(out);
+                discard().await;
+                return Err(io("cannot write")(e));
+            }
             drop(out);
             let short = meta.size.is_some_and(|size| written < size);
-            if broken.is_some() || short {
-                if attempt < self.retries {
+            if broken || short {
+                if written > best {
+                    best = written;
+                    stalled = 0;
+                } else {
+                    stalled += 1;
+                }
+                if stalled < self.retries && total_attempts < 50 {
                     tracing::info!("{file}: transfer broke at {written} bytes; resuming");
-                    tokio::time::sleep(Duration::from_millis(500 * u64::from(attempt))).await;
+                    tokio::time::sleep(Duration::from_millis(500 * u64::from(stalled.max(1))))
+                        .await;
                     continue;
                 }
-                return match broken {
-                    Some(source) => Err(HubError::Unreachable {
-                        endpoint: self.endpoint.clone(),
-                        source,
-                    }),
-                    None => Err(HubError::Protocol {
-                        url,
-                        detail: format!("the transfer ended at {written} of {:?} bytes", meta.size),
-                    }),
-                };
+                discard().await;
+                return Err(HubError::Interrupted {
+                    file: file.to_string(),
+                    got: written,
+                    expected: meta
+                        .size
+                        .map_or_else(|| "an unknown number of".into(), |s| s.to_string()),
+                    attempts: stalled.max(1),
+                    what: "the partial download was discarded".into(),
+                });
             }
             if let Some(size) = meta.size
                 && written != size
             {
-                let _ = tokio::fs::remove_file(incomplete).await;
+                discard().await;
                 return Err(HubError::Corrupt {
                     file: file.to_string(),
                     expected: format!("{size} bytes"),
                     actual: format!("{written} bytes"),
                 });
             }
-            if let Some(expected) = meta.sha256() {
+            if let Some(expected) = meta.etag.sha256() {
                 let actual = crate::digest::hex(&hasher.finalize());
                 if actual != expected {
-                    let _ = tokio::fs::remove_file(incomplete).await;
+                    discard().await;
                     return Err(HubError::Corrupt {
                         file: file.to_string(),
                         expected: format!("sha256 {expected}"),
@@ -475,10 +685,25 @@ impl HubClient {
     }
 }
 
+/// The first byte of a 206's `Content-Range: bytes <start>-<end>/<size>`.
+fn range_start(response: &reqwest::Response) -> Option<u64> {
+    let value = response
+        .headers()
+        .get(header::CONTENT_RANGE)?
+        .to_str()
+        .ok()?;
+    let range = value.trim().strip_prefix("bytes ")?;
+    range.split('-').next()?.trim().parse().ok()
+}
+
 /// Feeds what a partial download already holds into `hasher`.
 async fn hash_prefix(path: &Path, hasher: &mut Sha256) -> std::io::Result<()> {
     use tokio::io::AsyncReadExt;
-    let mut file = tokio::fs::File::open(path).await?;
+    let mut file = tokio::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .await?;
     let mut buffer = vec![0u8; 256 * 1024];
     loop {
         let n = file.read(&mut buffer).await?;
@@ -493,22 +718,45 @@ async fn hash_prefix(path: &Path, hasher: &mut Sha256) -> std::io::Result<()> {
 mod tests {
     use super::*;
 
+    fn tls() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+
     #[test]
-    fn etags_are_normalised_and_lfs_ones_recognised() {
-        assert_eq!(normalize_etag("W/\"abc\""), "abc");
-        assert_eq!(normalize_etag("\"abc\""), "abc");
-        assert_eq!(normalize_etag("abc"), "abc");
-        let lfs = FileMeta {
-            commit: "c".into(),
-            etag: "a".repeat(64),
-            size: None,
-        };
-        assert!(lfs.sha256().is_some());
-        let git = FileMeta {
-            commit: "c".into(),
-            etag: "a".repeat(40),
-            size: None,
-        };
-        assert!(git.sha256().is_none());
+    fn the_token_goes_only_to_the_endpoints_origin() {
+        tls();
+        let client = HubClient::new("https://hf-mirror.example/sub/", Some("hf_x".into()));
+        let yes = [
+            "https://hf-mirror.example/x",
+            "https://hf-mirror.example:443/y",
+        ];
+        let no = [
+            "http://hf-mirror.example/x",
+            "https://hf-mirror.example:8443/x",
+            "https://cdn.hf-mirror.example/x",
+            "https://hf-mirror.example.evil/x",
+            "https://evil@hf-mirror.example.evil/x",
+        ];
+        for url in yes {
+            assert!(client.may_send_token(&Url::parse(url).unwrap()), "{url}");
+        }
+        for url in no {
+            assert!(!client.may_send_token(&Url::parse(url).unwrap()), "{url}");
+        }
+        assert_eq!(
+            client.redact("echo: Bearer hf_x"),
+            "echo: Bearer [HF_TOKEN]"
+        );
+    }
+
+    #[test]
+    fn bad_endpoints_are_reported_without_credentials() {
+        tls();
+        for bad in ["hf-mirror", "ftp://x", "http://", "https://x/?q=1"] {
+            assert!(HubClient::new(bad, None).check_endpoint().is_err(), "{bad}");
+        }
+        let client = HubClient::new("https://user:secret@mirror.example", None);
+        assert!(client.check_endpoint().is_ok());
+        assert!(!client.endpoint().contains("secret"));
     }
 }

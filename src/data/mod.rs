@@ -1,24 +1,30 @@
 //! Data and models on the shared storage: a Hugging Face client and cache (`hf`,
-//! `hf_cache`, `download`), GSM8K in verl's format (`gsm8k`, pure) and its parquet files
-//! (`parquet`). Everything is written from this host, atomically.
+//! `hf_cache`, `download`) over checked names (`hub_types`), GSM8K in verl's format
+//! (`gsm8k`, pure) and its parquet files (`parquet`). Everything is written from this
+//! host, atomically: a dataset is published as a whole (both splits and the manifest,
+//! or nothing), a model file only once its bytes are verified.
 
 pub mod download;
+pub mod fsutil;
 pub mod gsm8k;
 pub mod hf;
 pub mod hf_cache;
+pub mod hub_types;
 pub mod parquet;
+mod publish;
 
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use crate::config::Layout;
-use crate::digest::file_sha256;
 use crate::exit::{Classify, Exit};
 use crate::ui::Reporter;
-use download::{CachedFile, SnapshotSpec};
+use download::{CachedFile, Filter, SnapshotSpec};
+use fsutil::NotRegular;
 use hf::{HubClient, HubError, RepoKind};
 use hf_cache::HubCache;
+use hub_types::{BadName, ModelSpec, RepoId, Revision};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -34,6 +40,12 @@ pub enum Error {
     NoRawSplit { split: String, dir: String },
     #[error("unknown dataset {0:?}")]
     UnknownDataset(String),
+    #[error("{0}")]
+    BadInput(BadName),
+    #[error("{0}")]
+    Usage(String),
+    #[error("in --from: {0}")]
+    NotRegular(#[source] NotRegular),
     #[error("{action} {}", path.display())]
     Io {
         action: &'static str,
@@ -46,18 +58,32 @@ pub enum Error {
 impl Classify for Error {
     fn exit(&self) -> Exit {
         match self {
-            Error::Hub(HubError::NotFound { .. })
+            Error::Hub(
+                HubError::NotFound { .. }
+                | HubError::BadEndpoint { .. }
+                | HubError::BadPattern { .. },
+            )
             | Error::Transform(_)
             | Error::NoRawSplit { .. }
-            | Error::UnknownDataset(_) => Exit::Usage,
-            Error::Hub(HubError::Unreachable { .. } | HubError::Http { .. }) => Exit::Unreachable,
+            | Error::UnknownDataset(_)
+            | Error::BadInput(_)
+            | Error::Usage(_)
+            | Error::NotRegular(_) => Exit::Usage,
+            Error::Hub(
+                HubError::Unreachable { .. } | HubError::Http { .. } | HubError::Interrupted { .. },
+            ) => Exit::Unreachable,
             _ => Exit::Failed,
         }
     }
     fn hint(&self) -> Option<String> {
         match self {
             Error::Hub(HubError::NotFound { .. }) => Some("check the repo id and revision; a mirror may also answer 401 for a missing file".into()),
-            Error::Hub(HubError::Unreachable { .. }) => Some("set HF_ENDPOINT (in the profile's env, or the environment) to a reachable hub or mirror".into()),
+            Error::Hub(HubError::Unreachable { .. }) => Some("set HF_ENDPOINT (in the profile's env, or the environment) to a reachable hub or mirror; an interrupted download resumes on the next run".into()),
+            Error::Hub(HubError::BadEndpoint { .. }) => Some("HF_ENDPOINT is a URL such as https://huggingface.co or http://mirror.internal:8090".into()),
+            Error::Hub(HubError::Interrupted { .. }) => Some("the mirror keeps cutting the transfer: try again later, or another HF_ENDPOINT".into()),
+            Error::Hub(HubError::Mirror { .. } | HubError::Corrupt { .. }) => Some("the mirror's answer was refused and nothing of it was kept; check the mirror (HF_ENDPOINT)".into()),
+            Error::BadInput(_) => Some("a model is ORG/NAME or ORG/NAME@REVISION (a branch, tag or 40-hex commit), e.g. Qwen/Qwen2.5-0.5B-Instruct@main".into()),
+            Error::NotRegular(_) => Some("--from reads regular files only: remove or move the special file".into()),
             Error::Transform(_) => Some("the raw data is not GSM8K-shaped: every answer ends with a `#### <number>` line".into()),
             Error::UnknownDataset(_) => Some("--dataset gsm8k or --dataset gsm8k-sft".into()),
             _ => None,
@@ -118,9 +144,15 @@ pub struct ModelReport {
     pub bytes_downloaded: u64,
 }
 
-/// `REPO[@REV]` -> (repo, revision).
+/// `REPO[@REV]` -> (repo, revision), unchecked (for names already checked, or shown).
 pub fn split_revision(spec: &str) -> (&str, &str) {
     spec.split_once('@').unwrap_or((spec, "main"))
+}
+
+/// `--model REPO[@REV]`, checked: a malformed id is the user's error and never leaves
+/// the machine.
+pub fn parse_model(spec: &str) -> Result<ModelSpec, Error> {
+    ModelSpec::parse(spec).map_err(Error::BadInput)
 }
 
 pub async fn prepare_model(
@@ -130,13 +162,14 @@ pub async fn prepare_model(
     exclude: &[String],
     reporter: &dyn Reporter,
 ) -> Result<ModelReport, Error> {
-    let (repo, revision) = split_revision(model);
+    let model = parse_model(model)?;
+    let filter = Filter::new(include, exclude)?;
+    p.client.check_endpoint()?;
     let spec = SnapshotSpec {
         kind: RepoKind::Model,
-        repo: repo.into(),
-        revision: revision.into(),
-        include: include.to_vec(),
-        exclude: exclude.to_vec(),
+        repo: model.repo,
+        revision: model.revision,
+        filter,
     };
     let result = download::snapshot(&p.client, &p.cache(), &spec, reporter).await?;
     let relative = result
@@ -218,6 +251,35 @@ pub struct DatasetReport {
     pub written: bool,
 }
 
+/// Checks a `--from` directory before anything is read: it and its `main/` are
+/// directories, and no entry of either is a FIFO, socket or device node (each is named;
+/// none is ever opened).
+pub fn check_from(dir: &Path) -> Result<(), Error> {
+    let meta = std::fs::metadata(dir)
+        .map_err(|e| Error::Usage(format!("--from {}: {e}", dir.display())))?;
+    if !meta.is_dir() {
+        return Err(Error::Usage(format!(
+            "--from {} is not a directory (expected the hub repo's layout: main/train-*.parquet, main/test-*.parquet)",
+            dir.display()
+        )));
+    }
+    for d in [dir.to_path_buf(), dir.join("main")] {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            // Follows symlinks (a link to a FIFO is a FIFO here); stat never blocks.
+            if let Ok(meta) = std::fs::metadata(&path)
+                && let Some(kind) = fsutil::special_kind(meta.file_type())
+            {
+                return Err(Error::NotRegular(NotRegular::Special { path, kind }));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Raw split files: `<dir>/main/<split>-*.parquet`, sorted (shards in order).
 fn raw_files(dir: &Path, split: &str) -> Result<Vec<PathBuf>, Error> {
     let main = dir.join("main");
@@ -242,6 +304,14 @@ fn raw_files(dir: &Path, split: &str) -> Result<Vec<PathBuf>, Error> {
     Ok(files)
 }
 
+/// One raw split file, opened once (only if it is a regular file) and hashed.
+struct RawFile {
+    split: &'static str,
+    path: PathBuf,
+    file: std::fs::File,
+    digest: FileDigest,
+}
+
 pub async fn prepare_dataset(
     p: &Prepare,
     dataset: Dataset,
@@ -249,18 +319,24 @@ pub async fn prepare_dataset(
     reporter: &dyn Reporter,
 ) -> Result<DatasetReport, Error> {
     let (raw_dir, source, commit) = match from {
-        Some(dir) => (dir.to_path_buf(), format!("local:{}", dir.display()), None),
+        Some(dir) => {
+            check_from(dir)?;
+            (dir.to_path_buf(), format!("local:{}", dir.display()), None)
+        }
         None => {
+            p.client.check_endpoint()?;
             let spec = SnapshotSpec {
                 kind: RepoKind::Dataset,
-                repo: RAW_REPO.into(),
-                revision: "main".into(),
-                include: vec![
-                    "main/train-*.parquet".into(),
-                    "main/test-*.parquet".into(),
-                    "README.md".into(),
-                ],
-                exclude: Vec::new(),
+                repo: RepoId::parse(RAW_REPO).map_err(Error::BadInput)?,
+                revision: Revision::main(),
+                filter: Filter::new(
+                    &[
+                        "main/train-*.parquet".into(),
+                        "main/test-*.parquet".into(),
+                        "README.md".into(),
+                    ],
+                    &[],
+                )?,
             };
             let result = download::snapshot(&p.client, &p.cache(), &spec, reporter).await?;
             let commit = result.commit.clone();
@@ -284,30 +360,33 @@ pub async fn prepare_dataset(
 
     let task = reporter.task(dataset.dir_name());
     let mut raw = Vec::new();
-    let mut raw_digests = Vec::new();
     for split in SPLITS {
-        for file in raw_files(&raw_dir, split)? {
-            raw_digests.push(FileDigest {
-                file: file
-                    .strip_prefix(&raw_dir)
-                    .unwrap_or(&file)
-                    .display()
-                    .to_string(),
-                sha256: file_sha256(&file).map_err(io("cannot read", &file))?,
-                rows: 0,
+        for path in raw_files(&raw_dir, split)? {
+            let file = fsutil::open_regular(&path).map_err(Error::NotRegular)?;
+            let sha256 = fsutil::sha256_of(&file).map_err(io("cannot read", &path))?;
+            raw.push(RawFile {
+                split,
+                digest: FileDigest {
+                    file: path
+                        .strip_prefix(&raw_dir)
+                        .unwrap_or(&path)
+                        .display()
+                        .to_string(),
+                    sha256,
+                    rows: 0,
+                },
+                path,
+                file,
             });
-            raw.push((split, file));
         }
     }
+    let raw_digests: Vec<FileDigest> = raw.iter().map(|r| r.digest.clone()).collect();
     // Up to date: same transform of the same raw bytes, outputs untouched since.
     if let Some(existing) = read_manifest(&out_dir)
         && existing.transform_version == TRANSFORM_VERSION
         && existing.dataset == dataset
         && existing.raw_files == raw_digests
-        && existing
-            .outputs
-            .iter()
-            .all(|o| file_sha256(&out_dir.join(&o.file)).ok().as_deref() == Some(o.sha256.as_str()))
+        && outputs_intact(&out_dir, &existing.outputs)
     {
         task.done("up to date");
         return Ok(report(existing.outputs, false));
@@ -317,10 +396,9 @@ pub async fn prepare_dataset(
     let mut batches = Vec::new();
     for split in SPLITS {
         let mut rows = Vec::new();
-        for (s, file) in &raw {
-            if *s == split {
-                rows.extend(parquet::read_raw(file)?);
-            }
+        for r in raw.iter().filter(|r| r.split == split) {
+            let file = r.file.try_clone().map_err(io("cannot read", &r.path))?;
+            rows.extend(parquet::read_raw_file(file, &r.path)?);
         }
         // Transform every split before writing anything: a bad row leaves no half dataset.
         let batch = match dataset {
@@ -333,15 +411,26 @@ pub async fn prepare_dataset(
         })?;
         batches.push((split, batch));
     }
-    std::fs::create_dir_all(&out_dir).map_err(io("cannot create", &out_dir))?;
+    drop(raw);
+
+    // Everything goes into a staging directory next to the final one, synced, then
+    // swapped in: readers see the old dataset, the new one, or none; never a part.
+    let datasets = p.host.datasets();
+    let dirs = fsutil::Dirs::new();
+    dirs.create_all(&datasets)
+        .map_err(io("cannot create", &datasets))?;
+    let staging = publish::Staging::new(&datasets, dataset.dir_name())
+        .map_err(io("cannot create a staging directory in", &datasets))?;
     let mut outputs = Vec::new();
     for (split, batch) in &batches {
-        let file = out_dir.join(format!("{split}.parquet"));
-        task.update(&format!("writing {}", file.display()));
-        parquet::write_atomic(&file, batch)?;
+        let name = format!("{split}.parquet");
+        let file = staging.path().join(&name);
+        task.update(&format!("writing {}", out_dir.join(&name).display()));
+        parquet::write_file(&file, batch)?;
+        let written = fsutil::open_regular(&file).map_err(Error::NotRegular)?;
         outputs.push(FileDigest {
-            file: format!("{split}.parquet"),
-            sha256: file_sha256(&file).map_err(io("cannot read", &file))?,
+            file: name,
+            sha256: fsutil::sha256_of(&written).map_err(io("cannot read", &file))?,
             rows: parquet::rows(batch),
         });
     }
@@ -355,12 +444,16 @@ pub async fn prepare_dataset(
         argus_version: env!("CARGO_PKG_VERSION").into(),
         created: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
     };
-    let manifest_path = out_dir.join("manifest.json");
-    crate::fsx::write_atomic(
+    let manifest_path = staging.path().join("manifest.json");
+    fsutil::write_synced(
         &manifest_path,
         &serde_json::to_vec_pretty(&manifest).unwrap_or_default(),
     )
     .map_err(io("cannot write", &manifest_path))?;
+    staging
+        .publish(&out_dir)
+        .map_err(io("cannot publish", &out_dir))?;
+    dirs.keep();
     task.done(
         &outputs
             .iter()
@@ -371,6 +464,21 @@ pub async fn prepare_dataset(
     Ok(report(outputs, true))
 }
 
+/// The outputs a manifest lists are the dataset's own files, each still with its sha256.
+fn outputs_intact(dir: &Path, outputs: &[FileDigest]) -> bool {
+    let expected: Vec<String> = SPLITS.iter().map(|s| format!("{s}.parquet")).collect();
+    outputs.len() == expected.len()
+        && outputs.iter().zip(&expected).all(|(o, name)| {
+            o.file == *name
+                && fsutil::open_regular(&dir.join(name))
+                    .ok()
+                    .and_then(|f| fsutil::sha256_of(&f).ok())
+                    .as_deref()
+                    == Some(o.sha256.as_str())
+        })
+}
+
 pub fn read_manifest(dir: &Path) -> Option<DatasetManifest> {
-    serde_json::from_str(&std::fs::read_to_string(dir.join("manifest.json")).ok()?).ok()
+    let file = fsutil::open_regular(&dir.join("manifest.json")).ok()?;
+    serde_json::from_reader(std::io::BufReader::new(file)).ok()
 }

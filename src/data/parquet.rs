@@ -1,5 +1,5 @@
 //! Parquet in and out: raw GSM8K splits read (question, answer), verl's datasets written
-//! with exactly verl's Arrow schema and column order, atomically (temp file + rename).
+//! with exactly verl's Arrow schema and column order (published by the caller, whole).
 
 use std::fs::File;
 use std::path::Path;
@@ -42,9 +42,9 @@ fn strings(column: &ArrayRef) -> Option<Vec<Option<String>>> {
         .map(|a| a.iter().map(|v| v.map(str::to_string)).collect())
 }
 
-/// Reads `question` and `answer` from a raw split file.
-pub fn read_raw(path: &Path) -> Result<Vec<RawRow>, ParquetError> {
-    let file = File::open(path).map_err(|e| err(path, e))?;
+/// Reads `question` and `answer` from a raw split file, opened by the caller (only
+/// regular files are); `path` is for messages.
+pub fn read_raw_file(file: File, path: &Path) -> Result<Vec<RawRow>, ParquetError> {
     let reader = ParquetRecordBatchReaderBuilder::try_new(file)
         .map_err(|e| err(path, e))?
         .build()
@@ -197,25 +197,17 @@ pub fn sft_batch(rows: &[SftRow]) -> Result<RecordBatch, arrow_schema::ArrowErro
     RecordBatch::try_new(Arc::new(sft_schema()), vec![Arc::new(messages.finish())])
 }
 
-/// Writes a batch to `path` via a temporary file in the same directory and a rename.
-pub fn write_atomic(path: &Path, batch: &RecordBatch) -> Result<(), ParquetError> {
-    let tmp = path.with_extension(format!("parquet.tmp-{}", std::process::id()));
-    let result = (|| {
-        let file = File::create(&tmp).map_err(|e| err(&tmp, e))?;
-        let props = WriterProperties::builder()
-            .set_compression(Compression::SNAPPY)
-            .build();
-        let mut writer =
-            ArrowWriter::try_new(file, batch.schema(), Some(props)).map_err(|e| err(&tmp, e))?;
-        writer.write(batch).map_err(|e| err(&tmp, e))?;
-        let file = writer.into_inner().map_err(|e| err(&tmp, e))?;
-        file.sync_all().map_err(|e| err(&tmp, e))?;
-        std::fs::rename(&tmp, path).map_err(|e| err(path, e))
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+/// Writes a batch to a new file at `path` and syncs it (the caller publishes it).
+pub fn write_file(path: &Path, batch: &RecordBatch) -> Result<(), ParquetError> {
+    let file = File::create_new(path).map_err(|e| err(path, e))?;
+    let props = WriterProperties::builder()
+        .set_compression(Compression::SNAPPY)
+        .build();
+    let mut writer =
+        ArrowWriter::try_new(file, batch.schema(), Some(props)).map_err(|e| err(path, e))?;
+    writer.write(batch).map_err(|e| err(path, e))?;
+    let file = writer.into_inner().map_err(|e| err(path, e))?;
+    file.sync_all().map_err(|e| err(path, e))
 }
 
 /// Row count of an array, for reports.

@@ -6,6 +6,7 @@ mod bad_input;
 mod cluster;
 mod code_snapshot;
 mod harness;
+mod hostile_hub;
 mod hub;
 mod prepare;
 mod profiles;

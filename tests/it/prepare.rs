@@ -185,14 +185,14 @@ fn a_corrupted_blob_is_rejected_and_never_published() {
             let n = stream.read(&mut request).unwrap_or(0);
             let head = String::from_utf8_lossy(&request[..n]).to_string();
             let response = if head.starts_with("GET /api/models/acme/bad/revision/main") {
-                let body = r#"{"sha": "c0ffee", "siblings": [{"rfilename": "model.safetensors"}]}"#;
+                let body = r#"{"sha": "c0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ff", "siblings": [{"rfilename": "model.safetensors"}]}"#;
                 format!(
                     "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                     body.len()
                 )
                 .into_bytes()
             } else if head.starts_with("HEAD") {
-                format!("HTTP/1.1 200 OK\r\ncontent-length: 4096\r\nx-repo-commit: c0ffee\r\netag: \"{served_etag}\"\r\nconnection: close\r\n\r\n").into_bytes()
+                format!("HTTP/1.1 200 OK\r\ncontent-length: 4096\r\nx-repo-commit: c0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ff\r\netag: \"{served_etag}\"\r\nconnection: close\r\n\r\n").into_bytes()
             } else {
                 let mut r = b"HTTP/1.1 200 OK\r\ncontent-length: 4096\r\nconnection: close\r\n\r\n"
                     .to_vec();
@@ -219,7 +219,11 @@ fn a_corrupted_blob_is_rejected_and_never_published() {
         !repo.join(format!("blobs/{etag}.incomplete")).exists(),
         "the bad bytes are discarded"
     );
-    assert!(!repo.join("snapshots/c0ffee/model.safetensors").exists());
+    assert!(
+        !repo
+            .join("snapshots/c0ffeec0ffeec0ffeec0ffeec0ffeec0ffeec0ff/model.safetensors")
+            .exists()
+    );
 }
 
 /// verl's rule, written from the design brief, applied with `datasets` as verl does.
@@ -401,4 +405,271 @@ fn a_raw_row_without_a_solution_names_its_split_and_row_and_writes_nothing() {
         .run()
         .code(0)
         .stdout_has("/mnt/shared/common/datasets/gsm8k");
+}
+
+/// A FIFO, socket or device node in a `--from` directory would block a reader forever:
+/// each is refused by name before anything is opened, and nothing is written.
+#[test]
+fn special_files_in_from_are_refused_by_name_without_hanging() {
+    let ctx = TestContext::new("prepspecial");
+    let (profile, shared) = profile(&ctx, "http://127.0.0.1:9");
+    let raw = ctx.path("raw");
+    write_raw_gsm8k(&raw, &gsm8k_rows("train", 5), &gsm8k_rows("test", 2));
+    let sh = |script: &str| {
+        let ok = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(&raw)
+            .status()
+            .expect("sh")
+            .success();
+        assert!(ok, "{script}");
+    };
+    let mut sockets = Vec::new();
+    // (what to plant, the path argus must name, what it must call it)
+    let cases: Vec<(&str, &str, &str)> = vec![
+        (
+            "mkfifo main/train-00001-of-00002.parquet",
+            "main/train-00001-of-00002.parquet",
+            "is a FIFO",
+        ),
+        ("mkfifo main/unrelated", "main/unrelated", "is a FIFO"),
+        ("mkfifo top-fifo", "top-fifo", "is a FIFO"),
+        (
+            "SOCKET main/test-sock.parquet",
+            "main/test-sock.parquet",
+            "is a socket",
+        ),
+        (
+            "mknod main/test-dev.parquet c 1 3",
+            "main/test-dev.parquet",
+            "is a character device",
+        ),
+        (
+            "ln -s /dev/zero main/train-zero.parquet",
+            "main/train-zero.parquet",
+            "is a character device",
+        ),
+    ];
+    for (plant, name, kind) in cases {
+        if let Some(path) = plant.strip_prefix("SOCKET ") {
+            sockets.push(std::os::unix::net::UnixListener::bind(raw.join(path)).expect("socket"));
+        } else {
+            sh(plant);
+        }
+        let before = crate::hostile_hub::listing(ctx.dir.path());
+        let started = std::time::Instant::now();
+        ctx.argus()
+            .profile(&profile)
+            .args(["prepare", "--dataset", "gsm8k", "--from"])
+            .arg_path(&raw)
+            .run()
+            .code(2)
+            .stderr_has(&format!(
+                "{} {kind}: refusing to read it",
+                raw.join(name).display()
+            ))
+            .stderr_has("hint: --from reads regular files only");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{plant}: took too long"
+        );
+        assert_eq!(
+            before,
+            crate::hostile_hub::listing(ctx.dir.path()),
+            "{plant}"
+        );
+        assert!(!shared.join("common/datasets").exists());
+        std::fs::remove_file(raw.join(name)).expect("remove");
+    }
+    // --from itself a FIFO: not a directory, never opened.
+    let fifo = ctx.path("fifo-dir");
+    sh(&format!("mkfifo {}", fifo.display()));
+    ctx.argus()
+        .profile(&profile)
+        .args(["prepare", "--dataset", "gsm8k", "--from"])
+        .arg_path(&fifo)
+        .run()
+        .code(2)
+        .stderr_has("is not a directory");
+    // Cleaned up, the same copy prepares.
+    ctx.argus()
+        .profile(&profile)
+        .args(["prepare", "--dataset", "gsm8k", "--from"])
+        .arg_path(&raw)
+        .run()
+        .code(0);
+}
+
+/// A small tmpfs of the test's own, unmounted on drop (also when the test panics).
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path, size: &str) -> Self {
+        std::fs::create_dir_all(dir).expect("mount point");
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .expect("mount")
+            .success();
+        assert!(ok, "mount tmpfs at {} (needs root)", dir.display());
+        Tmpfs(dir.to_path_buf())
+    }
+
+    /// Bytes still free for an unprivileged-or-root writer.
+    fn free(&self) -> u64 {
+        let out = std::process::Command::new("stat")
+            .args(["-f", "-c", "%a %S"])
+            .arg(&self.0)
+            .output()
+            .expect("stat");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut parts = text
+            .split_whitespace()
+            .map(|n| n.parse::<u64>().expect("number"));
+        parts.next().expect("blocks") * parts.next().expect("block size")
+    }
+
+    /// Fills the file system until about `leave` bytes are free.
+    fn fill_to(&self, leave: u64) {
+        let filler = self.0.join("filler");
+        let _ = std::fs::remove_file(&filler);
+        let free = self.free();
+        std::fs::write(&filler, vec![1u8; free.saturating_sub(leave) as usize]).expect("filler");
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+/// With a nearly full disk, at every fill level the dataset is either published whole
+/// (both splits and the manifest, matching) or not at all, and no temporary file stays;
+/// an existing dataset is never damaged.
+#[test]
+fn a_full_disk_never_leaves_half_a_dataset() {
+    let ctx = TestContext::new("prepenospc");
+    let raw = ctx.path("raw");
+    write_raw_gsm8k(&raw, &gsm8k_rows("train", 3000), &gsm8k_rows("test", 900));
+    // The sizes a whole dataset takes, measured on a roomy disk.
+    let (roomy, roomy_shared) = profile(&ctx, "http://127.0.0.1:9");
+    ctx.argus()
+        .profile(&roomy)
+        .args(["prepare", "--dataset", "gsm8k", "--from"])
+        .arg_path(&raw)
+        .run()
+        .code(0);
+    let whole: u64 = ["train.parquet", "test.parquet", "manifest.json"]
+        .iter()
+        .map(|f| {
+            std::fs::metadata(roomy_shared.join("common/datasets/gsm8k").join(f))
+                .expect("output")
+                .len()
+                .div_ceil(4096)
+                * 4096
+        })
+        .sum();
+
+    let shared = ctx.path("tight");
+    let disk = Tmpfs::mount(&shared, "8m");
+    let profile = ctx.write(
+        "tight.yaml",
+        &format!(
+            "name: tight\nimage: i\nshared: {{host_path: {}}}\nworkers: [{{name: gpu, count: 1}}]\n",
+            shared.display()
+        ),
+    );
+    let out = shared.join("common/datasets/gsm8k");
+    let check_whole = |dir: &Path| {
+        let manifest: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.join("manifest.json")).expect("manifest"),
+        )
+        .expect("json");
+        for (i, name) in ["train.parquet", "test.parquet"].iter().enumerate() {
+            assert_eq!(manifest["outputs"][i]["file"], *name);
+            assert_eq!(
+                manifest["outputs"][i]["sha256"],
+                sha256_hex(&std::fs::read(dir.join(name)).expect("split")).as_str()
+            );
+        }
+        manifest
+    };
+
+    // Coarse levels, then around the last page (both splits fit, the manifest may not).
+    let steps = 12;
+    let levels: Vec<u64> = (0..=steps)
+        .map(|step| whole * step / steps)
+        .chain([whole - 8192, whole - 4096, whole - 1024, whole])
+        .collect();
+    let (mut failed, mut succeeded) = (0, 0);
+    let mut failed_at = std::collections::BTreeSet::new();
+    for leave in levels {
+        let _ = std::fs::remove_dir_all(shared.join("common"));
+        disk.fill_to(leave);
+        let before = crate::hostile_hub::listing(&shared);
+        let run = ctx
+            .argus()
+            .profile(&profile)
+            .args(["prepare", "--dataset", "gsm8k", "--from"])
+            .arg_path(&raw)
+            .run();
+        if run.code == 0 {
+            succeeded += 1;
+            check_whole(&out);
+        } else {
+            failed += 1;
+            for file in ["train.parquet", "test.parquet", "manifest.json"] {
+                if run.stderr.contains(&format!("/{file}")) {
+                    failed_at.insert(file);
+                }
+            }
+            assert_eq!(run.code, 1, "{}", run.stderr);
+            assert!(
+                run.stderr.contains("No space left on device"),
+                "{}",
+                run.stderr
+            );
+            assert_eq!(
+                before,
+                crate::hostile_hub::listing(&shared),
+                "with {leave} bytes free, a failed prepare left something behind\n{}",
+                run.stderr
+            );
+        }
+    }
+    assert!(
+        failed > 0 && succeeded > 0,
+        "failed {failed}, succeeded {succeeded}"
+    );
+
+    // An existing dataset survives a failed replacement, byte for byte.
+    let _ = std::fs::remove_dir_all(shared.join("common"));
+    disk.fill_to(whole * 3);
+    ctx.argus()
+        .profile(&profile)
+        .args(["prepare", "--dataset", "gsm8k", "--from"])
+        .arg_path(&raw)
+        .run()
+        .code(0);
+    let old = check_whole(&out);
+    let other = ctx.path("raw2");
+    write_raw_gsm8k(&other, &gsm8k_rows("train", 3100), &gsm8k_rows("test", 900));
+    disk.fill_to(whole / 2);
+    let before = crate::hostile_hub::listing(&shared);
+    ctx.argus()
+        .profile(&profile)
+        .args(["prepare", "--dataset", "gsm8k", "--from"])
+        .arg_path(&other)
+        .run()
+        .code(1)
+        .stderr_has("No space left on device");
+    assert_eq!(before, crate::hostile_hub::listing(&shared));
+    assert_eq!(check_whole(&out), old);
+    drop(disk);
 }

@@ -1,0 +1,158 @@
+//! Small file-system pieces prepare needs to leave nothing half-done and never hang:
+//! directories created by an operation and taken away when it fails ([`Dirs`]), files
+//! written and synced, atomic replacement, and opening a file only when it is a regular
+//! file (a FIFO, socket or device node is refused by name, never opened for reading).
+
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// What a path is when it is not a regular file or a directory.
+pub fn special_kind(file_type: std::fs::FileType) -> Option<&'static str> {
+    if file_type.is_fifo() {
+        Some("a FIFO")
+    } else if file_type.is_socket() {
+        Some("a socket")
+    } else if file_type.is_block_device() {
+        Some("a block device")
+    } else if file_type.is_char_device() {
+        Some("a character device")
+    } else {
+        None
+    }
+}
+
+/// A path that is not what it must be (a regular file, or a directory).
+#[derive(Debug, thiserror::Error)]
+pub enum NotRegular {
+    #[error("{} is {kind}: refusing to read it (it could block forever)", path.display())]
+    Special { path: PathBuf, kind: &'static str },
+    #[error("{} is not a regular file", path.display())]
+    Other { path: PathBuf },
+    #[error("cannot open {}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Checks (following symlinks, without opening) that `path` is a regular file.
+pub fn check_regular(path: &Path) -> Result<(), NotRegular> {
+    let meta = std::fs::metadata(path).map_err(|source| NotRegular::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    kind_of(path, &meta)
+}
+
+fn kind_of(path: &Path, meta: &std::fs::Metadata) -> Result<(), NotRegular> {
+    if meta.is_file() {
+        return Ok(());
+    }
+    Err(match special_kind(meta.file_type()) {
+        Some(kind) => NotRegular::Special {
+            path: path.to_path_buf(),
+            kind,
+        },
+        None => NotRegular::Other {
+            path: path.to_path_buf(),
+        },
+    })
+}
+
+/// Opens `path` for reading only if it is a regular file. Opened non-blocking and checked
+/// on the open descriptor, so a FIFO swapped in after a check does not hang either.
+pub fn open_regular(path: &Path) -> Result<File, NotRegular> {
+    let io = |source| NotRegular::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(io)?;
+    kind_of(path, &file.metadata().map_err(io)?)?;
+    Ok(file)
+}
+
+/// sha256 of an open file, read in 256 KiB pieces.
+pub fn sha256_of(file: &File) -> std::io::Result<String> {
+    crate::digest::reader_sha256(file)
+}
+
+/// Creates a file that must not exist yet (a planted symlink is not followed: the
+/// create fails), writes it and syncs it to disk.
+pub fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut file = File::create_new(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
+/// The directories one operation created, so that a failed operation can take the empty
+/// ones away again (it leaves nothing new behind). Removal happens on drop unless
+/// [`Dirs::keep`] was called.
+#[derive(Debug, Default)]
+pub struct Dirs {
+    created: Mutex<Vec<PathBuf>>,
+    keep: AtomicBool,
+}
+
+impl Dirs {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `create_dir_all`, recording each directory it made.
+    pub fn create_all(&self, dir: &Path) -> std::io::Result<()> {
+        let mut missing = Vec::new();
+        let mut cursor = Some(dir);
+        while let Some(d) = cursor {
+            if d.as_os_str().is_empty() || std::fs::symlink_metadata(d).is_ok() {
+                break;
+            }
+            missing.push(d.to_path_buf());
+            cursor = d.parent();
+        }
+        for d in missing.into_iter().rev() {
+            match std::fs::create_dir(&d) {
+                Ok(()) => self
+                    .created
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(d),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+        }
+        if !dir.is_dir() {
+            return Err(std::io::Error::other(format!(
+                "{} is not a directory",
+                dir.display()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The operation succeeded: keep what it created.
+    pub fn keep(&self) {
+        self.keep.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Drop for Dirs {
+    fn drop(&mut self) {
+        if self.keep.load(Ordering::Relaxed) {
+            return;
+        }
+        let created = std::mem::take(self.created.get_mut().unwrap_or_else(|e| e.into_inner()));
+        // Deepest first; a directory something else wrote into stays.
+        for dir in created.iter().rev() {
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
