@@ -614,6 +614,6 @@ fn bad_input_leaves_nothing_under_runs() {
         .arg_path(&lock)
         .run()
         .code(2)
-        .stderr_has("lock format 2");
+        .stderr_has("a run lock of format 2");
     assert!(!shared.join("runs").exists());
 }
