@@ -115,8 +115,12 @@ pub enum Commands {
     /// submits, follows the logs to the end and writes <shared>/runs/<run_id>/run.lock.yaml
     /// (image, Ray version, profile and JobSpec as used, code tree hash, dataset sha256s,
     /// model commit and etags) and report.json (stage timings, job status, where logs and
-    /// checkpoints are). A stopped run is finished by running it again. With --lock, replays
-    /// a recorded run and refuses when an input drifted. Exit code: the job's (0/1/3).
+    /// checkpoints are). A run is what it runs (the cluster and the JobSpec as loaded): running
+    /// the same JobSpec again resumes the run if it stopped anywhere (attaching to its job when
+    /// it was submitted, never submitting a second one), and says so and exits with the job's
+    /// code if it has ended (--new runs it again). Runs of one JobSpec take turns (a lock on
+    /// the shared storage). With --lock, replays a recorded run and refuses when an input
+    /// drifted; a replay resumes by the same rule. Exit code: the job's (0/1/3).
     Run(RunArgs),
 
     /// Inspect and control jobs: status, logs, stop, list, wait.
@@ -229,6 +233,16 @@ pub struct RunArgs {
     /// Take the cluster down when the job has ended (the shared data stays).
     #[arg(long)]
     pub down_after: bool,
+
+    /// Start a new run (a new run id and job) even when this JobSpec's run has ended or
+    /// stopped; without it, a stopped run is resumed and an ended one is not run again.
+    #[arg(long)]
+    pub new: bool,
+
+    /// Change a JobSpec field (--set total_training_steps=5) or add a Hydra override
+    /// (--set overrides.trainer.logger=[console]). Repeatable; part of what the run is.
+    #[arg(long = "set", value_name = "KEY=VALUE", conflicts_with = "lock")]
+    pub sets: Vec<String>,
 }
 
 #[derive(Debug, Args)]

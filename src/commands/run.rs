@@ -6,7 +6,7 @@ use crate::cli::{Cli, RunArgs};
 use crate::config::jobspec::LoadedJobSpec;
 use crate::exit::Exit;
 use crate::ray::jobs::JobStatus;
-use crate::run::{self, RunOptions, lock::RunLock};
+use crate::run::{self, Outcome, RunOptions, RunReport, lock::RunLock};
 use crate::ui::{Printer, table};
 
 pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
@@ -24,7 +24,11 @@ pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
             let Some(path) = &args.jobspec else {
                 return Ok(Exit::Usage);
             };
-            (LoadedJobSpec::load(path, &[])?, super::profile(cli)?, None)
+            (
+                LoadedJobSpec::load(path, &args.sets)?,
+                super::profile(cli)?,
+                None,
+            )
         }
     };
     let p = &loaded.profile;
@@ -34,45 +38,71 @@ pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
         lock,
         allow_drift: args.allow_drift,
         follow: !printer.json,
+        new: args.new,
     };
     let reporter = printer.reporter();
-    let report = run::run(&loaded, job, &options, &reporter, |text| printer.raw(text))
+    let outcome = run::run(&loaded, job, &options, &reporter, |text| printer.raw(text))
         .await
         .context("the run stopped")?;
+    let (report, finished_before) = match outcome {
+        Outcome::Ran(report) => (report, false),
+        Outcome::AlreadyFinished(report) => (report, true),
+    };
     let status = report
         .job_status
         .clone()
         .unwrap_or_else(|| JobStatus::Unknown("not ended".into()));
     if printer.json {
         printer.json(&serde_json::to_value(&report)?);
-    } else {
-        let mut rows = vec![vec![
-            "STAGE".to_string(),
-            "SECONDS".to_string(),
-            "".to_string(),
-        ]];
-        rows.extend(
-            report
-                .stages
-                .iter()
-                .map(|s| vec![s.stage.clone(), format!("{:.2}", s.seconds), s.note.clone()]),
-        );
-        printer.info(table(&rows));
+    } else if !finished_before {
+        print_stages(printer, &report, &status);
+    }
+    if finished_before {
         printer.info(format!(
-            "run {}: job {} {status} in {:.1}s",
+            "run {} already finished: job {} {status}; report: {}\nhint: `argus run --new` runs it again",
             report.run_id,
             report.submission_id.clone().unwrap_or_default(),
-            report.seconds
+            report_path(&report),
         ));
-        for drift in &report.drift {
-            printer.warn(format!("drift (allowed): {drift}"));
-        }
-        if let Some(lock) = &report.lock {
-            printer.info(format!(
-                "lock:   {lock}\nreport: {}",
-                lock.replace("run.lock.yaml", "report.json")
-            ));
-        }
     }
     Ok(status.exit())
+}
+
+fn report_path(report: &RunReport) -> String {
+    match &report.lock {
+        Some(lock) => lock.replace("run.lock.yaml", "report.json"),
+        None => format!("runs/{}/report.json", report.run_id),
+    }
+}
+
+fn print_stages(printer: &Printer, report: &RunReport, status: &JobStatus) {
+    let mut rows = vec![vec![
+        "STAGE".to_string(),
+        "SECONDS".to_string(),
+        "".to_string(),
+    ]];
+    rows.extend(
+        report
+            .stages
+            .iter()
+            .map(|s| vec![s.stage.clone(), format!("{:.2}", s.seconds), s.note.clone()]),
+    );
+    printer.info(table(&rows));
+    let resumed = match report.resumed {
+        0 => String::new(),
+        1 => " (resumed)".to_string(),
+        n => format!(" (resumed {n} times)"),
+    };
+    printer.info(format!(
+        "run {}{resumed}: job {} {status} in {:.1}s",
+        report.run_id,
+        report.submission_id.clone().unwrap_or_default(),
+        report.seconds
+    ));
+    for drift in &report.drift {
+        printer.warn(format!("drift (allowed): {drift}"));
+    }
+    if let Some(lock) = &report.lock {
+        printer.info(format!("lock:   {lock}\nreport: {}", report_path(report)));
+    }
 }

@@ -83,6 +83,16 @@ impl RunLock {
         check_format(path, &text)?;
         serde_yaml::from_str(&text).map_err(|e| format!("{}: not a run lock: {e}", path.display()))
     }
+
+    /// Writes the lock atomically (a reader sees the old lock or the new one, never a part).
+    pub fn write(&self, path: &Path) -> Result<(), super::Error> {
+        crate::fsx::write_atomic(path, crate::config::yaml::to_string(self).as_bytes()).map_err(
+            |source| super::Error::Record {
+                path: path.to_path_buf(),
+                source,
+            },
+        )
+    }
 }
 
 /// The lock format this argus reads and writes.
@@ -209,6 +219,15 @@ mod tests {
             }),
             submission_id: "j".into(),
         }
+    }
+
+    #[test]
+    fn a_lock_written_reads_back_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.lock.yaml");
+        lock().write(&path).unwrap();
+        assert_eq!(RunLock::read(&path).unwrap().code, lock().code);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
 
     #[test]

@@ -1,34 +1,45 @@
-//! `argus run`: from nothing to a finished job, recorded so it can be replayed.
+//! `argus run`: from nothing to a finished job, recorded so it can be replayed, and
+//! resumed when it stopped on the way.
 //!
-//! Stages: up -> prepare (the JobSpec's datasets and model) -> snapshot (its code source)
-//! -> submit -> wait (following the logs) -> collect -> down (when asked). Every stage is
-//! a converging step, so a run stopped anywhere is finished by running it again. The
-//! record is `runs/<run_id>/`: `run.lock.yaml` (what was used, pinned) and `report.json`
-//! (stage timings, the job's end, where its logs and checkpoints are); `report.json` is
-//! rewritten as each stage starts, so it also tells where a run is.
+//! A run is what it runs: its key (`resume::RunKey`) is derived from the cluster and the
+//! JobSpec as loaded. `argus run` takes the key's lock (`<shared>/.argus/locks/run-<key>`,
+//! so two at once never both submit), then finds the newest run of that key under
+//! `runs/`: one that has not ended is resumed (same run id, same submission id), one that
+//! has ended is not run again (unless `--new`).
+//!
+//! Stages, each observing before it acts, so a run stopped anywhere is finished by
+//! running it again: up (`up.rs`) -> prepare, snapshot (`inputs.rs`) -> submit or attach
+//! to the job this run already submitted -> wait -> collect (`job.rs`) -> down (when
+//! asked). The record is `runs/<run_id>/` (`record.rs`): `report.json`, rewritten as
+//! each stage starts and ends, and `run.lock.yaml` (`lock.rs`), written just before the
+//! job is submitted: it pins exactly what the job gets.
 
+mod inputs;
+mod job;
 pub mod lock;
+mod record;
+pub mod resume;
+mod up;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
-
-use serde::{Deserialize, Serialize};
 
 use crate::cluster::image;
-use crate::cluster::reconcile::{self, UpOptions};
-use crate::config::jobspec::{Code, DataFile, LoadedJobSpec, Workload};
+use crate::cluster::reconcile;
+use crate::config::jobspec::{Code, LoadedJobSpec};
 use crate::config::secrets::{REDACTED, redact_json};
 use crate::config::yaml::Source;
 use crate::config::{Layout, LoadedProfile};
-use crate::data::{self, Dataset, Prepare};
 use crate::exit::{Classify, Exit};
-use crate::fsx::write_atomic;
-use crate::ids::CodeRef;
-use crate::ray::jobs::JobStatus;
-use crate::submit::watch::{self, WaitOptions};
+use crate::ids::SubmissionId;
+use crate::records::Records;
+use crate::submit::watch::WaitOptions;
 use crate::submit::{self, Target};
 use crate::ui::Reporter;
-use lock::{CodePin, DatasetPin, ImagePin, ModelPin, Observed, RunLock};
+use job::Seen;
+use lock::{ImagePin, RunLock};
+use record::Recorder;
+pub use record::{RunReport, StageTiming};
+use resume::{RunKey, Start};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -36,6 +47,14 @@ pub enum Error {
     Drift { lock: String, drift: Vec<String> },
     #[error("invalid run lock: {0}")]
     BadLock(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("--new makes a new job, but the JobSpec fixes submission_id {id}, which exists")]
+    SubmissionTaken { id: String },
+    #[error(
+        "job {id} of this run is gone: argus has no record of its end and the cluster no longer knows it"
+    )]
+    JobLost { id: String },
     #[error("the lock redacted {0}; set it in the environment to replay")]
     MissingSecret(String),
     #[error("cannot write the run record at {}", path.display())]
@@ -68,8 +87,9 @@ pub enum Error {
 impl Classify for Error {
     fn exit(&self) -> Exit {
         match self {
-            Error::Drift { .. } | Error::Record { .. } => Exit::Failed,
+            Error::Drift { .. } | Error::Record { .. } | Error::JobLost { .. } => Exit::Failed,
             Error::BadLock(_) | Error::MissingSecret(_) => Exit::Usage,
+            Error::Invalid(_) | Error::SubmissionTaken { .. } => Exit::Usage,
             Error::Config(_) | Error::NoHostPath(_) | Error::Id(_) => Exit::Usage,
             Error::Cluster(e) => e.exit(),
             Error::Image(e) => e.exit(),
@@ -83,6 +103,9 @@ impl Classify for Error {
         match self {
             Error::Drift { .. } => Some("restore the pinned inputs, or pass --allow-drift to run anyway (the drift is recorded)".into()),
             Error::BadLock(_) | Error::MissingSecret(_) | Error::Record { .. } => None,
+            Error::Invalid(_) => None,
+            Error::SubmissionTaken { .. } => Some("remove submission_id from the JobSpec (each run then gets its own), or change it".into()),
+            Error::JobLost { .. } => Some("the cluster was taken down or recreated while the job ran: `argus run --new` runs it again".into()),
             Error::Config(_) | Error::Id(_) => None,
             Error::NoHostPath(_) => Some("argus run writes the shared storage from this host: use shared.host_path".into()),
             Error::Cluster(e) => e.hint(),
@@ -93,45 +116,6 @@ impl Classify for Error {
             Error::Lock(e) => e.hint(),
         }
     }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct StageTiming {
-    pub stage: String,
-    pub seconds: f64,
-    pub note: String,
-}
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct RunReport {
-    pub run_id: String,
-    /// The stage under way, or `done`.
-    pub stage: String,
-    pub stages: Vec<StageTiming>,
-    pub submission_id: Option<String>,
-    pub job_status: Option<JobStatus>,
-    pub job_message: Option<String>,
-    pub driver_log: Option<String>,
-    pub checkpoints: Option<String>,
-    pub lock: Option<String>,
-    pub replay_of: Option<String>,
-    #[serde(default)]
-    pub drift: Vec<String>,
-    pub seconds: f64,
-}
-
-pub struct RunOptions {
-    pub down_after: bool,
-    /// Replay: the lock to check against, and whether drift is tolerated.
-    pub lock: Option<(PathBuf, RunLock)>,
-    pub allow_drift: bool,
-    /// Stream the driver's log while waiting.
-    pub follow: bool,
-}
-
-/// `run-<yyyymmdd-hhmmss>-<hex>`.
-pub fn new_run_id() -> String {
-    submit::generate_id("run")
 }
 
 /// The JobSpec and profile a replay uses: the lock's own, secrets back from the environment.
@@ -167,376 +151,343 @@ pub fn from_lock(
     Ok((spec, profile))
 }
 
-struct Recorder {
-    dir: PathBuf,
-    report: RunReport,
-    started: Instant,
-    stage_started: Instant,
+pub struct RunOptions {
+    pub down_after: bool,
+    /// Replay: the lock to check against, and whether drift is tolerated.
+    pub lock: Option<(PathBuf, RunLock)>,
+    pub allow_drift: bool,
+    /// Stream the driver's log while waiting.
+    pub follow: bool,
+    /// A new run even when a run of the same key exists.
+    pub new: bool,
 }
 
-impl Recorder {
-    fn save(&self) -> Result<(), Error> {
-        let path = self.dir.join("report.json");
-        write_atomic(
-            &path,
-            &serde_json::to_vec_pretty(&self.report).unwrap_or_default(),
+/// How an `argus run` ended.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The run went to its end now (started now, or resumed: `report.resumed`).
+    Ran(RunReport),
+    /// The run had already ended before; nothing was done.
+    AlreadyFinished(RunReport),
+}
+
+/// `run-<yyyymmdd-hhmmss>-<hex>`.
+pub fn new_run_id() -> String {
+    crate::ids::RunId::generate().into_string()
+}
+
+/// What every stage reads.
+pub(crate) struct Ctx<'a> {
+    loaded: &'a LoadedProfile,
+    /// The shared storage on this host, and inside the containers.
+    host: Layout,
+    mount: Layout,
+    options: &'a RunOptions,
+    reporter: &'a dyn Reporter,
+}
+
+/// Everything a run will need that can be checked before anything is written.
+fn validate(host: &Layout, job: &LoadedJobSpec, options: &RunOptions) -> Result<(), Error> {
+    let origin = job.source.origin.display();
+    let spec = &job.spec;
+    if let Code::Source(code) = &spec.code
+        && !Path::new(&code.source).is_dir()
+    {
+        return Err(Error::Invalid(format!(
+            "{origin}: code.source {} is not a directory",
+            code.source
+        )));
+    }
+    if let Some(from) = &spec.data_from
+        && !Path::new(from).is_dir()
+    {
+        return Err(Error::Invalid(format!(
+            "{origin}: data_from {from} is not a directory"
+        )));
+    }
+    if let Code::Snapshot(id) = &spec.code {
+        crate::snapshot::find(&host.code(), &id.to_string()).map_err(|_| {
+            submit::Error::CodeNotFound {
+                code_id: id.to_string(),
+                root: host.code(),
+            }
+        })?;
+    }
+    if options.new
+        && let Some(id) = &spec.submission_id
+        && Records::new(host.jobs()).exists(id.as_str())
+    {
+        return Err(Error::SubmissionTaken { id: id.to_string() });
+    }
+    Ok(())
+}
+
+/// Takes the run's lock, saying who holds it while waiting.
+fn hold(
+    host: &Layout,
+    key: &RunKey,
+    job: &LoadedJobSpec,
+    reporter: &dyn Reporter,
+) -> Result<crate::lock::Lock, Error> {
+    let dir = host.locks().join(format!("run-{key}"));
+    let what = format!(
+        "the run of {} (key {})",
+        job.source.origin.display(),
+        key.short()
+    );
+    let acquire = || {
+        crate::lock::acquire(
+            &dir,
+            &crate::lock::Acquire {
+                what: &what,
+                timeout: None,
+            },
+            |holder| reporter.note(&crate::lock::waiting_message(&what, holder)),
         )
-        .map_err(|source| Error::Record { path, source })
-    }
-
-    fn begin(&mut self, stage: &str) -> Result<(), Error> {
-        self.report.stage = stage.to_string();
-        self.stage_started = Instant::now();
-        self.report.seconds = self.started.elapsed().as_secs_f64();
-        self.save()
-    }
-
-    fn end(&mut self, note: impl Into<String>) -> Result<(), Error> {
-        let stage = self.report.stage.clone();
-        self.report.stages.push(StageTiming {
-            stage,
-            seconds: self.stage_started.elapsed().as_secs_f64(),
-            note: note.into(),
-        });
-        self.report.seconds = self.started.elapsed().as_secs_f64();
-        self.save()
-    }
+    };
+    // The wait blocks a thread: tell a multi-threaded runtime so it moves its other work.
+    let held = match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(acquire),
+        _ => acquire(),
+    };
+    Ok(held?)
 }
 
-/// The datasets a JobSpec names (bare names under common/datasets/, or verl's defaults).
-fn datasets_needed(spec: &crate::config::jobspec::JobSpec) -> Vec<Dataset> {
-    let mut names: Vec<&str> = [&spec.train_file, &spec.val_file]
-        .iter()
-        .filter_map(|f| f.as_ref().map(DataFile::as_str))
-        .filter(|f| !f.contains('/') && !f.contains('.'))
-        .collect();
-    if spec.train_file.is_none() && spec.workload != Workload::Custom {
-        names.push(if spec.workload == Workload::Sft {
-            "gsm8k_sft"
-        } else {
-            "gsm8k"
-        });
-    }
-    let mut out: Vec<Dataset> = names
-        .into_iter()
-        .filter_map(|n| Dataset::parse(n).ok())
-        .collect();
-    out.dedup();
-    out
+fn now_rfc3339() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
 }
 
-fn yaml_value<T: Serialize>(value: &T) -> serde_yaml::Value {
-    let json = redact_json(serde_json::to_value(value).unwrap_or_default());
-    serde_yaml::to_value(json).unwrap_or(serde_yaml::Value::Null)
-}
-
-/// Runs the whole pipeline; returns the report (the job's status decides the exit code).
+/// Runs the pipeline, or resumes the run of the same key, or says it has ended.
 pub async fn run(
     loaded: &LoadedProfile,
     mut job: LoadedJobSpec,
     options: &RunOptions,
     reporter: &dyn Reporter,
     mut on_log: impl FnMut(&str) + Send,
-) -> Result<RunReport, Error> {
-    let host_layout = loaded.host_layout()?;
-    let host = host_layout.root().to_path_buf();
-    let mount = Layout::new(&loaded.profile.shared.mount);
+) -> Result<Outcome, Error> {
+    // Nothing is written before everything that can be checked was.
+    let host = loaded.host_layout()?;
     job.absolutize();
-    let run_id = new_run_id();
-    let dir = host_layout.runs().join(&run_id);
-    std::fs::create_dir_all(&dir).map_err(|source| Error::Record {
-        path: dir.clone(),
-        source,
-    })?;
-    let mut rec = Recorder {
-        dir: dir.clone(),
-        report: RunReport {
-            run_id: run_id.clone(),
-            replay_of: options.lock.as_ref().map(|(p, _)| p.display().to_string()),
-            ..Default::default()
-        },
-        started: Instant::now(),
-        stage_started: Instant::now(),
-    };
-    let mut observed = Observed::default();
+    validate(&host, &job, options)?;
+    let key = RunKey::of(
+        &loaded.profile.name,
+        &job.spec,
+        options.lock.as_ref().map(|(_, l)| l),
+    );
+    let _held = hold(&host, &key, &job, reporter)?;
 
-    // up: the image (built here when absent and it is argus's own), then the cluster.
-    rec.begin("up")?;
-    let docker_host = loaded.profile.docker.host.as_deref();
-    image::ensure_built(docker_host, &loaded.profile.image, reporter).await?;
-    let timeout = Duration::from_secs(loaded.profile.ray.ready_timeout_s);
-    let up = reconcile::up(
+    let runs = host.runs();
+    let rec = match resume::decide(resume::newest(&runs, &key), options.new) {
+        Start::Finished(report) => return Ok(Outcome::AlreadyFinished(report)),
+        Start::Resume(mut report) => {
+            reporter.note(&format!(
+                "resuming run {} (it stopped in its {} stage)",
+                report.run_id, report.stage
+            ));
+            report.resumed += 1;
+            report.stages.clear();
+            Recorder::resume(&runs, report)
+        }
+        Start::New => Recorder::create(
+            &runs,
+            RunReport {
+                run_id: new_run_id(),
+                key: Some(key.to_string()),
+                started_at: now_rfc3339(),
+                stage: "up".into(),
+                replay_of: options.lock.as_ref().map(|(p, _)| p.display().to_string()),
+                ..Default::default()
+            },
+        )?,
+    };
+    let ctx = Ctx {
         loaded,
-        &UpOptions {
-            dry_run: false,
-            timeout,
-        },
+        mount: Layout::new(&loaded.profile.shared.mount),
+        host,
+        options,
         reporter,
-    )
-    .await?;
-    let ray = reconcile::ray_client(loaded)?.with_connect_retries(2);
-    let ray_version = ray.ray_version().await.unwrap_or_else(|_| "unknown".into());
-    observed.image_id = Some(up.image_id.clone());
-    rec.end(format!(
-        "{} nodes, {} GPUs, ray {ray_version}",
-        up.nodes.len(),
-        up.gpus
-    ))?;
+    };
+    stages(&ctx, rec, job, &mut on_log).await
+}
 
-    // Drift that the next stages would repair has to be seen before they run.
+/// The stages, in order; each observes what is there before it acts.
+async fn stages(
+    ctx: &Ctx<'_>,
+    mut rec: Recorder,
+    mut job: LoadedJobSpec,
+    on_log: &mut (dyn FnMut(&str) + Send),
+) -> Result<Outcome, Error> {
+    let options = ctx.options;
+    // The JobSpec as loaded (the lock records it); the job's id: the JobSpec's, or the run's.
     let spec = job.spec.clone();
-    let datasets = datasets_needed(&spec);
-    if let Some((_, lock)) = &options.lock {
-        for pin in &lock.datasets {
-            for file in &pin.files {
-                let path = host_layout.datasets().join(&pin.name).join(&file.file);
-                if path.exists() {
-                    let sha = crate::digest::file_sha256(&path).ok();
-                    observed
-                        .dataset_files
-                        .push((pin.name.clone(), file.file.clone(), sha));
-                }
-            }
-        }
-        if let Some(model) = &lock.model {
-            observed.model_commit = data::hf_cache::HubCache::new(
-                host_layout.hf_home().join("hub"),
-            )
-            .read_ref(data::hf::RepoKind::Model, &model.repo, &model.revision);
-        }
-        // The source as it is now, hashed without snapshotting it.
-        if let Code::Source(code) = &spec.code
-            && lock.code.source.is_some()
-        {
-            observed.code_tree_hash = Some(crate::snapshot::tree_hash_of(
-                Path::new(&code.source),
-                &code.exclude,
-                reporter,
-            )?);
-        }
-    }
+    let id = match &job.spec.submission_id {
+        Some(id) => id.clone(),
+        None => rec.report.run_id.parse::<SubmissionId>()?,
+    };
+    job.spec.submission_id = Some(id.clone());
+    let id = id.into_string();
+    let records = Records::new(ctx.host.jobs());
+    let pinned = RunLock::read(&rec.lock_path())
+        .ok()
+        .filter(|l| l.submission_id == id);
+    let target = Target::from_profile(
+        ctx.loaded,
+        reconcile::ray_client(ctx.loaded)?.with_connect_retries(2),
+    );
 
-    // prepare: the datasets and model the JobSpec names.
+    // up: not needed when the job's end is recorded and its inputs pinned.
+    rec.begin("up")?;
+    let cluster = match &pinned {
+        Some(lock) if records.read(&id).is_some_and(|r| r.is_final()) => up::Cluster {
+            image_id: lock.image.id.clone(),
+            ray_version: lock.ray_version.clone(),
+            note: "skipped: the job has ended".into(),
+        },
+        _ => up::up(ctx).await?,
+    };
+    rec.end(cluster.note.clone())?;
+
+    let seen = job::observe(&target, &records, &id).await?;
+    if options.new && seen.exists() {
+        return Err(Error::SubmissionTaken { id });
+    }
+    // A job already submitted keeps the inputs pinned when it was.
+    let pinned = pinned.filter(|_| seen.exists());
+    let before = match (&options.lock, &pinned) {
+        (Some((_, lock)), None) => Some(inputs::observe_before(ctx, &spec, lock)?),
+        _ => None,
+    };
+
     rec.begin("prepare")?;
-    let prepare = Prepare {
-        client: data::hub_client(loaded),
-        host: host_layout.clone(),
-        mount: mount.clone(),
-    };
-    let mut dataset_pins = Vec::new();
-    for dataset in &datasets {
-        let from = spec.data_from.as_deref().map(Path::new);
-        let report = data::prepare_dataset(&prepare, *dataset, from, reporter).await?;
-        dataset_pins.push(DatasetPin {
-            name: dataset.dir_name().to_string(),
-            source: report.source.clone(),
-            files: report.outputs.clone(),
-        });
-    }
-    let mut model_pin = None;
-    if let Some(model) = spec.model_id.as_ref().filter(|m| !m.starts_with('/')) {
-        // A replay fetches exactly the pinned commit.
-        let pinned = options
-            .lock
-            .as_ref()
-            .and_then(|(_, l)| l.model.as_ref())
-            .map(|m| format!("{}@{}", m.repo, m.commit));
-        let report = data::prepare_model(
-            &prepare,
-            pinned.as_deref().unwrap_or(model),
-            &[],
-            &[],
-            reporter,
-        )
-        .await?;
-        let (repo, revision) = data::split_revision(model);
-        model_pin = Some(ModelPin {
-            repo: repo.into(),
-            revision: revision.into(),
-            commit: report.commit.clone(),
-            files: report.files.iter().map(Into::into).collect(),
-        });
-    }
-    rec.end(format!(
-        "{} datasets, {}",
-        dataset_pins.len(),
-        if model_pin.is_some() {
-            "1 model"
-        } else {
-            "no model"
+    let (datasets, model) = match &pinned {
+        Some(lock) => {
+            rec.end("pinned when the job was submitted")?;
+            (lock.datasets.clone(), lock.model.clone())
         }
-    ))?;
+        None => {
+            let (datasets, model) = inputs::prepare(ctx, &spec).await?;
+            rec.end(format!(
+                "{} datasets, {}",
+                datasets.len(),
+                if model.is_some() {
+                    "1 model"
+                } else {
+                    "no model"
+                }
+            ))?;
+            (datasets, model)
+        }
+    };
 
-    // snapshot: the code source (or the snapshot the JobSpec names).
     rec.begin("snapshot")?;
-    let code_root = host_layout.code();
-    let code_pin = match &spec.code {
-        Code::Source(code) => {
-            let options = crate::snapshot::SnapshotOptions {
-                source: PathBuf::from(&code.source),
-                name: code.name.to_string(),
-                code_id: None,
-                excludes: code.exclude.clone(),
-                follow_links: false,
-            };
-            let snap = crate::snapshot::snapshot(&code_root, &options, reporter)?;
-            job.spec.code = Code::Snapshot(CodeRef {
-                name: Some(code.name.clone()),
-                id: snap.code_id.parse()?,
-            });
-            CodePin {
-                name: code.name.to_string(),
-                code_id: snap.code_id,
-                tree_hash: snap.tree_hash,
-                source: Some(code.source.clone()),
-            }
-        }
-        Code::Path(_) | Code::Snapshot(_) => {
-            let path = match &spec.code {
-                Code::Snapshot(id) => crate::snapshot::find(&code_root, &id.to_string()).ok(),
-                Code::Path(p) => p
-                    .under(&loaded.profile.shared.mount)
-                    .map(|shared| shared.on_host(&host)),
-                Code::Source(_) => None,
-            };
-            let manifest = path
-                .as_deref()
-                .and_then(|p| crate::snapshot::Manifest::read(p).ok());
-            let name = path
-                .as_ref()
-                .and_then(|p| p.parent())
-                .and_then(|p| p.file_name())
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            CodePin {
-                name,
-                code_id: manifest
-                    .as_ref()
-                    .map(|m| m.code_id.clone())
-                    .unwrap_or_default(),
-                tree_hash: manifest.map(|m| m.tree_hash).unwrap_or_default(),
-                source: None,
-            }
-        }
+    let code = match &pinned {
+        Some(lock) => lock.code.clone(),
+        None => inputs::snapshot(ctx, &mut job.spec)?,
     };
-    if observed.code_tree_hash.is_none()
-        && !matches!(spec.code, Code::Source(_))
-        && options.lock.is_some()
-    {
-        observed.code_tree_hash = Some(code_pin.tree_hash.clone());
-    }
-    rec.end(format!("{} {}", code_pin.name, code_pin.code_id))?;
+    rec.end(format!("{} {}", code.name, code.code_id))?;
 
     // Replay: everything is known now; refuse on drift before anything is submitted.
-    if let Some((path, lock)) = &options.lock {
-        for pin in &lock.datasets {
-            for file in &pin.files {
-                if !observed
-                    .dataset_files
-                    .iter()
-                    .any(|(d, f, _)| d == &pin.name && f == &file.file)
-                {
-                    let sha = crate::digest::file_sha256(
-                        &host_layout.datasets().join(&pin.name).join(&file.file),
-                    )
-                    .ok();
-                    observed
-                        .dataset_files
-                        .push((pin.name.clone(), file.file.clone(), sha));
-                }
-            }
-        }
-        if observed.model_commit.is_none() {
-            observed.model_commit = model_pin.as_ref().map(|m| m.commit.clone());
-        }
-        let drift = lock::drift(lock, &observed);
-        if !drift.is_empty() {
-            rec.report.drift = drift.clone();
-            rec.save()?;
-            if !options.allow_drift {
-                return Err(Error::Drift {
-                    lock: path.display().to_string(),
-                    drift,
-                });
-            }
+    if let (Some((path, lock)), Some(mut observed)) = (&options.lock, before) {
+        observed.image_id = Some(cluster.image_id.clone());
+        let drift = inputs::drift(ctx, lock, observed, &code, model.as_ref());
+        rec.report.drift = drift.clone();
+        rec.save()?;
+        if !drift.is_empty() && !options.allow_drift {
+            return Err(Error::Drift {
+                lock: path.display().to_string(),
+                drift,
+            });
         }
     }
 
-    // submit: one job per run, unless the JobSpec fixes an id that already exists (then
-    // this run picks that job up).
+    // submit: the run's one job, unless it exists (then this run attaches to it).
     rec.begin("submit")?;
-    if job.spec.submission_id.is_none() {
-        job.spec.submission_id = Some(run_id.parse()?);
-    }
-    let target = Target::from_profile(loaded, ray.clone());
-    let prepared = submit::prepare(&target, &job, true)?;
-    let id = prepared.submission_id.clone();
-    let existing = target.records().is_some_and(|r| r.exists(&id));
-    if existing {
-        rec.end(format!("{id} (already submitted: following it)"))?;
-    } else {
-        submit::submit(&target, &prepared).await?;
-        rec.end(id.clone())?;
-    }
     rec.report.submission_id = Some(id.clone());
+    let lock_path = rec.lock_path();
+    let lock = match pinned {
+        Some(lock) => lock,
+        None => {
+            let profile = &ctx.loaded.profile;
+            RunLock {
+                format: lock::FORMAT,
+                run_id: rec.report.run_id.clone(),
+                created: humantime::format_rfc3339_seconds(std::time::SystemTime::now())
+                    .to_string(),
+                argus_version: env!("CARGO_PKG_VERSION").into(),
+                image: ImagePin {
+                    reference: profile.image.clone(),
+                    id: cluster.image_id.clone(),
+                    digest: image::digest(profile.docker.host.as_deref(), &profile.image).await?,
+                },
+                ray_version: cluster.ray_version.clone(),
+                profile: yaml_value(profile),
+                jobspec: yaml_value(&{
+                    let mut s = spec.clone();
+                    s.submission_id = None;
+                    s
+                }),
+                code,
+                datasets,
+                model,
+                submission_id: id.clone(),
+            }
+        }
+    };
+    let note = match &seen {
+        Seen::Nowhere => {
+            let prepared = submit::prepare(&target, &job, true)?;
+            lock.write(&lock_path)?;
+            job::submit(&target, &prepared).await?
+        }
+        Seen::Recorded(record) => {
+            ctx.reporter.note(&format!(
+                "job {id} was already submitted ({} when last seen): attaching to it",
+                record.status
+            ));
+            format!("{id} (already submitted: attached)")
+        }
+        Seen::OnlyOnCluster(info) => {
+            ctx.reporter.note(&format!(
+                "job {id} is on the cluster but argus never recorded it: recording it and attaching"
+            ));
+            job::adopt(&target, &records, info, &id)?;
+            format!("{id} (on the cluster without a record: adopted, attached)")
+        }
+    };
+    if !lock_path.exists() {
+        lock.write(&lock_path)?;
+    }
+    rec.report.lock = Some(lock_path.display().to_string());
+    rec.end(note)?;
 
-    // wait: follow the logs to the end (time_limit enforced).
+    // wait: follow the job to its end (time_limit enforced).
     rec.begin("wait")?;
-    let wait_options = WaitOptions {
+    let wait = WaitOptions {
         timeout: None,
         time_limit: spec.time_limit.map(|t| t.0),
         follow: options.follow,
     };
-    let info = watch::wait(&target, &id, &wait_options, &mut on_log).await?;
+    let info = job::wait(&target, &records, &id, &wait, on_log).await?;
     rec.end(info.status.to_string())?;
 
-    // collect: the lock and the report.
+    // collect: where the job's outputs are.
     rec.begin("collect")?;
-    let job_dir = host_layout.jobs().join(&id);
+    let job_dir = ctx.host.jobs().join(&id);
     rec.report.job_status = Some(info.status.clone());
     rec.report.job_message = info.message.clone();
     rec.report.driver_log = Some(job_dir.join("logs/driver.log").display().to_string());
     rec.report.checkpoints = Some(job_dir.join("checkpoints").display().to_string());
-    let digest = image::digest(docker_host, &loaded.profile.image).await?;
-    let lock = RunLock {
-        format: 1,
-        run_id: run_id.clone(),
-        created: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-        argus_version: env!("CARGO_PKG_VERSION").into(),
-        image: ImagePin {
-            reference: loaded.profile.image.clone(),
-            id: up.image_id.clone(),
-            digest,
-        },
-        ray_version,
-        profile: yaml_value(&loaded.profile),
-        jobspec: yaml_value(&{
-            let mut s = spec.clone();
-            s.submission_id = None;
-            s
-        }),
-        code: code_pin,
-        datasets: dataset_pins,
-        model: model_pin,
-        submission_id: id.clone(),
-    };
-    let lock_path = dir.join("run.lock.yaml");
-    write_atomic(&lock_path, crate::config::yaml::to_string(&lock).as_bytes()).map_err(
-        |source| Error::Record {
-            path: lock_path.clone(),
-            source,
-        },
-    )?;
-    rec.report.lock = Some(lock_path.display().to_string());
     rec.end(lock_path.display().to_string())?;
 
     if options.down_after {
         rec.begin("down")?;
-        reconcile::down(loaded, false, reporter).await?;
-        rec.end("cluster removed; shared data kept")?;
+        let note = up::down(ctx).await?;
+        rec.end(note)?;
     }
-    rec.report.stage = "done".into();
-    rec.report.seconds = rec.started.elapsed().as_secs_f64();
-    rec.save()?;
-    Ok(rec.report)
+    Ok(Outcome::Ran(rec.finish()?))
+}
+
+fn yaml_value<T: serde::Serialize>(value: &T) -> serde_yaml::Value {
+    let json = redact_json(serde_json::to_value(value).unwrap_or_default());
+    serde_yaml::to_value(json).unwrap_or(serde_yaml::Value::Null)
 }

@@ -80,6 +80,8 @@ pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport
         }
         return Err(e.into());
     }
+    // Ray has the job, argus's record of it is not published yet.
+    crate::testpoint::reach("submit:posted");
     let mut record_dir = None;
     if let (Some(records), Some(staged)) = (&records, staged) {
         let dir = records.publish(staged).map_err(|source| Error::Records {

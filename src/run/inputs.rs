@@ -1,0 +1,203 @@
+//! The stages that put the job's inputs on the shared storage: `prepare` (the datasets
+//! and model the JobSpec names) and `snapshot` (its code source), each pinned for the run
+//! lock; and, for a replay, the drift check between what the lock pins and what is there.
+//!
+//! Both stages converge: what is already there is checked and left alone, so running
+//! them again costs little.
+
+use std::path::{Path, PathBuf};
+
+use super::lock::{CodePin, DatasetPin, ModelPin, Observed, RunLock};
+use super::{Ctx, Error};
+use crate::config::jobspec::{Code, DataFile, JobSpec, Workload};
+use crate::data::{self, Dataset, Prepare};
+use crate::ids::CodeRef;
+
+/// The datasets a JobSpec names (bare names under common/datasets/, or verl's defaults).
+pub fn datasets_needed(spec: &JobSpec) -> Vec<Dataset> {
+    let mut names: Vec<&str> = [&spec.train_file, &spec.val_file]
+        .iter()
+        .filter_map(|f| f.as_ref().map(DataFile::as_str))
+        .filter(|f| !f.contains('/') && !f.contains('.'))
+        .collect();
+    if spec.train_file.is_none() && spec.workload != Workload::Custom {
+        names.push(if spec.workload == Workload::Sft {
+            "gsm8k_sft"
+        } else {
+            "gsm8k"
+        });
+    }
+    let mut out: Vec<Dataset> = names
+        .into_iter()
+        .filter_map(|n| Dataset::parse(n).ok())
+        .collect();
+    out.dedup();
+    out
+}
+
+/// A replay looks before `prepare` and `snapshot` run, since they would repair drift:
+/// each pinned dataset file's sha256, the model's cached ref, the code source's tree hash.
+pub fn observe_before(ctx: &Ctx<'_>, spec: &JobSpec, lock: &RunLock) -> Result<Observed, Error> {
+    let mut observed = Observed::default();
+    for pin in &lock.datasets {
+        for file in &pin.files {
+            let path = ctx.host.datasets().join(&pin.name).join(&file.file);
+            if path.exists() {
+                let sha = crate::digest::file_sha256(&path).ok();
+                observed
+                    .dataset_files
+                    .push((pin.name.clone(), file.file.clone(), sha));
+            }
+        }
+    }
+    if let Some(model) = &lock.model {
+        observed.model_commit = data::hf_cache::HubCache::new(ctx.host.hf_home().join("hub"))
+            .read_ref(data::hf::RepoKind::Model, &model.repo, &model.revision);
+    }
+    // The source as it is now, hashed without snapshotting it.
+    if let Code::Source(code) = &spec.code
+        && lock.code.source.is_some()
+    {
+        observed.code_tree_hash = Some(crate::snapshot::tree_hash_of(
+            Path::new(&code.source),
+            &code.exclude,
+            ctx.reporter,
+        )?);
+    }
+    Ok(observed)
+}
+
+/// `prepare`: the datasets and the model, pinned.
+pub async fn prepare(
+    ctx: &Ctx<'_>,
+    spec: &JobSpec,
+) -> Result<(Vec<DatasetPin>, Option<ModelPin>), Error> {
+    let prepare = Prepare {
+        client: data::hub_client(ctx.loaded),
+        host: ctx.host.clone(),
+        mount: ctx.mount.clone(),
+    };
+    let mut datasets = Vec::new();
+    for dataset in datasets_needed(spec) {
+        let from = spec.data_from.as_deref().map(Path::new);
+        let report = data::prepare_dataset(&prepare, dataset, from, ctx.reporter).await?;
+        datasets.push(DatasetPin {
+            name: dataset.dir_name().to_string(),
+            source: report.source.clone(),
+            files: report.outputs.clone(),
+        });
+    }
+    let mut model_pin = None;
+    if let Some(model) = spec.model_id.as_ref().filter(|m| !m.starts_with('/')) {
+        // A replay fetches exactly the pinned commit.
+        let pinned = ctx
+            .options
+            .lock
+            .as_ref()
+            .and_then(|(_, l)| l.model.as_ref())
+            .map(|m| format!("{}@{}", m.repo, m.commit));
+        let report = data::prepare_model(
+            &prepare,
+            pinned.as_deref().unwrap_or(model),
+            &[],
+            &[],
+            ctx.reporter,
+        )
+        .await?;
+        let (repo, revision) = data::split_revision(model);
+        model_pin = Some(ModelPin {
+            repo: repo.into(),
+            revision: revision.into(),
+            commit: report.commit.clone(),
+            files: report.files.iter().map(Into::into).collect(),
+        });
+    }
+    Ok((datasets, model_pin))
+}
+
+/// `snapshot`: the code source frozen (the job then names the snapshot), or the snapshot
+/// the JobSpec names, pinned.
+pub fn snapshot(ctx: &Ctx<'_>, job: &mut JobSpec) -> Result<CodePin, Error> {
+    let code_root = ctx.host.code();
+    let path = match &job.code {
+        Code::Source(code) => {
+            let options = crate::snapshot::SnapshotOptions {
+                source: PathBuf::from(&code.source),
+                name: code.name.to_string(),
+                code_id: None,
+                excludes: code.exclude.clone(),
+                follow_links: false,
+            };
+            let snap = crate::snapshot::snapshot(&code_root, &options, ctx.reporter)?;
+            let pin = CodePin {
+                name: code.name.to_string(),
+                code_id: snap.code_id.clone(),
+                tree_hash: snap.tree_hash,
+                source: Some(code.source.clone()),
+            };
+            job.code = Code::Snapshot(CodeRef {
+                name: Some(code.name.clone()),
+                id: snap.code_id.parse()?,
+            });
+            return Ok(pin);
+        }
+        Code::Snapshot(id) => crate::snapshot::find(&code_root, &id.to_string()).ok(),
+        Code::Path(p) => p
+            .under(&ctx.loaded.profile.shared.mount)
+            .map(|shared| shared.on_host(ctx.host.root())),
+    };
+    let manifest = path
+        .as_deref()
+        .and_then(|p| crate::snapshot::Manifest::read(p).ok());
+    let name = path
+        .as_ref()
+        .and_then(|p| p.parent())
+        .and_then(|p| p.file_name())
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    Ok(CodePin {
+        name,
+        code_id: manifest
+            .as_ref()
+            .map(|m| m.code_id.clone())
+            .unwrap_or_default(),
+        tree_hash: manifest.map(|m| m.tree_hash).unwrap_or_default(),
+        source: None,
+    })
+}
+
+/// Completes what a replay observed with what `prepare` and `snapshot` found for inputs
+/// that did not exist before them, and compares with the lock. Pure but for reading
+/// dataset files that appeared meanwhile.
+pub fn drift(
+    ctx: &Ctx<'_>,
+    lock: &RunLock,
+    mut observed: Observed,
+    code: &CodePin,
+    model: Option<&ModelPin>,
+) -> Vec<String> {
+    for pin in &lock.datasets {
+        for file in &pin.files {
+            if !observed
+                .dataset_files
+                .iter()
+                .any(|(d, f, _)| d == &pin.name && f == &file.file)
+            {
+                let sha = crate::digest::file_sha256(
+                    &ctx.host.datasets().join(&pin.name).join(&file.file),
+                )
+                .ok();
+                observed
+                    .dataset_files
+                    .push((pin.name.clone(), file.file.clone(), sha));
+            }
+        }
+    }
+    if observed.code_tree_hash.is_none() && code.source.is_none() {
+        observed.code_tree_hash = Some(code.tree_hash.clone());
+    }
+    if observed.model_commit.is_none() {
+        observed.model_commit = model.map(|m| m.commit.clone());
+    }
+    super::lock::drift(lock, &observed)
+}
