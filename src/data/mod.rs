@@ -44,6 +44,8 @@ pub enum Error {
     BadInput(BadName),
     #[error("{0}")]
     Usage(String),
+    #[error(transparent)]
+    Lock(#[from] crate::lock::Error),
     #[error("in --from: {0}")]
     NotRegular(#[source] NotRegular),
     #[error("{action} {}", path.display())]
@@ -117,6 +119,23 @@ pub fn hub_client(loaded: &crate::config::LoadedProfile) -> HubClient {
 }
 
 /// Where prepare reads from and writes to.
+/// Takes the lock `<shared>/.argus/locks/prepare-<key>`, saying whom it waits for.
+fn lock(p: &Prepare, key: &str, reporter: &dyn Reporter) -> Result<crate::lock::Lock, Error> {
+    let what = format!("prepare of {key}");
+    let dir = p.host.locks().join(format!("prepare-{key}"));
+    let options = crate::lock::Acquire {
+        what: &what,
+        timeout: None,
+    };
+    let lock = tokio::task::block_in_place(|| {
+        crate::lock::acquire(&dir, &options, |holder| {
+            reporter.note(&crate::lock::waiting_message(&what, holder));
+        })
+    })?;
+    crate::testpoint::reach("prepare:locked");
+    Ok(lock)
+}
+
 pub struct Prepare {
     pub client: HubClient,
     /// The shared storage on this host.
@@ -165,6 +184,13 @@ pub async fn prepare_model(
     let model = parse_model(model)?;
     let filter = Filter::new(include, exclude)?;
     p.client.check_endpoint()?;
+    // One download of a repository at a time, on any host: a second one waits, then finds
+    // every blob in place and transfers nothing.
+    let _lock = lock(
+        p,
+        &format!("model-{}", model.repo.folder_name(RepoKind::Model)),
+        reporter,
+    )?;
     let spec = SnapshotSpec {
         kind: RepoKind::Model,
         repo: model.repo,
@@ -318,6 +344,10 @@ pub async fn prepare_dataset(
     from: Option<&Path>,
     reporter: &dyn Reporter,
 ) -> Result<DatasetReport, Error> {
+    if let Some(dir) = from {
+        check_from(dir)?;
+    }
+    let _lock = lock(p, &format!("dataset-{}", dataset.dir_name()), reporter)?;
     let (raw_dir, source, commit) = match from {
         Some(dir) => {
             check_from(dir)?;

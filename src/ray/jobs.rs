@@ -110,6 +110,10 @@ pub struct JobInfo {
     pub driver_node_id: Option<String>,
     #[serde(default)]
     pub driver_exit_code: Option<i64>,
+    /// The job's runtime env as Ray echoes it (its env vars, secrets included): read to
+    /// know which values to redact, never written or printed.
+    #[serde(default, skip_serializing)]
+    pub runtime_env: Option<serde_json::Value>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -30,6 +30,8 @@ pub enum Error {
     Overrides(#[from] override_check::Error),
     #[error(transparent)]
     Entrypoint(#[from] entrypoint::Error),
+    #[error("model_id {model:?} is not a Hugging Face repo id: {reason}")]
+    BadModel { model: String, reason: String },
     #[error("no snapshot {code_id} under {}", root.display())]
     CodeNotFound { code_id: String, root: PathBuf },
     #[error("no job {0}: neither the cluster nor argus's records know it")]
@@ -60,6 +62,7 @@ impl Classify for Error {
             Error::Overrides(e) => e.exit(),
             Error::Entrypoint(e) => e.exit(),
             Error::DuplicateRecord { .. }
+            | Error::BadModel { .. }
             | Error::CodeNotFound { .. }
             | Error::UnknownJob(_)
             | Error::BadId(_)

@@ -89,7 +89,8 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
     let model_path = spec
         .model_id
         .as_ref()
-        .map(|m| resolve_model(target, m, &mut notes));
+        .map(|m| resolve_model(target, m, &mut notes))
+        .transpose()?;
     let verl = spec.workload != Workload::Custom;
     let dataset = if spec.workload == Workload::Sft {
         "gsm8k_sft"
@@ -217,23 +218,34 @@ fn ray_user_agent() -> String {
 
 /// A model id present in the shared HF cache becomes its snapshot directory (as the
 /// containers see it); a path stays a path; anything else is left for verl to download.
-fn resolve_model(target: &Target, model: &str, notes: &mut Vec<String>) -> String {
+///
+/// The id is parsed into a checked repo id and revision before it comes near a path: a
+/// JobSpec's `model_id` of `../../x` or `org/name@../../y` cannot point the job, or this
+/// lookup, outside the cache.
+fn resolve_model(target: &Target, model: &str, notes: &mut Vec<String>) -> Result<String, Error> {
+    use crate::data::hf_cache::HubCache;
+    use crate::data::hub_types::{ModelSpec, RepoKind};
     if model.starts_with('/') {
-        return model.to_string();
+        return Ok(model.to_string());
     }
-    let (repo, revision) = model.split_once('@').unwrap_or((model, "main"));
-    let folder = format!("models--{}", repo.replace('/', "--"));
-    let container_hub = Layout::new(&target.mount).hf_home().join("hub");
+    let spec = ModelSpec::parse(model).map_err(|e| Error::BadModel {
+        model: model.to_string(),
+        reason: e.to_string(),
+    })?;
     if let Some(host) = &target.host_shared {
-        let cache = Layout::new(host).hf_home().join("hub").join(&folder);
-        let commit = std::fs::read_to_string(cache.join("refs").join(revision))
-            .ok()
-            .map(|c| c.trim().to_string())
-            .unwrap_or_else(|| revision.to_string());
-        if cache.join("snapshots").join(&commit).is_dir() {
-            return format!("{}/{folder}/snapshots/{commit}", container_hub.display());
+        let cache = HubCache::new(Layout::new(host).hf_home().join("hub"));
+        if let Some(commit) = cache.ref_commit(RepoKind::Model, &spec.repo, &spec.revision)
+            && cache
+                .snapshot_dir(RepoKind::Model, &spec.repo, &commit)
+                .is_dir()
+        {
+            let inside = HubCache::new(Layout::new(&target.mount).hf_home().join("hub"));
+            return Ok(inside
+                .snapshot_dir(RepoKind::Model, &spec.repo, &commit)
+                .display()
+                .to_string());
         }
     }
     notes.push(format!("model {model} is not in the shared HF cache: verl will fetch it through HF_ENDPOINT (`argus prepare --model {model}` caches it)"));
-    repo.to_string()
+    Ok(spec.repo.to_string())
 }

@@ -167,7 +167,24 @@ pub async fn record_end(
         record.stopped_by_argus = stopped_by_argus;
     }
     let api = JobsApi { ray: &target.ray };
-    let logs = api.logs(id).await.ok();
+    // A job may print a secret it was given (a token in its env): the saved log carries
+    // none of the values this process knows.
+    let mut secrets = crate::config::secrets::known();
+    if let Some(env) = info
+        .runtime_env
+        .as_ref()
+        .and_then(|r| r["env_vars"].as_object())
+    {
+        secrets.add_vars(
+            env.iter()
+                .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?))),
+        );
+    }
+    let logs = api
+        .logs(id)
+        .await
+        .ok()
+        .map(|text| secrets.redact_str(&text).into_owned());
     if let Err(e) = records.finish(&mut record, info, logs.as_deref()) {
         tracing::warn!("cannot record the end of job {id}: {e}");
     }

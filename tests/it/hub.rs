@@ -8,25 +8,27 @@ use std::time::Duration;
 
 use crate::harness::{free_port, poll};
 
-/// `target/venv-<name>`, made by tests/venvs.sh if absent (once, under a lock).
+/// `target/venv-<name>`, made or topped up by tests/venvs.sh (idempotent, and quick when
+/// the venv already holds its requirements), once per test process, under a lock.
 fn venv(name: &str) -> PathBuf {
+    static READY: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let dir = root.join("target").join(format!("venv-{name}"));
-    if dir.join(".argus-ready").exists() {
+    let mut ready = READY.lock().unwrap_or_else(|e| e.into_inner());
+    if ready.iter().any(|n| n == name) {
         return dir;
     }
     std::fs::create_dir_all(root.join("target")).expect("target dir");
     let lock =
         std::fs::File::create(root.join(format!("target/venv-{name}.lock"))).expect("lock file");
     lock.lock().expect("lock");
-    if !dir.join(".argus-ready").exists() {
-        let ok = Command::new(root.join("tests/venvs.sh"))
-            .arg(name)
-            .status()
-            .expect("tests/venvs.sh")
-            .success();
-        assert!(ok, "tests/venvs.sh {name} failed");
-    }
+    let ok = Command::new(root.join("tests/venvs.sh"))
+        .arg(name)
+        .status()
+        .expect("tests/venvs.sh")
+        .success();
+    assert!(ok, "tests/venvs.sh {name} failed");
+    ready.push(name.to_string());
     dir
 }
 

@@ -673,3 +673,77 @@ fn a_full_disk_never_leaves_half_a_dataset() {
     assert_eq!(check_whole(&out), old);
     drop(disk);
 }
+
+/// Two `prepare --model` of one repo at once: the second waits for the first (naming it),
+/// then finds every blob in place and downloads nothing. One verified blob set, no
+/// `.incomplete`, and huggingface_hub reads it offline.
+#[test]
+fn two_concurrent_prepares_of_one_model_yield_one_verified_blob_set() {
+    let ctx = TestContext::new("prep2");
+    let olah = Olah::start(&ctx.path("olah"));
+    let repo = tiny_model(&olah.mirrors, "acme/twice", 200_000);
+    let commit = head_commit(&repo);
+    let (profile, shared) = profile(&ctx, &olah.endpoint);
+    let tp = ctx.path("testpoint");
+    let mut first = ctx
+        .argus()
+        .profile(&profile)
+        .env("ARGUS_TESTPOINT", "prepare:locked")
+        .env("ARGUS_TESTPOINT_FILE", &tp)
+        .args(["prepare", "--model", "acme/twice", "--json"])
+        .spawn_to(&ctx.path("1.out"), &ctx.path("1.err"));
+    crate::harness::poll(
+        "the first prepare to hold the lock",
+        std::time::Duration::from_secs(60),
+        || tp.exists().then_some(()),
+    );
+    let mut second = ctx
+        .argus()
+        .profile(&profile)
+        .args(["prepare", "--model", "acme/twice", "--json"])
+        .spawn_to(&ctx.path("2.out"), &ctx.path("2.err"));
+    let holder = format!("pid {}", first.id());
+    crate::harness::poll(
+        "the second prepare to wait",
+        std::time::Duration::from_secs(60),
+        || {
+            let err = std::fs::read_to_string(ctx.path("2.err")).unwrap_or_default();
+            (err.contains("waiting for prepare of model-models--acme--twice")
+                && err.contains(&holder))
+            .then_some(())
+        },
+    );
+    std::fs::remove_file(&tp).expect("release the first");
+    assert!(first.wait().expect("first").success());
+    assert!(second.wait().expect("second").success());
+    let report = |n: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(ctx.path(n)).unwrap_or_default())
+            .expect("prepare's JSON")
+    };
+    assert_eq!(report("1.out")[0]["files_downloaded"], 6);
+    assert_eq!(
+        report("2.out")[0]["files_downloaded"],
+        0,
+        "the second downloaded again"
+    );
+    assert_eq!(report("2.out")[0]["commit"], commit.as_str());
+    let cache = shared.join("common/hf/hub/models--acme--twice");
+    let blobs: Vec<String> = std::fs::read_dir(cache.join("blobs"))
+        .expect("blobs")
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(blobs.len(), 6, "{blobs:?}");
+    assert!(
+        blobs.iter().all(|b| !b.ends_with(".incomplete")),
+        "{blobs:?}"
+    );
+    let out = run_python(
+        "from huggingface_hub import snapshot_download\nimport os\np = snapshot_download('acme/twice', local_files_only=True)\nprint(sorted(os.listdir(p)))\n",
+        &[
+            ("HF_HOME", shared.join("common/hf").to_str().expect("utf8")),
+            ("HF_HUB_OFFLINE", "1"),
+        ],
+    );
+    assert!(out.contains("model.safetensors"), "{out}");
+}

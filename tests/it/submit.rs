@@ -427,6 +427,37 @@ fn jobs_import_their_own_snapshot_run_on_a_worker_and_leave_their_records() {
     }
 }
 
+/// A job that prints the secret it was given: the driver log argus saves under jobs/<id>/
+/// carries it redacted (by value, whatever the job printed around it).
+#[test]
+fn a_secret_a_job_prints_is_redacted_in_its_saved_log() {
+    if TestContext::skip_docker("a_secret_a_job_prints_is_redacted_in_its_saved_log") {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("leak");
+    let j = cluster_with_code(&mut ctx, 1);
+    let spec = job(
+        &ctx,
+        "job-echo",
+        "codeA",
+        "python3 -c \"import os; print('TOKEN=' + os.environ['API_TOKEN'] + '!')\"",
+    );
+    ctx.argus()
+        .profile(&j.profile)
+        .args(["submit", "--wait"])
+        .arg_path(&spec)
+        .run()
+        .code(0);
+    let log = std::fs::read_to_string(j.shared.join("jobs/job-echo/logs/driver.log"))
+        .expect("driver.log");
+    assert!(log.contains("TOKEN="), "{log}");
+    assert!(
+        !log.contains("do-not-leak"),
+        "the secret in clear in driver.log: {log}"
+    );
+}
+
 /// A submission id already used is refused, and the existing job's files are untouched.
 #[test]
 fn a_duplicate_submission_id_is_refused_and_changes_nothing() {
