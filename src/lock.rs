@@ -95,6 +95,9 @@ impl Holder {
 #[derive(Debug)]
 pub struct Lock {
     dir: PathBuf,
+    /// Directories made to hold the lock (deepest first), removed again when empty: taking
+    /// a lock leaves nothing behind.
+    made: Vec<PathBuf>,
     nonce: String,
     stop: Arc<AtomicBool>,
     heartbeat: Option<std::thread::JoinHandle<()>>,
@@ -148,16 +151,23 @@ pub fn acquire(
         source,
     };
     let parent = dir.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent).map_err(io)?;
+    let made = missing_dirs(parent);
+    if let Err(e) = std::fs::create_dir_all(parent) {
+        remove_empty(&made);
+        return Err(io(e));
+    }
     let started = Instant::now();
     // The holder last seen, its heartbeat, and since when (our clock) it has not moved.
     let mut watched: Option<(Holder, Option<String>, Instant)> = None;
     loop {
         let nonce = nonce();
         match try_create(dir, &nonce) {
-            Ok(true) => return Ok(Lock::start(dir.to_path_buf(), nonce)),
+            Ok(true) => return Ok(Lock::start(dir.to_path_buf(), made, nonce)),
             Ok(false) => {}
-            Err(e) => return Err(io(e)),
+            Err(e) => {
+                remove_empty(&made);
+                return Err(io(e));
+            }
         }
         let holder = read_holder(dir);
         let beat = read_heartbeat(dir);
@@ -212,6 +222,24 @@ pub fn acquire(
     }
 }
 
+/// The ancestors of `dir` (itself included) that do not exist yet, deepest first.
+fn missing_dirs(dir: &Path) -> Vec<PathBuf> {
+    dir.ancestors()
+        .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
+        .map(Path::to_path_buf)
+        .collect()
+}
+
+/// Removes `dirs` (deepest first) while they are empty; a directory another process uses
+/// is not empty, and stays.
+fn remove_empty(dirs: &[PathBuf]) {
+    for d in dirs {
+        if std::fs::remove_dir(d).is_err() {
+            break;
+        }
+    }
+}
+
 /// Creates the lock whole through one rename; false when it exists.
 fn try_create(dir: &Path, nonce: &str) -> std::io::Result<bool> {
     let parent = dir.parent().unwrap_or(Path::new("."));
@@ -220,7 +248,14 @@ fn try_create(dir: &Path, nonce: &str) -> std::io::Result<bool> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = parent.join(fsx::temp_name(&stem));
-    std::fs::create_dir(&tmp)?;
+    if let Err(e) = std::fs::create_dir(&tmp) {
+        // Another lock's holder removed the (then empty) parent in between: make it again.
+        if e.kind() != std::io::ErrorKind::NotFound {
+            return Err(e);
+        }
+        std::fs::create_dir_all(parent)?;
+        std::fs::create_dir(&tmp)?;
+    }
     let me = Owner::me();
     let holder = Holder {
         host: me.host.clone(),
@@ -286,7 +321,7 @@ fn take_over(dir: &Path, stale_nonce: &str) {
 }
 
 impl Lock {
-    fn start(dir: PathBuf, nonce: String) -> Lock {
+    fn start(dir: PathBuf, made: Vec<PathBuf>, nonce: String) -> Lock {
         let stop = Arc::new(AtomicBool::new(false));
         let heartbeat = {
             let stop = stop.clone();
@@ -316,6 +351,7 @@ impl Lock {
         };
         Lock {
             dir,
+            made,
             nonce,
             stop,
             heartbeat,
@@ -340,6 +376,7 @@ impl Drop for Lock {
                 let _ = fsx::remove_any(&aside);
             }
         }
+        remove_empty(&self.made);
     }
 }
 

@@ -413,9 +413,14 @@ fn mounted_profile(ctx: &TestContext) -> PathBuf {
         .run()
         .code(0);
     let model = shared.join("common/hf/hub/models--Qwen--Qwen2.5-0.5B-Instruct");
-    std::fs::create_dir_all(model.join("snapshots/0123abcd")).expect("mkdir");
+    std::fs::create_dir_all(model.join("snapshots/0123abcd0123abcd0123abcd0123abcd0123abcd"))
+        .expect("mkdir");
     std::fs::create_dir_all(model.join("refs")).expect("mkdir");
-    std::fs::write(model.join("refs/main"), "0123abcd").expect("write");
+    std::fs::write(
+        model.join("refs/main"),
+        "0123abcd0123abcd0123abcd0123abcd0123abcd",
+    )
+    .expect("write");
     profile
 }
 
@@ -475,7 +480,7 @@ fn the_job_is_what_submit_dry_run_shows_and_nothing_is_written() {
         );
         assert!(
             spec.entrypoint.contains(
-                "/mnt/shared/common/hf/hub/models--Qwen--Qwen2.5-0.5B-Instruct/snapshots/0123abcd"
+                "/mnt/shared/common/hf/hub/models--Qwen--Qwen2.5-0.5B-Instruct/snapshots/0123abcd0123abcd0123abcd0123abcd0123abcd"
             ),
             "the model resolves through the mounted HF cache, as for submit: {}",
             spec.entrypoint

@@ -601,11 +601,14 @@ fn a_full_disk_never_leaves_half_a_dataset() {
         manifest
     };
 
-    // Coarse levels, then around the last page (both splits fit, the manifest may not).
+    // Coarse levels, then around the last page (both splits fit, the manifest may not),
+    // then a little more: prepare's lock (owner.json, heartbeat) takes a few pages while
+    // it runs and none after.
     let steps = 12;
     let levels: Vec<u64> = (0..=steps)
         .map(|step| whole * step / steps)
         .chain([whole - 8192, whole - 4096, whole - 1024, whole])
+        .chain([whole + 16384, whole + 65536])
         .collect();
     let (mut failed, mut succeeded) = (0, 0);
     let mut failed_at = std::collections::BTreeSet::new();
