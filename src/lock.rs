@@ -171,16 +171,27 @@ pub fn acquire(
         }
         let holder = read_holder(dir);
         let beat = read_heartbeat(dir);
-        let Some(holder) = holder else {
-            // Between our failed rename and the read, the lock was released (or is a
-            // directory of another kind): try again.
-            if !dir.exists() {
-                continue;
-            }
-            std::thread::sleep(POLL);
+        let Some(holder) = holder.or_else(|| {
+            // Released between our failed rename and the read: try again at once. Still
+            // there with no readable owner (written by hand, or cut short): its holder is
+            // unknown, and only a heartbeat that stands still tells it is gone.
+            dir.exists().then(|| Holder {
+                host: "an unknown host".into(),
+                pid: 0,
+                start: 0,
+                command: "(the lock's owner.json is missing or unreadable)".into(),
+                since: "unknown".into(),
+                nonce: String::new(),
+            })
+        }) else {
             continue;
         };
-        let stale = match holder.owner().liveness() {
+        let liveness = if holder.nonce.is_empty() {
+            Liveness::OtherHost
+        } else {
+            holder.owner().liveness()
+        };
+        let stale = match liveness {
             Liveness::Dead => true,
             Liveness::Alive => false,
             Liveness::OtherHost => match &watched {
@@ -432,6 +443,18 @@ mod tests {
         let lock = acquire(&dir, &opts(2000), |_| {}).unwrap();
         assert_ne!(read_holder(&dir).unwrap().nonce, "dead");
         drop(lock);
+    }
+
+    #[test]
+    fn a_lock_with_an_unreadable_owner_names_that_and_waits_for_its_heartbeat() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("x.lock");
+        std::fs::create_dir(&dir).unwrap();
+        std::fs::write(dir.join("owner.json"), "garbage{").unwrap();
+        let mut seen = Vec::new();
+        let err = acquire(&dir, &opts(400), |h| seen.push(h.command.clone())).unwrap_err();
+        assert!(matches!(err, Error::Timeout { .. }), "{err}");
+        assert_eq!(seen, ["(the lock's owner.json is missing or unreadable)"]);
     }
 
     #[test]

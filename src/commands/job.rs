@@ -95,6 +95,17 @@ fn finish(printer: &Printer, info: &JobInfo) -> Result<Exit> {
 }
 
 pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<Exit> {
+    // A job id becomes a path under jobs/ and a segment of Ray's URLs: it is checked as a
+    // submission id first (`../../x`, `a?b` are exit 2), before any file or request.
+    match command {
+        JobCommand::Status { id }
+        | JobCommand::Logs { id, .. }
+        | JobCommand::Stop { id, .. }
+        | JobCommand::Wait { id, .. } => {
+            id.parse::<crate::ids::SubmissionId>()?;
+        }
+        JobCommand::List => {}
+    }
     let target = target(cli)?;
     match command {
         JobCommand::Status { id } => {

@@ -425,6 +425,9 @@ pub fn secrets(source: &Source, env_maps: &[&[&str]]) -> Vec<Finding> {
     let Ok(doc) = crate::config::yaml::parse::<serde_yaml::Value>(source) else {
         return Vec::new();
     };
+    // The values of every secret variable this process knows (the profile's, the
+    // JobSpec's, this environment's): a value holding one is refused wherever it stands.
+    let known = crate::config::secrets::known();
     let mut out = Vec::new();
     let mut path = Vec::new();
     walk(&doc, &mut path, &mut |path, key, value| {
@@ -441,7 +444,13 @@ pub fn secrets(source: &Source, env_maps: &[&[&str]]) -> Vec<Finding> {
             {
                 Some(format!("`{key}` is a secret"))
             }
-            (_, Some(value)) => secret_shape(value).map(|what| format!("the value is {what}")),
+            (_, Some(value)) => secret_shape(value)
+                .map(|what| format!("the value is {what}"))
+                .or_else(|| {
+                    (known.redact_str(value) != value).then(|| {
+                        "the value holds the value of a secret variable (of the profile, the JobSpec or this environment)".to_string()
+                    })
+                }),
             _ => None,
         };
         if let Some(what) = what {

@@ -44,6 +44,10 @@ pub enum Error {
     },
     #[error("no snapshot {0}")]
     NotFound(String),
+    #[error("{} is {kind}: refusing to read it", path.display())]
+    SpecialFile { path: PathBuf, kind: &'static str },
+    #[error("source {} contains the shared storage ({}): a snapshot of it would copy the snapshots into themselves", tree.display(), shared.display())]
+    SourceContainsShared { tree: PathBuf, shared: PathBuf },
     #[error("snapshot {id} is used by unfinished job(s): {jobs}")]
     InUse { id: String, jobs: String },
     #[error(transparent)]
@@ -68,6 +72,8 @@ impl Classify for Error {
     fn hint(&self) -> Option<String> {
         match self {
             Error::LinkOutside { .. } => Some("pass --follow-links to copy what the link points to, or --exclude it".into()),
+            Error::SpecialFile { .. } => Some("remove it from the tree, or --exclude it".into()),
+            Error::SourceContainsShared { .. } => Some("snapshot the code's own directory".into()),
             Error::Conflict { .. } => Some("snapshots are immutable: choose another --code-id, or leave it out to derive one from the content".into()),
             Error::InUse { .. } => Some("wait for those jobs to finish, or pass --force".into()),
             Error::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => Some("the shared storage is not writable by this user".into()),
@@ -142,6 +148,19 @@ pub fn snapshot(
         Ok(_) => {}
     }
     let source = std::fs::canonicalize(source).map_err(io("cannot resolve", source))?;
+    let shared = std::fs::canonicalize(code_root).ok().or_else(|| {
+        code_root
+            .parent()
+            .and_then(|p| std::fs::canonicalize(p).ok())
+    });
+    if let Some(shared) = shared
+        && shared.starts_with(&source)
+    {
+        return Err(Error::SourceContainsShared {
+            tree: source,
+            shared,
+        });
+    }
 
     let task = reporter.task("snapshot");
     task.update("listing files");
@@ -309,13 +328,23 @@ pub fn remove(code_root: &Path, jobs_root: &Path, id: &str, force: bool) -> Resu
 
 /// Jobs whose record (`jobs/<id>/job.json`) names `code_id` and has not finished (an
 /// unknown status counts as unfinished: the snapshot may still be in use).
+/// A record that cannot be read at all may name it too, so it counts (saying so).
 pub fn unfinished_jobs_using(jobs_root: &Path, code_id: &str) -> Vec<String> {
-    let mut users: Vec<String> = crate::records::Records::new(jobs_root)
-        .list()
-        .into_iter()
-        .filter(|r| r.code_id.as_deref() == Some(code_id) && !r.status.is_finished())
-        .map(|r| r.submission_id)
-        .collect();
+    let records = crate::records::Records::new(jobs_root);
+    let mut users = Vec::new();
+    for entry in std::fs::read_dir(jobs_root).into_iter().flatten().flatten() {
+        let id = entry.file_name().to_string_lossy().into_owned();
+        if id.starts_with('.') || !entry.path().join("job.json").exists() {
+            continue;
+        }
+        match records.read(&id) {
+            Some(r) if r.code_id.as_deref() == Some(code_id) && !r.status.is_finished() => {
+                users.push(id)
+            }
+            Some(_) => {}
+            None => users.push(format!("{id} (unreadable record)")),
+        }
+    }
     users.sort();
     users
 }

@@ -155,8 +155,28 @@ fn collect_under(
 }
 
 fn file_entry(rel: String, path: &Path) -> Result<Entry, Error> {
-    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     let meta = std::fs::metadata(path).map_err(io("cannot read", path))?;
+    // A FIFO would block the copy forever, a socket or device cannot be copied: each is
+    // refused by name before anything is written.
+    let t = meta.file_type();
+    let special = if t.is_fifo() {
+        Some("a FIFO")
+    } else if t.is_socket() {
+        Some("a socket")
+    } else if t.is_char_device() {
+        Some("a character device")
+    } else if t.is_block_device() {
+        Some("a block device")
+    } else {
+        None
+    };
+    if let Some(kind) = special {
+        return Err(Error::SpecialFile {
+            path: path.to_path_buf(),
+            kind,
+        });
+    }
     let executable = meta.permissions().mode() & 0o111 != 0;
     Ok(Entry {
         rel,

@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::Error;
 use super::resolve::Prepared;
 use super::target::Target;
-use crate::config::secrets::redact_json;
+use crate::config::secrets::{redact_json, redact_text};
 use crate::ray::jobs::{JobStatus, JobsApi, JobsError};
 use crate::records::JobRecord;
 
@@ -93,7 +93,9 @@ pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport
             workload: prepared.workload.as_str().into(),
             code_id: prepared.code_id.clone(),
             code_path: prepared.code_path.clone(),
-            entrypoint: prepared.entrypoint.clone(),
+            // A secret may be an override value on the command line: records carry it
+            // redacted by value (the payload file is redacted the same way).
+            entrypoint: redact_text(&prepared.entrypoint),
             cluster: target.cluster.clone(),
             dashboard: target.ray.base_url().to_string(),
             submitted_at: humantime::format_rfc3339_millis(std::time::SystemTime::now())
@@ -111,7 +113,7 @@ pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport
             record.submitted_at,
             target.cluster,
             target.ray.base_url(),
-            prepared.entrypoint
+            redact_text(&prepared.entrypoint)
         );
         let _ = std::fs::write(dir.join("logs/submit.out"), out);
         if let Ok(jobs) = api.list_raw().await {
@@ -127,6 +129,6 @@ pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport
         submission_id: id.clone(),
         record_dir,
         dashboard: target.ray.base_url().to_string(),
-        entrypoint: prepared.entrypoint.clone(),
+        entrypoint: redact_text(&prepared.entrypoint),
     })
 }

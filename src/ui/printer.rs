@@ -43,9 +43,11 @@ impl Printer {
         stdout_result(out.write_all(text.as_bytes()).and_then(|()| out.flush()));
     }
 
-    /// A JSON document on stdout.
+    /// A JSON document on stdout, with every secret value this process knows redacted
+    /// (Ray echoes entrypoints and env vars back).
     pub fn json(&self, value: &serde_json::Value) {
-        self.data(serde_json::to_string_pretty(value).unwrap_or_default());
+        let value = crate::config::secrets::redact_json(value.clone());
+        self.data(serde_json::to_string_pretty(&value).unwrap_or_default());
     }
 
     /// A message for humans on stderr; silent with `-q`.

@@ -7,6 +7,7 @@ mod cluster;
 mod code_snapshot;
 mod export;
 mod harness;
+mod hostile_cli;
 mod hostile_hub;
 mod hub;
 mod hydra;

@@ -71,6 +71,21 @@ pub fn validate(p: &Profile, src: &Source) -> Result<(), ConfigError> {
             .error_at(&yaml_path!["image"], "image must not be empty")
             .with_hint("an image reference such as argus/ray:2.51.1"));
     }
+    // An image reference is `[registry[:port]/]path[:tag][@sha256:hex]`: lowercase path
+    // components, no blanks or shell characters (it reaches Docker's API and the logs).
+    let valid_image = p.image.len() <= 255
+        && !p.image.starts_with(['/', ':', '@', '.', '-'])
+        && p.image
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '/' | ':' | '@'));
+    if !valid_image {
+        return Err(src
+            .error_at(
+                &yaml_path!["image"],
+                format!("image {:?} is not an image reference", p.image),
+            )
+            .with_hint("[registry/]name[:tag][@sha256:digest], e.g. argus/ray:2.51.1"));
+    }
     for (key, value) in &p.env {
         let at = yaml_path!["env", key.as_str()];
         if !env::valid_name(key) {
