@@ -70,6 +70,9 @@ pub fn classify(err: &anyhow::Error) -> (Exit, Option<String>) {
         if let Some(e) = cause.downcast_ref::<crate::cluster::image::BuildError>() {
             return (e.exit(), e.hint());
         }
+        if let Some(e) = cause.downcast_ref::<crate::training::Error>() {
+            return (e.exit(), e.hint());
+        }
     }
     (Exit::Failed, None)
 }

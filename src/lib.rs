@@ -11,6 +11,7 @@
 //! argus snapshot      a source tree frozen under common/code/       snapshot
 //! argus submit, job   a JobSpec as a Ray job, watched and recorded  submit
 //! argus run           all of the above from scratch, locked         run
+//! argus job metrics   progress, metrics, plots, resume of a job     training
 //! ```
 //!
 //! Data flows one way: YAML -> validated config (`config`) -> a plan (pure data) ->
@@ -25,6 +26,7 @@ pub mod exit;
 pub mod run;
 pub mod snapshot;
 pub mod submit;
+pub mod training;
 pub mod ui;
 
 use std::process::ExitCode;

@@ -7,6 +7,7 @@ mod job;
 mod prepare;
 mod run;
 mod snapshot;
+mod training;
 
 use anyhow::Result;
 

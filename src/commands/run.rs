@@ -9,6 +9,7 @@ use crate::run::{self, RunOptions, lock::RunLock};
 use crate::ui::{Printer, table};
 
 pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
+    let mut resumes = None;
     let (job, loaded, lock) = match &args.lock {
         Some(path) => {
             let lock = RunLock::read(path).map_err(run::Error::BadLock)?;
@@ -18,6 +19,15 @@ pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
             };
             let (job, loaded) = run::from_lock(&lock, profile.as_ref())?;
             (job, loaded, Some((path.clone(), lock)))
+        }
+        None if args.resume.is_some() => {
+            let run_id = args.resume.as_deref().unwrap_or_default();
+            let loaded = super::profile(cli)?;
+            let (job, old) =
+                super::training::resume_run(&loaded, run_id, args.jobspec.as_deref(), printer)
+                    .await?;
+            resumes = Some(old);
+            (job, loaded, None)
         }
         None => {
             let Some(path) = &args.jobspec else {
@@ -31,11 +41,14 @@ pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
         lock,
         allow_drift: args.allow_drift,
         follow: !printer.json,
+        resumes,
     };
     let reporter = printer.reporter();
-    let report = run::run(&loaded, job, &options, &reporter, |text| printer.raw(text))
+    let mut sink = super::training::LogSink::new(printer, "training");
+    let report = run::run(&loaded, job, &options, &reporter, |text| sink.write(text))
         .await
         .context("the run stopped")?;
+    sink.finish();
     let status = report.job_status.clone().unwrap_or_default();
     if printer.json {
         printer.json(&serde_json::to_value(&report)?);

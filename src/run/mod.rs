@@ -91,6 +91,8 @@ pub struct RunOptions {
     pub allow_drift: bool,
     /// Stream the driver's log while waiting.
     pub follow: bool,
+    /// The job this run's job continues from its checkpoints (`run --resume`).
+    pub resumes: Option<String>,
 }
 
 /// `run-<yyyymmdd-hhmmss>-<hex>`.
@@ -429,7 +431,8 @@ pub async fn run(
         job.spec.submission_id = Some(run_id.clone());
     }
     let target = Target::from_profile(loaded, ray.clone());
-    let prepared = submit::prepare(&target, &job, true)?;
+    let mut prepared = submit::prepare(&target, &job, true)?;
+    prepared.resumes = options.resumes.clone();
     let id = prepared.submission_id.clone();
     let existing = target.records().is_some_and(|r| r.exists(&id));
     if existing {

@@ -187,6 +187,9 @@ pub struct Prepared {
     pub time_limit_s: Option<u64>,
     #[serde(skip)]
     pub jobspec_record: String,
+    /// The job this one continues (`--resume`); recorded in its job.json.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resumes: Option<String>,
 }
 
 /// `<prefix>-<yyyymmdd-hhmmss>-<4 hex>` (prefix: the workload, or `run`): readable, sortable, unique enough.
@@ -377,6 +380,7 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
         notes,
         time_limit_s: spec.time_limit.map(|t| t.0.as_secs()),
         jobspec_record: redacted_yaml(spec),
+        resumes: None,
     })
 }
 
@@ -493,6 +497,7 @@ pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport
                 .to_string(),
             status: "PENDING".into(),
             time_limit_s: prepared.time_limit_s,
+            resumes: prepared.resumes.clone(),
             ..Default::default()
         };
         records.write(&record).map_err(|source| Error::Records {

@@ -44,6 +44,11 @@ impl Printer {
         let _ = out.flush();
     }
 
+    /// A buffered writer on stdout, for large data (CSV of a long run).
+    pub fn stdout(&self) -> std::io::BufWriter<std::io::StdoutLock<'static>> {
+        std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock())
+    }
+
     /// A JSON document on stdout.
     pub fn json(&self, value: &serde_json::Value) {
         self.data(serde_json::to_string_pretty(value).unwrap_or_default());
@@ -59,6 +64,11 @@ impl Printer {
     /// A warning on stderr; shown even with `-q`.
     pub fn warn(&self, text: impl AsRef<str>) {
         eprintln!("warning: {}", text.as_ref());
+    }
+
+    /// Whether progress bars show (an interactive stderr, not `-q`/`-v`/`--no-progress`).
+    pub fn bars(&self) -> bool {
+        self.bars
     }
 
     /// Progress reporting for library code.
