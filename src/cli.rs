@@ -118,7 +118,7 @@ pub enum Commands {
     /// a recorded run and refuses when an input drifted. Exit code: the job's (0/1/3).
     Run(RunArgs),
 
-    /// Inspect and control jobs: status, logs, stop, list, wait.
+    /// Inspect and control jobs: status, logs, stop, list, wait, metrics, plot.
     #[command(subcommand)]
     Job(JobCommand),
 }

@@ -47,7 +47,8 @@ impl<'a> LogSink<'a> {
         let printer = self.printer;
         self.bar.suspend(|| printer.raw(text));
         if let Some(update) = self.follower.feed(text) {
-            self.bar.update(update.step, update.total, &update.summary);
+            self.bar
+                .update(update.step, update.total, update.eta_s, &update.summary);
         }
     }
 

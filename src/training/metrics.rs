@@ -271,6 +271,15 @@ impl Table {
         Ok(out)
     }
 
+    /// The rows that logged at least one of `columns` (a step that logged none of the
+    /// chosen metrics is left out, as validation-only steps are when training keys are
+    /// chosen).
+    fn visible<'a>(&'a self, columns: &'a [usize]) -> impl Iterator<Item = &'a Row> + 'a {
+        self.rows
+            .iter()
+            .filter(move |row| columns.iter().any(|&c| row.get(c).is_some()))
+    }
+
     /// CSV: `step,<keys>`; an empty cell where a step did not log a metric; numbers as
     /// Python writes them (`0.5`, `1e-06`, `nan`, `inf`).
     pub fn write_csv(
@@ -285,7 +294,7 @@ impl Table {
         }
         out.write_all(b"\n")?;
         let mut line = String::with_capacity(16 * (columns.len() + 1));
-        for row in &self.rows {
+        for row in self.visible(columns) {
             line.clear();
             line.push_str(&row.step.to_string());
             for &c in columns {
@@ -305,8 +314,7 @@ impl Table {
     /// no such numbers).
     pub fn to_json(&self, columns: &[usize]) -> serde_json::Value {
         let rows: Vec<serde_json::Value> = self
-            .rows
-            .iter()
+            .visible(columns)
             .map(|row| {
                 let metrics: serde_json::Map<String, serde_json::Value> = columns
                     .iter()
@@ -332,7 +340,7 @@ impl Table {
         let mut header = vec!["STEP".to_string()];
         header.extend(columns.iter().map(|&c| self.keys[c].clone()));
         let mut cells = vec![header];
-        for row in &self.rows {
+        for row in self.visible(columns) {
             let mut line = vec![row.step.to_string()];
             line.extend(columns.iter().map(|&c| match row.get(c) {
                 Some(v) => human_number(v),
@@ -585,6 +593,18 @@ step:2 - critic/score/mean:0.5 - actor/lr:1e-06 - timing_s/step:2.5 - actor/entr
         );
         assert_eq!(t.select(&[p("nope/*")]).unwrap_err(), "nope/*");
         assert!(KeyPattern::parse("a[").is_err());
+    }
+
+    #[test]
+    fn steps_without_any_chosen_metric_are_left_out() {
+        let t = Table::from_text("j", LOG);
+        let mut out = Vec::new();
+        t.write_csv(&[col(&t, "critic/score/mean")], &mut out)
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "step,critic/score/mean\n1,0.25\n2,0.5\n"
+        );
     }
 
     #[test]

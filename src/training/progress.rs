@@ -101,7 +101,6 @@ pub fn summarize(
     };
     let (eta_s, eta_from) = match (running, step, total) {
         (true, Some(s), Some(t)) if t > s => eta(table, t - s, elapsed),
-        (true, _, Some(_)) if step.is_none() => (None, None),
         _ => (None, None),
     };
     Some(Progress {
@@ -155,6 +154,8 @@ pub fn total_from_entrypoint(entrypoint: &str) -> Option<u64> {
 pub struct StepUpdate {
     pub step: u64,
     pub total: Option<u64>,
+    /// Seconds left, from the recent steps' `timing_s/step` (None without it).
+    pub eta_s: Option<f64>,
     /// The key metrics, short: `score 0.42 · val 0.51`.
     pub summary: String,
 }
@@ -191,9 +192,15 @@ impl Follower {
         if !changed {
             return None;
         }
+        let step = self.table.last_step().unwrap_or(0);
+        let eta_s = match self.table.total_steps {
+            Some(total) if total > step => eta(&self.table, total - step, None).0,
+            _ => None,
+        };
         Some(StepUpdate {
-            step: self.table.last_step().unwrap_or(0),
+            step,
             total: self.table.total_steps,
+            eta_s,
             summary: key_metrics(&self.table)
                 .iter()
                 .map(|m| format!("{} {}", m.label, short(&m.value)))
@@ -283,8 +290,11 @@ mod tests {
         assert!(!f.is_verl());
         let u = f.feed("eps: 4\nstep:1 - critic/score/mean:0.25").unwrap();
         assert_eq!((u.step, u.total), (0, Some(4)));
-        let u = f.feed(" - response_length/mean:12\n").unwrap();
+        let u = f
+            .feed(" - response_length/mean:12 - timing_s/step:2.5\n")
+            .unwrap();
         assert_eq!(u.step, 1);
+        assert_eq!(u.eta_s, Some(7.5));
         assert_eq!(u.summary, "score 0.25 · resp_len 12");
         assert!(f.is_verl());
     }

@@ -31,8 +31,9 @@ impl StepBar {
         }
     }
 
-    /// Shows step `step` of `total` (unknown total: a counter) and a short summary.
-    pub fn update(&mut self, step: u64, total: Option<u64>, summary: &str) {
+    /// Shows step `step` of `total` (unknown total: a counter), the time left when known
+    /// (else indicatif's estimate from the steps seen so far) and a short summary.
+    pub fn update(&mut self, step: u64, total: Option<u64>, eta_s: Option<f64>, summary: &str) {
         if !self.enabled {
             return;
         }
@@ -48,7 +49,7 @@ impl StepBar {
             bar.set_length(total);
             bar.set_style(
                 ProgressStyle::with_template(
-                    "{prefix} [{bar:30}] {pos}/{len} steps · {elapsed} · eta {eta} · {wide_msg}",
+                    "{prefix} [{bar:30}] {pos}/{len} steps · {elapsed} · {wide_msg}",
                 )
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
                 .progress_chars("=> "),
@@ -61,8 +62,19 @@ impl StepBar {
                 .unwrap_or_else(|_| ProgressStyle::default_spinner()),
             );
         }
+        let moved = bar.position() != step && bar.position() > 0;
         bar.set_position(step);
-        bar.set_message(summary.to_string());
+        let left = match (total, eta_s) {
+            (Some(t), _) if step >= t => None,
+            (Some(_), Some(s)) => Some(Duration::from_secs(s.round() as u64)),
+            (Some(_), None) if moved => Some(bar.eta()),
+            _ => None,
+        };
+        let message = match left {
+            Some(d) => format!("eta {} · {summary}", indicatif::HumanDuration(d)),
+            None => summary.to_string(),
+        };
+        bar.set_message(message);
     }
 
     /// Leaves the last state on screen.

@@ -11,3 +11,4 @@ mod profiles;
 mod run;
 mod snapshots;
 mod submit;
+mod training;
