@@ -312,16 +312,15 @@ pub async fn resume_point(target: &Target, old_id: &str) -> Result<ResumePoint, 
         .as_ref()
         .and_then(|r| r.read(old_id))
         .ok_or_else(|| Error::NoRecord(old_id.to_string()))?;
-    // The cluster's word on whether it still runs, when it can be asked.
+    // Only the cluster knows whether it still runs: a record left PENDING by a cluster
+    // that went down does not stop a resume (a cluster that forgot the job runs nothing).
     let api = JobsApi { ray: &target.ray };
-    let status = match api.get(old_id).await {
-        Ok(info) => info.status,
-        Err(_) => record.status.clone(),
-    };
-    if matches!(status.as_str(), "PENDING" | "RUNNING") {
+    if let Ok(info) = api.get(old_id).await
+        && !info.is_terminal()
+    {
         return Err(Error::StillRunning {
             id: old_id.to_string(),
-            status,
+            status: info.status,
         });
     }
     let dir = records.as_ref().map(|r| r.dir(old_id)).unwrap_or_default();

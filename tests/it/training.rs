@@ -54,6 +54,7 @@ class TaskRunner:
         marker = os.path.join(ckpt, "latest_checkpointed_iteration.txt")
         sleep = float(os.environ.get("FAKE_STEP_SLEEP", "0.3"))
         hang_after = int(os.environ.get("FAKE_HANG_AFTER", "0"))
+        scale = float(os.environ.get("FAKE_SCORE_SCALE", "1"))
         start = 1
         say(f"resume_mode={mode} default_local_dir={ckpt}")
         if mode == "auto" and os.path.exists(marker):
@@ -74,13 +75,13 @@ class TaskRunner:
                 "actor/pg_loss": -0.015 * step,
                 "actor/lr": 1e-06,
                 "actor/entropy": float("nan") if step == 3 else 1.0 / step,
-                "critic/score/mean": step / 10,
+                "critic/score/mean": scale * step / 10,
                 "response_length/mean": 100 + step,
                 "perf/max_memory_allocated_gb": float("inf") if step == 1 else 2.5,
                 "timing_s/step": sleep,
             }
             if test_freq > 0 and step % test_freq == 0:
-                metrics["val-core/openai/gsm8k/reward/mean@1"] = NpFloat64(step / 8)
+                metrics["val-core/openai/gsm8k/reward/mean@1"] = NpFloat64(scale * step / 8)
                 metrics["val-aux/openai/gsm8k/reward/std@1"] = 0.5
             say(console_line(step, metrics))
             if save_freq > 0 and step % save_freq == 0:
