@@ -86,6 +86,10 @@ fn skip_ansi(mut s: &str) -> &str {
 
 /// `... [repeated 3x across cluster]` (Ray dims it with colour codes) -> `...`.
 fn strip_repeated_suffix(s: &str) -> &str {
+    // Cheap test first: the suffix ends in `]`, or in the colour reset after it.
+    if !s.ends_with(']') && !s.ends_with('m') {
+        return s;
+    }
     let Some(i) = s.rfind("[repeated ") else {
         return s;
     };
@@ -108,29 +112,52 @@ fn strip_repeated_suffix(s: &str) -> &str {
     head
 }
 
+/// `<n> - key:value - key:value`. Neither keys nor values contain spaces, so the line is
+/// read left to right in one pass: each `key:value` ends at the next space, which must
+/// start ` - ` (or be the end of the line).
 fn parse_step(rest: &str) -> Line<'_> {
     let rest = rest.trim_end();
-    let (step_text, tail) = match rest.split_once(" - ") {
-        Some((s, t)) => (s, t),
-        None => return Line::Other,
-    };
-    let Ok(step) = step_text.parse::<u64>() else {
+    let bytes = rest.as_bytes();
+    let digits = bytes.iter().take_while(|b| b.is_ascii_digit()).count();
+    let Ok(step) = rest[..digits].parse::<u64>() else {
         return Line::Other;
     };
-    let mut metrics = Vec::with_capacity(tail.len() / 24 + 1);
-    for segment in tail.split(" - ") {
-        let Some((key, value)) = segment.rsplit_once(':') else {
+    if !bytes[digits..].starts_with(b" - ") {
+        return Line::Other;
+    }
+    let mut metrics = Vec::with_capacity(rest.len() / 24 + 1);
+    let mut at = digits + 3;
+    loop {
+        // One pass over `key:value`: where it ends (the next space) and its last colon.
+        let mut end = bytes.len();
+        let mut colon = None;
+        for (i, &b) in bytes[at..].iter().enumerate() {
+            match b {
+                b' ' => {
+                    end = at + i;
+                    break;
+                }
+                b':' => colon = Some(at + i),
+                b'\t' | b'\n' | b'\r' | b'\x0b' | b'\x0c' => return Line::Other,
+                _ => {}
+            }
+        }
+        let Some(colon) = colon.filter(|&c| c > at) else {
             return Line::Other;
         };
-        if key.is_empty() || key.contains(char::is_whitespace) {
-            return Line::Other;
-        }
+        let (key, value) = (&rest[at..colon], &rest[colon + 1..end]);
         let Some(value) = parse_value(value) else {
             return Line::Other;
         };
         metrics.push((key, value));
+        if end == bytes.len() {
+            return Line::Step { step, metrics };
+        }
+        if !bytes[end..].starts_with(b" - ") {
+            return Line::Other;
+        }
+        at = end + 3;
     }
-    Line::Step { step, metrics }
 }
 
 /// A Python number as `repr`/`pformat` writes it, including numpy 2 scalar reprs.
