@@ -217,8 +217,16 @@ pub async fn plot(
                 .iter()
                 .filter_map(|(id, table)| {
                     let column = table.column_of(key)?;
+                    let label = match table.jobs.as_slice() {
+                        [.., _] if table.jobs.len() > 1 => format!(
+                            "{id} (continues {})",
+                            table.jobs[..table.jobs.len() - 1].join(", ")
+                        ),
+                        _ => id.clone(),
+                    };
                     Some(Series {
                         job: id.clone(),
+                        label,
                         points: table.series(column),
                     })
                 })

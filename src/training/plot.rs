@@ -39,6 +39,8 @@ const MARK_POINTS_UP_TO: usize = 60;
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Series {
     pub job: String,
+    /// The legend's text (the job id, and the jobs it continues).
+    pub label: String,
     /// `(step, value)`; non-finite values are kept here and left out of the drawing.
     pub points: Vec<(u64, f64)>,
 }
@@ -271,7 +273,7 @@ where
                 .draw_series(LineSeries::new(segment.iter().copied(), c.stroke_width(2)))
                 .map_err(e)?;
             if first && legend {
-                drawn.label(series.job.clone()).legend(move |(x, y)| {
+                drawn.label(series.label.clone()).legend(move |(x, y)| {
                     PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
                 });
             }
@@ -315,6 +317,7 @@ mod tests {
                     .enumerate()
                     .map(|(i, j)| Series {
                         job: j.to_string(),
+                        label: j.to_string(),
                         points: (1..=6)
                             .map(|s| {
                                 (
@@ -334,6 +337,7 @@ mod tests {
                 key: "val-core/openai/gsm8k/reward/mean@1".into(),
                 series: vec![Series {
                     job: jobs[0].into(),
+                    label: jobs[0].into(),
                     points: vec![(3, 0.5)],
                 }],
             },
