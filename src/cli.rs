@@ -123,7 +123,7 @@ pub enum Commands {
     /// drifted; a replay resumes by the same rule. Exit code: the job's (0/1/3).
     Run(RunArgs),
 
-    /// Inspect and control jobs: status, logs, stop, list, wait.
+    /// Inspect and control jobs: status, logs, stop, list, wait, metrics, plot.
     #[command(subcommand)]
     Job(JobCommand),
 
@@ -218,9 +218,14 @@ pub struct PrepareArgs {
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// The JobSpec (not needed with --lock, which carries the one it used).
-    #[arg(required_unless_present = "lock")]
+    /// The JobSpec (not needed with --lock, which carries the one it used, nor with
+    /// --resume, which reuses the resumed job's).
+    #[arg(required_unless_present_any = ["lock", "resume"])]
     pub jobspec: Option<PathBuf>,
+
+    /// Continue the job of this run from its checkpoints (see `argus submit --resume`).
+    #[arg(long, value_name = "RUN_ID", conflicts_with = "lock")]
+    pub resume: Option<String>,
 
     /// Replay the run recorded in this run.lock.yaml, with its pinned inputs.
     #[arg(long, value_name = "FILE")]
@@ -247,8 +252,17 @@ pub struct RunArgs {
 
 #[derive(Debug, Args)]
 pub struct SubmitArgs {
-    /// The JobSpec (YAML).
-    pub jobspec: PathBuf,
+    /// The JobSpec (YAML). With --resume, optional: the resumed job's own is reused.
+    #[arg(required_unless_present = "resume")]
+    pub jobspec: Option<PathBuf>,
+
+    /// Continue this stopped, failed or time-limited job from its checkpoints: a new job
+    /// with the old one's checkpoint directory as trainer.default_local_dir and
+    /// trainer.resume_mode=auto (custom jobs: ARGUS_CHECKPOINT_DIR), the same code,
+    /// datasets and model unless the JobSpec or --set change them. Refused (exit 2) when
+    /// the old job has no checkpoint or still runs.
+    #[arg(long, value_name = "ID")]
+    pub resume: Option<String>,
 
     /// Print the exact payload (entrypoint, runtime_env, resources); submit and write nothing.
     #[arg(long)]
@@ -298,6 +312,40 @@ pub enum JobCommand {
         /// Give up after this many seconds (exit 1; the job keeps running).
         #[arg(long, value_name = "SECONDS")]
         timeout: Option<u64>,
+    },
+    /// A verl job's metrics: a table of step × metric from its driver log.
+    ///
+    /// Read live through Ray's API, or from the saved jobs/<id>/logs/driver.log once the
+    /// job has ended (so it works after the cluster is gone). A resumed job's table
+    /// continues the jobs it resumes. `nan`/`inf` are kept as logged; an empty cell (CSV),
+    /// `-` (table) or an absent key (JSON) means the step did not log the metric. A log
+    /// without verl step lines gives an empty table (exit 0). Saved as
+    /// jobs/<id>/metrics.csv when the job ends.
+    Metrics {
+        id: String,
+        /// CSV on stdout (step,<keys>), as Python writes numbers.
+        #[arg(long, conflicts_with = "json")]
+        csv: bool,
+        /// Only metrics matching this glob (repeatable; `*` also matches `/`), e.g.
+        /// --keys 'critic/*' --keys 'val-core/*'.
+        #[arg(long = "keys", value_name = "GLOB")]
+        keys: Vec<String>,
+    },
+    /// Plot metrics against the step: one panel per metric, one line per job.
+    ///
+    /// Several ids compare runs on the same panels. Default metrics: the reward/score
+    /// mean and the validation scores (SFT: the train and validation loss). A resumed
+    /// job's line continues the jobs it resumes. The image needs no font on the machine.
+    Plot {
+        /// One or more job ids.
+        #[arg(required = true, num_args = 1..)]
+        ids: Vec<String>,
+        /// Metrics to draw (globs, repeatable; `*` also matches `/`).
+        #[arg(long = "keys", value_name = "GLOB")]
+        keys: Vec<String>,
+        /// Output file, .png or .svg (default: <first id>.png in this directory).
+        #[arg(short, long, value_name = "FILE")]
+        output: Option<PathBuf>,
     },
 }
 

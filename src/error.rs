@@ -37,6 +37,8 @@ pub enum Error {
     Lock(#[from] crate::lock::Error),
     #[error(transparent)]
     Export(#[from] crate::export::Error),
+    #[error(transparent)]
+    Training(#[from] crate::training::Error),
     #[error("cannot encode the output as JSON")]
     Encode(#[from] serde_json::Error),
     #[error("{context}")]
@@ -63,6 +65,7 @@ impl Classify for Error {
             Error::Run(e) => e.exit(),
             Error::Lock(e) => e.exit(),
             Error::Export(e) => e.exit(),
+            Error::Training(e) => e.exit(),
             Error::Encode(_) => Exit::Failed,
             Error::Context { source, .. } => source.exit(),
         }
@@ -86,6 +89,7 @@ impl Classify for Error {
             Error::Run(e) => e.hint(),
             Error::Lock(e) => e.hint(),
             Error::Export(e) => e.hint(),
+            Error::Training(e) => e.hint(),
             Error::Context { source, .. } => source.hint(),
         }
     }

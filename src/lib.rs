@@ -12,6 +12,7 @@
 //! argus submit, job   a JobSpec as a Ray job, watched and recorded  submit
 //! argus run           all of the above from scratch, locked         run
 //! argus export        the same profile and job as KubeRay objects    export
+//! argus job metrics   progress, metrics, plots, resume of a job     training
 //! ```
 //!
 //! Data flows one way: YAML -> validated config (`config`) -> a plan (pure data) ->
@@ -29,6 +30,7 @@ pub mod hydra;
 pub mod run;
 pub mod snapshot;
 pub mod submit;
+pub mod training;
 
 // Leaf modules: shared by several stages, importing none of them.
 pub mod digest;

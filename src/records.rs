@@ -45,6 +45,9 @@ pub struct JobRecord {
     /// Why argus stopped the job, when it did (e.g. the time limit).
     #[serde(default)]
     pub stopped_by_argus: Option<String>,
+    /// The job this one continues from its checkpoints (`submit --resume`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resumes: Option<String>,
 }
 
 impl JobRecord {

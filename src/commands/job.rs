@@ -31,11 +31,26 @@ fn target(cli: &Cli) -> Result<Target> {
 }
 
 pub async fn submit(cli: &Cli, args: &SubmitArgs, printer: &Printer) -> Result<Exit> {
-    let loaded = LoadedJobSpec::load(&args.jobspec, &args.sets)?;
-    let target = target(cli)?;
+    let (loaded, target, what) = match (&args.resume, &args.jobspec) {
+        (Some(old), given) => {
+            old.parse::<crate::ids::SubmissionId>()?;
+            let target = target(cli)?;
+            let loaded =
+                super::training::resume(&target, old, given.as_deref(), &args.sets, printer)
+                    .await?;
+            (loaded, target, format!("the job resuming {old}"))
+        }
+        (None, Some(path)) => (
+            LoadedJobSpec::load(path, &args.sets)?,
+            target(cli)?,
+            path.display().to_string(),
+        ),
+        (None, None) => return Ok(Exit::Usage),
+    };
     loaded.check_on_shared(&target.mount)?;
-    let prepared = submit::prepare(&target, &loaded, !args.no_check)
-        .with_context(|| format!("cannot submit {}", args.jobspec.display()))?;
+    let mut prepared = submit::prepare(&target, &loaded, !args.no_check)
+        .with_context(|| format!("cannot submit {what}"))?;
+    prepared.resumes = args.resume.clone();
     for note in &prepared.notes {
         printer.warn(note);
     }
@@ -51,7 +66,7 @@ pub async fn submit(cli: &Cli, args: &SubmitArgs, printer: &Printer) -> Result<E
     }
     let report = submit::submit(&target, &prepared)
         .await
-        .with_context(|| format!("cannot submit {}", args.jobspec.display()))?;
+        .with_context(|| format!("cannot submit {what}"))?;
     let id = &report.submission_id;
     if !(args.wait || args.follow) {
         if printer.json {
@@ -71,9 +86,11 @@ pub async fn submit(cli: &Cli, args: &SubmitArgs, printer: &Printer) -> Result<E
         time_limit: prepared.time_limit_s.map(Duration::from_secs),
         follow: args.follow && !printer.json,
     };
-    let info = watch::wait(&target, id, &options, |text| printer.raw(text))
+    let mut sink = super::training::LogSink::new(printer, id);
+    let info = watch::wait(&target, id, &options, |text| sink.write(text))
         .await
         .with_context(|| format!("while waiting for job {id}"))?;
+    sink.finish();
     finish(printer, &info)
 }
 
@@ -104,6 +121,14 @@ pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<E
         | JobCommand::Wait { id, .. } => {
             id.parse::<crate::ids::SubmissionId>()?;
         }
+        JobCommand::Metrics { id, .. } => {
+            id.parse::<crate::ids::SubmissionId>()?;
+        }
+        JobCommand::Plot { ids, .. } => {
+            for id in ids {
+                id.parse::<crate::ids::SubmissionId>()?;
+            }
+        }
         JobCommand::List => {}
     }
     let target = target(cli)?;
@@ -112,8 +137,9 @@ pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<E
             let (info, record, from_cluster) = watch::status(&target, id)
                 .await
                 .with_context(|| format!("cannot read the status of job {id}"))?;
+            let progress = crate::training::progress(&target, id, &info, record.as_ref()).await;
             if printer.json {
-                printer.json(&serde_json::json!({"job": info, "record": record, "from_cluster": from_cluster}));
+                printer.json(&serde_json::json!({"job": info, "record": record, "from_cluster": from_cluster, "progress": progress}));
             } else {
                 let mut rows = vec![
                     vec!["submission_id".to_string(), id.clone()],
@@ -134,6 +160,9 @@ pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<E
                     if let Some(why) = &r.stopped_by_argus {
                         rows.push(vec!["stopped_by_argus".into(), why.clone()]);
                     }
+                }
+                if let Some(p) = &progress {
+                    rows.extend(super::training::progress_rows(p));
                 }
                 rows.push(vec![
                     "source".into(),
@@ -195,9 +224,11 @@ pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<E
                 time_limit,
                 follow,
             };
-            let info = watch::wait(&target, id, &options, |text| printer.raw(text))
+            let mut sink = super::training::LogSink::new(printer, id);
+            let info = watch::wait(&target, id, &options, |text| sink.write(text))
                 .await
                 .with_context(|| format!("while waiting for job {id}"))?;
+            sink.finish();
             finish(printer, &info)
         }
         JobCommand::Stop { id, wait } => {
@@ -228,6 +259,12 @@ pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<E
             Ok(Exit::Success)
         }
         JobCommand::List => list(&target, printer).await,
+        JobCommand::Metrics { id, csv, keys } => {
+            super::training::metrics(&target, id, *csv, keys, printer).await
+        }
+        JobCommand::Plot { ids, keys, output } => {
+            super::training::plot(&target, ids, keys, output.as_deref(), printer).await
+        }
     }
 }
 

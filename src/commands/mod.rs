@@ -12,6 +12,7 @@ mod job;
 mod prepare;
 mod run;
 mod snapshot;
+mod training;
 
 use crate::error::Result;
 

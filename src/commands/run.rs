@@ -10,6 +10,7 @@ use crate::run::{self, Outcome, RunOptions, RunReport, lock::RunLock};
 use crate::ui::{Printer, table};
 
 pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
+    let mut resumes = None;
     let (job, loaded, lock) = match &args.lock {
         Some(path) => {
             let lock = RunLock::read(path).map_err(run::Error::BadLock)?;
@@ -19,6 +20,15 @@ pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
             };
             let (job, loaded) = run::from_lock(&lock, profile.as_ref())?;
             (job, loaded, Some((path.clone(), lock)))
+        }
+        None if args.resume.is_some() => {
+            let run_id = args.resume.as_deref().unwrap_or_default();
+            let loaded = super::profile(cli)?;
+            let (job, old) =
+                super::training::resume_run(&loaded, run_id, args.jobspec.as_deref(), printer)
+                    .await?;
+            resumes = Some(old);
+            (job, loaded, None)
         }
         None => {
             let Some(path) = &args.jobspec else {
@@ -39,11 +49,14 @@ pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
         allow_drift: args.allow_drift,
         follow: !printer.json,
         new: args.new,
+        resumes,
     };
     let reporter = printer.reporter();
-    let outcome = run::run(&loaded, job, &options, &reporter, |text| printer.raw(text))
+    let mut sink = super::training::LogSink::new(printer, "training");
+    let outcome = run::run(&loaded, job, &options, &reporter, |text| sink.write(text))
         .await
         .context("the run stopped")?;
+    sink.finish();
     let (report, finished_before) = match outcome {
         Outcome::Ran(report) => (report, false),
         Outcome::AlreadyFinished(report) => (report, true),

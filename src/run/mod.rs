@@ -160,6 +160,8 @@ pub struct RunOptions {
     pub follow: bool,
     /// A new run even when a run of the same key exists.
     pub new: bool,
+    /// The job this run's job continues from its checkpoints (`run --resume`).
+    pub resumes: Option<String>,
 }
 
 /// How an `argus run` ended.
@@ -435,7 +437,8 @@ async fn stages(
     };
     let note = match &seen {
         Seen::Nowhere => {
-            let prepared = submit::prepare(&target, &job, true)?;
+            let mut prepared = submit::prepare(&target, &job, true)?;
+            prepared.resumes = options.resumes.clone();
             lock.write(&lock_path)?;
             job::submit(&target, &prepared).await?
         }

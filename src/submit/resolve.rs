@@ -29,6 +29,9 @@ pub struct Prepared {
     pub time_limit_s: Option<u64>,
     #[serde(skip)]
     pub jobspec_record: String,
+    /// The job this one continues (`--resume`); recorded in its job.json.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resumes: Option<String>,
 }
 
 /// `<prefix>-<yyyymmdd-hhmmss>-<4 hex>`; the generator lives in [`crate::ids`].
@@ -209,6 +212,7 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
         notes,
         time_limit_s: spec.time_limit.map(|t| t.0.as_secs()),
         jobspec_record: redacted_yaml(spec),
+        resumes: None,
     })
 }
 

@@ -102,6 +102,7 @@ pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport
                 .to_string(),
             status: JobStatus::Pending,
             time_limit_s: prepared.time_limit_s,
+            resumes: prepared.resumes.clone(),
             ..Default::default()
         };
         records.write(&record).map_err(|source| Error::Records {

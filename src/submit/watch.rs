@@ -188,6 +188,10 @@ pub async fn record_end(
     if let Err(e) = records.finish(&mut record, info, logs.as_deref()) {
         tracing::warn!("cannot record the end of job {id}: {e}");
     }
+    // The table of its metrics beside the log (jobs/<id>/metrics.csv).
+    if let Err(e) = crate::training::save_metrics(&records, id) {
+        tracing::warn!("cannot save the metrics of job {id}: {e}");
+    }
 }
 
 /// What argus knows of a job: Ray's view when the cluster knows it (recorded when final),

@@ -5,9 +5,11 @@
 
 mod printer;
 mod progress;
+mod steps;
 
 pub use printer::{Printer, Verbosity};
 pub use progress::{Reporter, Task};
+pub use steps::StepBar;
 
 pub use progress::human_bytes;
 

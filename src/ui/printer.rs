@@ -43,6 +43,11 @@ impl Printer {
         stdout_result(out.write_all(text.as_bytes()).and_then(|()| out.flush()));
     }
 
+    /// A buffered writer on stdout, for large data (CSV of a long run).
+    pub fn stdout(&self) -> std::io::BufWriter<std::io::StdoutLock<'static>> {
+        std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock())
+    }
+
     /// A JSON document on stdout, with every secret value this process knows redacted
     /// (Ray echoes entrypoints and env vars back).
     pub fn json(&self, value: &serde_json::Value) {
@@ -60,6 +65,11 @@ impl Printer {
     /// A warning on stderr; shown even with `-q`.
     pub fn warn(&self, text: impl AsRef<str>) {
         eprintln!("warning: {}", text.as_ref());
+    }
+
+    /// Whether progress bars show (an interactive stderr, not `-q`/`-v`/`--no-progress`).
+    pub fn bars(&self) -> bool {
+        self.bars
     }
 
     /// Progress reporting for library code.

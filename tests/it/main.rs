@@ -16,3 +16,4 @@ mod profiles;
 mod run;
 mod snapshots;
 mod submit;
+mod training;

@@ -1,0 +1,354 @@
+//! `argus job metrics`, `argus job plot`, the progress rows of `argus job status`, the
+//! step bar over streamed logs (`submit --follow`, `job logs -f`, `run`), and the JobSpec
+//! of `submit --resume` / `run --resume`.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Context, Result};
+
+use crate::cluster::reconcile;
+use crate::config::LoadedProfile;
+use crate::config::jobspec::LoadedJobSpec;
+use crate::exit::Exit;
+use crate::submit::Target;
+use crate::training::metrics::{KeyPattern, Table};
+use crate::training::plot::{self, Figure, Format, Panel, Series};
+use crate::training::progress::{Follower, Progress};
+use crate::training::{self, Error};
+use crate::ui::{Printer, StepBar};
+
+/// What `job plot` draws without --keys: the reward/score mean (the first present) and
+/// the validation scores; for SFT, the losses.
+const DEFAULT_PLOT_KEYS: &[&[&str]] = &[
+    &["critic/score/mean", "critic/rewards/mean"],
+    &["val-core/*"],
+    &["train/loss"],
+    &["val/loss"],
+];
+
+/// A streamed log on stdout with the step bar on stderr.
+pub struct LogSink<'a> {
+    printer: &'a Printer,
+    follower: Follower,
+    bar: StepBar,
+}
+
+impl<'a> LogSink<'a> {
+    pub fn new(printer: &'a Printer, label: &str) -> Self {
+        Self {
+            printer,
+            follower: Follower::new(),
+            bar: StepBar::new(printer.bars(), label),
+        }
+    }
+
+    pub fn write(&mut self, text: &str) {
+        let printer = self.printer;
+        self.bar.suspend(|| printer.raw(text));
+        if let Some(update) = self.follower.feed(text) {
+            self.bar
+                .update(update.step, update.total, update.eta_s, &update.summary);
+        }
+    }
+
+    pub fn finish(&self) {
+        self.bar.finish();
+    }
+}
+
+fn patterns(keys: &[String]) -> Result<Vec<KeyPattern>, Error> {
+    keys.iter()
+        .map(|k| {
+            KeyPattern::parse(k).map_err(|reason| Error::BadPattern {
+                pattern: k.clone(),
+                reason,
+            })
+        })
+        .collect()
+}
+
+pub async fn metrics(
+    target: &Target,
+    id: &str,
+    csv: bool,
+    keys: &[String],
+    printer: &Printer,
+) -> Result<Exit> {
+    let patterns = patterns(keys)?;
+    let (table, _, _) = training::chain_table(target, id)
+        .await
+        .with_context(|| format!("cannot read the metrics of job {id}"))?;
+    let columns = if table.is_empty() {
+        printer.info(format!(
+            "the log of {} has no verl step lines (verl prints them when trainer.logger includes console)",
+            table.jobs.join(", ")
+        ));
+        Vec::new()
+    } else {
+        table.select(&patterns).map_err(|pattern| Error::NoMatch {
+            pattern,
+            jobs: table.jobs.join(", "),
+            available: table.keys().to_vec(),
+        })?
+    };
+    if csv {
+        let mut out = printer.stdout();
+        match table
+            .write_csv(&columns, &mut out)
+            .and_then(|()| out.flush())
+        {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                return Err(crate::training::Error::Write {
+                    path: "<stdout>".into(),
+                    source: e,
+                }
+                .into());
+            }
+            _ => {}
+        }
+    } else if printer.json {
+        printer.json(&table.to_json(&columns));
+    } else {
+        printer.data(crate::ui::table(&table.to_cells(&columns)));
+    }
+    if table.jobs.len() > 1 {
+        printer.info(format!(
+            "steps of {} joined: {}",
+            id,
+            table.jobs.join(" -> ")
+        ));
+    }
+    Ok(Exit::Success)
+}
+
+/// The columns to plot of one table: per pattern group, the first pattern with matches.
+fn default_columns(table: &Table) -> Vec<String> {
+    let mut out = Vec::new();
+    for group in DEFAULT_PLOT_KEYS {
+        for pattern in group.iter().filter_map(|p| KeyPattern::parse(p).ok()) {
+            let found: Vec<&String> = table
+                .keys()
+                .iter()
+                .filter(|k| pattern.is_match(k))
+                .collect();
+            if !found.is_empty() {
+                out.extend(found.into_iter().cloned());
+                break;
+            }
+        }
+    }
+    out
+}
+
+pub async fn plot(
+    target: &Target,
+    ids: &[String],
+    keys: &[String],
+    output: Option<&Path>,
+    printer: &Printer,
+) -> Result<Exit> {
+    let patterns = patterns(keys)?;
+    let output = output
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(format!("{}.png", ids[0])));
+    let format = Format::from_path(&output).ok_or_else(|| Error::PlotFormat {
+        path: output.clone(),
+    })?;
+    let mut tables = Vec::new();
+    for id in ids {
+        let (table, _, _) = training::chain_table(target, id)
+            .await
+            .with_context(|| format!("cannot read the metrics of job {id}"))?;
+        if table.is_empty() {
+            printer.warn(format!("the log of {id} has no verl step lines"));
+        }
+        tables.push((id.clone(), table));
+    }
+    if tables.iter().all(|(_, t)| t.is_empty()) {
+        return Err(Error::NothingToPlot(ids.join(", ")).into());
+    }
+    // The metrics: in --keys order, the union over the jobs.
+    let mut chosen: Vec<String> = Vec::new();
+    if patterns.is_empty() {
+        for (_, table) in &tables {
+            for key in default_columns(table) {
+                if !chosen.contains(&key) {
+                    chosen.push(key);
+                }
+            }
+        }
+        if chosen.is_empty() {
+            return Err(Error::NoMatch {
+                pattern: "(the default: critic/score/mean, val-core/*, train/loss, val/loss)"
+                    .into(),
+                jobs: ids.join(", "),
+                available: tables[0].1.keys().to_vec(),
+            }
+            .into());
+        }
+    } else {
+        for pattern in &patterns {
+            let mut matched = false;
+            for (_, table) in &tables {
+                for key in table.keys().iter().filter(|k| pattern.is_match(k)) {
+                    matched = true;
+                    if !chosen.contains(key) {
+                        chosen.push(key.clone());
+                    }
+                }
+            }
+            if !matched {
+                let available = tables
+                    .iter()
+                    .find(|(_, t)| !t.is_empty())
+                    .map(|(_, t)| t.keys().to_vec())
+                    .unwrap_or_default();
+                return Err(Error::NoMatch {
+                    pattern: pattern.text.clone(),
+                    jobs: ids.join(", "),
+                    available,
+                }
+                .into());
+            }
+        }
+    }
+    let panels: Vec<Panel> = chosen
+        .iter()
+        .map(|key| Panel {
+            key: key.clone(),
+            series: tables
+                .iter()
+                .filter_map(|(id, table)| {
+                    let column = table.column_of(key)?;
+                    let label = match table.jobs.as_slice() {
+                        [.., _] if table.jobs.len() > 1 => format!(
+                            "{id} (continues {})",
+                            table.jobs[..table.jobs.len() - 1].join(", ")
+                        ),
+                        _ => id.clone(),
+                    };
+                    Some(Series {
+                        job: id.clone(),
+                        label,
+                        points: table.series(column),
+                    })
+                })
+                .collect(),
+        })
+        .collect();
+    let title = match tables.as_slice() {
+        [(id, t)] if t.jobs.len() > 1 => format!(
+            "job {id} (continues {})",
+            t.jobs[..t.jobs.len() - 1].join(", ")
+        ),
+        [(id, _)] => format!("job {id}"),
+        _ => format!("jobs {}", ids.join(" vs ")),
+    };
+    let figure = Figure::new(title, panels);
+    let bytes = plot::render(&figure, format).map_err(Error::Render)?;
+    write_output(&output, &bytes)?;
+    if printer.json {
+        printer.json(&serde_json::json!({
+            "output": output,
+            "format": match format { Format::Png => "png", Format::Svg => "svg" },
+            "figure": figure,
+        }));
+    } else {
+        printer.data(output.display().to_string());
+        printer.info(format!(
+            "{} panel(s): {}",
+            figure.panels.len(),
+            chosen.join(", ")
+        ));
+    }
+    Ok(Exit::Success)
+}
+
+/// Writes the image through a temporary name in the same directory, then renames it.
+fn write_output(path: &Path, bytes: &[u8]) -> Result<(), Error> {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
+    let result = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
+    if result.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    result.map_err(|source| Error::Write {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn seconds(s: f64) -> String {
+    humantime::format_duration(std::time::Duration::from_secs(s.round() as u64)).to_string()
+}
+
+/// Rows for the `job status` table.
+pub fn progress_rows(p: &Progress) -> Vec<Vec<String>> {
+    let mut rows = Vec::new();
+    let step = match (p.step, p.total_steps, p.percent) {
+        (Some(s), Some(t), Some(pc)) => format!("{s}/{t} ({pc:.0}%)"),
+        (Some(s), _, _) => s.to_string(),
+        (None, Some(t), _) => format!("0/{t}"),
+        (None, None, _) => "-".into(),
+    };
+    rows.push(vec!["step".into(), step]);
+    if let Some(e) = p.elapsed_s {
+        rows.push(vec!["elapsed".into(), seconds(e)]);
+    }
+    if let (Some(eta), Some(from)) = (p.eta_s, &p.eta_from) {
+        rows.push(vec![
+            "eta".into(),
+            format!("{} (from {from})", seconds(eta)),
+        ]);
+    }
+    for m in &p.metrics {
+        let value = match m.value.as_f64() {
+            Some(v) => crate::training::metrics::human_number(v),
+            None => m.value.as_str().unwrap_or_default().to_string(),
+        };
+        rows.push(vec![
+            m.label.clone(),
+            format!("{value}  ({} at step {})", m.key, m.step),
+        ]);
+    }
+    rows
+}
+
+/// The JobSpec of a job continuing `old` (checked: it has ended and has a checkpoint).
+pub async fn resume(
+    target: &Target,
+    old: &str,
+    given: Option<&Path>,
+    sets: &[String],
+    printer: &Printer,
+) -> Result<LoadedJobSpec> {
+    let point = training::resume_point(target, old)
+        .await
+        .with_context(|| format!("cannot resume job {old}"))?;
+    printer.info(format!(
+        "resuming {old} from global_step_{} in {}",
+        point.step, point.checkpoint_dir
+    ));
+    training::resumed_jobspec(&point, given, sets)
+        .with_context(|| format!("cannot resume job {old}"))
+}
+
+/// `run --resume RUN_ID`: the JobSpec continuing that run's job, and the job's id.
+pub async fn resume_run(
+    loaded: &LoadedProfile,
+    run_id: &str,
+    given: Option<&Path>,
+    printer: &Printer,
+) -> Result<(LoadedJobSpec, String)> {
+    let runs = loaded.host_layout()?.runs();
+    let old = training::job_of_run(&runs, run_id)?;
+    // The cluster may be down (run brings it up): ask it once, else trust the record.
+    let ray = reconcile::ray_client(loaded)?.with_connect_retries(0);
+    let target = Target::from_profile(loaded, ray);
+    let job = resume(&target, &old, given, &[], printer).await?;
+    Ok((job, old))
+}

@@ -1,0 +1,438 @@
+//! A running job as researchers look at it: how far it is, its metrics, plots of them,
+//! and continuing it from its checkpoints.
+//!
+//! ```text
+//! log.rs       verl's console lines (`Total training steps`, `step:N - key:value ...`)  pure
+//! metrics.rs   the step × metric table of a log or of a chain of resumed jobs; CSV, JSON  pure
+//! progress.rs  step of total, ETA, key metrics; a follower of a streamed log            pure
+//! plot.rs      one panel per metric, one line per job, to PNG or SVG                    pure
+//! resume.rs    the checkpoint directory of a job and the JobSpec that continues it      pure
+//! ```
+//!
+//! This file holds the I/O at the edges: where a job's log is read (the saved
+//! `jobs/<id>/logs/driver.log` once the job has ended, else Ray's Jobs API), the chain of
+//! jobs a resumed job continues, and `jobs/<id>/metrics.csv`, written when a job ends.
+
+pub mod log;
+pub mod metrics;
+pub mod plot;
+pub mod progress;
+pub mod resume;
+
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::exit::{Classify, Exit};
+use crate::submit::Target;
+use crate::ray::jobs::{JobInfo, JobsApi};
+use crate::fsx::write_atomic;
+use crate::records::{JobRecord, Records};
+use crate::submit::watch;
+use metrics::Table;
+use progress::Progress;
+
+/// How many jobs back a chain of resumed jobs is followed (a guard against a loop).
+const MAX_CHAIN: usize = 1000;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Submit(#[from] crate::submit::Error),
+    #[error("cannot read {}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write {}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid --keys pattern {pattern:?}: {reason}")]
+    BadPattern { pattern: String, reason: String },
+    #[error("no metric matches --keys {pattern:?} in the log of {jobs}")]
+    NoMatch {
+        pattern: String,
+        jobs: String,
+        available: Vec<String>,
+    },
+    #[error("nothing to plot: the log of {0} has no verl step lines")]
+    NothingToPlot(String),
+    #[error("cannot plot to {}: the file name must end in .png or .svg", path.display())]
+    PlotFormat { path: PathBuf },
+    #[error("cannot draw the plot: {0}")]
+    Render(String),
+    #[error("argus has no record of job {0}, so it cannot be resumed")]
+    NoRecord(String),
+    #[error(
+        "job {id} is still {status}: resuming it would make two jobs write the same checkpoints"
+    )]
+    StillRunning { id: String, status: String },
+    #[error("job {id} has no checkpoint to resume from: {} has no global_step_<n>/ and no latest_checkpointed_iteration.txt", dir.display())]
+    NoCheckpoint { id: String, dir: PathBuf },
+    #[error("the checkpoints of job {id} ({container_dir}) are not on this host's shared storage")]
+    CheckpointsElsewhere { id: String, container_dir: String },
+    #[error("no run {run_id}: {} does not exist", path.display())]
+    UnknownRun { run_id: String, path: PathBuf },
+    #[error("run {0} submitted no job, so there is nothing to resume")]
+    RunWithoutJob(String),
+    #[error("cannot build the resumed JobSpec of job {id}: {reason}")]
+    ResumeSpec { id: String, reason: String },
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+}
+
+impl Classify for Error {
+    fn exit(&self) -> Exit {
+        match self {
+            Error::Submit(e) => e.exit(),
+            Error::Read { .. } | Error::Render(_) => Exit::Failed,
+            Error::Write { .. }
+            | Error::BadPattern { .. }
+            | Error::NoMatch { .. }
+            | Error::NothingToPlot(_)
+            | Error::PlotFormat { .. }
+            | Error::NoRecord(_)
+            | Error::StillRunning { .. }
+            | Error::NoCheckpoint { .. }
+            | Error::CheckpointsElsewhere { .. }
+            | Error::UnknownRun { .. }
+            | Error::RunWithoutJob(_)
+            | Error::ResumeSpec { .. }
+            | Error::Config(_) => Exit::Usage,
+        }
+    }
+
+    fn hint(&self) -> Option<String> {
+        match self {
+            Error::Submit(e) => e.hint(),
+            Error::Write { .. } => Some("choose a writable path with -o".into()),
+            Error::NoMatch { available, .. } => Some(format!(
+                "the log has: {}{}",
+                available
+                    .iter()
+                    .take(12)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                if available.len() > 12 { ", ..." } else { "" }
+            )),
+            Error::NothingToPlot(_) => {
+                Some("verl prints step lines when trainer.logger includes console".into())
+            }
+            Error::StillRunning { id, .. } => Some(format!(
+                "stop it first: argus job stop {id} --wait"
+            )),
+            Error::NoCheckpoint { .. } => Some(
+                "verl saves a checkpoint every trainer.save_freq steps (set save_freq in the JobSpec)"
+                    .into(),
+            ),
+            Error::NoRecord(_) => Some("`argus job list` shows the jobs argus knows".into()),
+            Error::UnknownRun { .. } => Some("run ids are the directories under <shared>/runs/".into()),
+            _ => None,
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The saved driver log of a job, if argus has one.
+fn saved_log(records: Option<&Records>, id: &str) -> Option<PathBuf> {
+    records
+        .map(|r| r.dir(id).join("logs/driver.log"))
+        .filter(|p| p.is_file())
+}
+
+fn read_saved(id: &str, path: &Path) -> Result<Table, Error> {
+    let file = std::fs::File::open(path).map_err(|source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    Table::from_reader(id, BufReader::with_capacity(1 << 16, file)).map_err(|source| Error::Read {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// One job's own log as a table, with what is known of the job. An ended job with a
+/// saved log is read from disk without asking Ray (so this works with the cluster gone);
+/// otherwise Ray's status decides (and an end it reports is recorded, log included).
+pub async fn job_table(
+    target: &Target,
+    id: &str,
+) -> Result<(Table, JobInfo, Option<JobRecord>), Error> {
+    let records = target.records();
+    if let Some(record) = records.as_ref().and_then(|r| r.read(id))
+        && record.is_final()
+        && let Some(path) = saved_log(records.as_ref(), id)
+    {
+        let table = read_saved(id, &path)?;
+        return Ok((table, watch::from_record(&record), Some(record)));
+    }
+    let (info, record, from_cluster) = watch::status(target, id).await?;
+    if (info.status.is_finished() || !from_cluster)
+        && let Some(path) = saved_log(records.as_ref(), id)
+    {
+        return Ok((read_saved(id, &path)?, info, record));
+    }
+    if !from_cluster {
+        return Ok((Table::new(id), info, record));
+    }
+    let api = JobsApi { ray: &target.ray };
+    let text = api
+        .logs(id)
+        .await
+        .map_err(|e| Error::Submit(crate::submit::Error::from(e)))?;
+    Ok((Table::from_text(id, &text), info, record))
+}
+
+/// The jobs `id` continues, oldest first, ending with `id` (argus's records name them).
+pub fn chain_ids(records: Option<&Records>, id: &str) -> Vec<String> {
+    let mut ids = vec![id.to_string()];
+    if let Some(records) = records {
+        let mut current = records.read(id);
+        while let Some(previous) = current.and_then(|r| r.resumes) {
+            if ids.contains(&previous) || ids.len() >= MAX_CHAIN {
+                break;
+            }
+            current = records.read(&previous);
+            ids.push(previous);
+        }
+    }
+    ids.reverse();
+    ids
+}
+
+/// The table of a job and of the jobs it continues, joined (see [`Table::chain`]).
+pub async fn chain_table(
+    target: &Target,
+    id: &str,
+) -> Result<(Table, JobInfo, Option<JobRecord>), Error> {
+    let records = target.records();
+    let ids = chain_ids(records.as_ref(), id);
+    let mut tables = Vec::with_capacity(ids.len());
+    for earlier in &ids[..ids.len() - 1] {
+        match job_table(target, earlier).await {
+            Ok((table, _, _)) => tables.push(table),
+            Err(e) => {
+                tracing::warn!("the log of {earlier} (which {id} continues) is unavailable: {e}")
+            }
+        }
+    }
+    let (table, info, record) = job_table(target, id).await?;
+    tables.push(table);
+    Ok((Table::chain(tables), info, record))
+}
+
+/// The progress of a job from its own log (best effort: None when there is no verl line
+/// or no log to read).
+pub async fn progress(
+    target: &Target,
+    id: &str,
+    info: &JobInfo,
+    record: Option<&JobRecord>,
+) -> Option<Progress> {
+    let (table, _, _) = match job_table(target, id).await {
+        Ok(found) => found,
+        Err(e) => {
+            tracing::debug!("no progress for {id}: {e}");
+            return None;
+        }
+    };
+    let elapsed = info.start_time.map(|start| {
+        let end = info
+            .end_time
+            .filter(|_| info.status.is_finished())
+            .unwrap_or_else(now_ms);
+        Duration::from_millis(end.saturating_sub(start))
+    });
+    let entrypoint = info
+        .entrypoint
+        .as_deref()
+        .or(record.map(|r| r.entrypoint.as_str()))
+        .unwrap_or_default();
+    progress::summarize(
+        &table,
+        progress::total_from_entrypoint(entrypoint),
+        elapsed,
+        !info.status.is_finished(),
+    )
+}
+
+/// Writes `jobs/<id>/metrics.csv` from the saved logs of the job and the jobs it
+/// continues (what `argus job metrics ID --csv` prints). Nothing is written for a log
+/// without verl lines. Called when a job's end is recorded.
+pub fn save_metrics(records: &Records, id: &str) -> Result<Option<PathBuf>, Error> {
+    let mut tables = Vec::new();
+    for job in chain_ids(Some(records), id) {
+        if let Some(path) = saved_log(Some(records), &job) {
+            tables.push(read_saved(&job, &path)?);
+        }
+    }
+    let table = Table::chain(tables);
+    if table.is_empty() {
+        return Ok(None);
+    }
+    let mut csv = Vec::new();
+    let columns: Vec<usize> = (0..table.keys().len()).collect();
+    let path = records.dir(id).join("metrics.csv");
+    table
+        .write_csv(&columns, &mut csv)
+        .and_then(|()| write_atomic(&path, &csv))
+        .map_err(|source| Error::Write {
+            path: path.clone(),
+            source,
+        })?;
+    Ok(Some(path))
+}
+
+/// What a resumed submission needs: the old job, its checkpoint directory (as the
+/// containers see it) and the newest checkpoint's step.
+#[derive(Debug, Clone)]
+pub struct ResumePoint {
+    pub old_id: String,
+    pub checkpoint_dir: String,
+    pub step: u64,
+    /// The old job's JobSpec as recorded (secrets redacted), as YAML.
+    pub recorded_jobspec: Option<serde_yaml::Value>,
+}
+
+/// Checks that `old_id` can be resumed (argus has its record, it has ended, its
+/// checkpoint directory holds a checkpoint) and says from where.
+pub async fn resume_point(target: &Target, old_id: &str) -> Result<ResumePoint, Error> {
+    let records = target.records();
+    let record = records
+        .as_ref()
+        .and_then(|r| r.read(old_id))
+        .ok_or_else(|| Error::NoRecord(old_id.to_string()))?;
+    // Only the cluster knows whether it still runs: a record left PENDING by a cluster
+    // that went down does not stop a resume (a cluster that forgot the job runs nothing).
+    let api = JobsApi { ray: &target.ray };
+    if let Ok(info) = api.get(old_id).await
+        && !info.status.is_finished()
+    {
+        return Err(Error::StillRunning {
+            id: old_id.to_string(),
+            status: info.status.to_string(),
+        });
+    }
+    let dir = records.as_ref().map(|r| r.dir(old_id)).unwrap_or_default();
+    let payload: serde_json::Value =
+        std::fs::read_to_string(dir.join("config/submit_payload.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+    let env_dir = payload["runtime_env"]["env_vars"]["ARGUS_CHECKPOINT_DIR"].as_str();
+    let default = format!(
+        "{}/{old_id}/checkpoints",
+        crate::config::Layout::new(&target.mount).jobs().display()
+    );
+    let container_dir = resume::checkpoint_dir(&record.entrypoint, env_dir, &default);
+    let host_dir =
+        target
+            .host_path_of(&container_dir)
+            .ok_or_else(|| Error::CheckpointsElsewhere {
+                id: old_id.to_string(),
+                container_dir: container_dir.clone(),
+            })?;
+    let step = resume::latest_checkpoint(&host_dir).ok_or_else(|| Error::NoCheckpoint {
+        id: old_id.to_string(),
+        dir: host_dir.clone(),
+    })?;
+    let recorded_jobspec = std::fs::read_to_string(dir.join("config/jobspec.yaml"))
+        .ok()
+        .and_then(|t| serde_yaml::from_str(&t).ok());
+    Ok(ResumePoint {
+        old_id: old_id.to_string(),
+        checkpoint_dir: container_dir,
+        step,
+        recorded_jobspec,
+    })
+}
+
+/// The JobSpec of the job that continues `point`: `given` (a JobSpec file the user
+/// names) or the old job's own, with the resume settings, then the user's `--set`s.
+pub fn resumed_jobspec(
+    point: &ResumePoint,
+    given: Option<&Path>,
+    sets: &[String],
+) -> Result<crate::config::jobspec::LoadedJobSpec, Error> {
+    use crate::config::jobspec::LoadedJobSpec;
+    use crate::config::yaml::Source;
+    let (origin, base) = match given {
+        Some(path) => {
+            // Validated as written first, so its errors point at its own lines.
+            let loaded = LoadedJobSpec::load(path, &[])?;
+            let mut value: serde_yaml::Value =
+                serde_yaml::from_str(&loaded.source.text).map_err(|e| Error::ResumeSpec {
+                    id: point.old_id.clone(),
+                    reason: e.to_string(),
+                })?;
+            // Relative paths in the file stay relative to it.
+            if let Some(map) = value.as_mapping_mut() {
+                let mut absolute = loaded.clone();
+                absolute.absolutize();
+                if let crate::config::jobspec::Code::Source(code) = &absolute.spec.code {
+                    map.insert(
+                        "code".into(),
+                        serde_yaml::to_value(code).unwrap_or_default(),
+                    );
+                }
+                if let Some(from) = &absolute.spec.data_from {
+                    map.insert("data_from".into(), from.clone().into());
+                }
+            }
+            (
+                format!("{} (resuming {})", path.display(), point.old_id),
+                value,
+            )
+        }
+        None => (
+            format!("<recorded JobSpec of {}>", point.old_id),
+            point
+                .recorded_jobspec
+                .clone()
+                .ok_or_else(|| Error::ResumeSpec {
+                    id: point.old_id.clone(),
+                    reason: "its record has no config/jobspec.yaml; give a JobSpec".into(),
+                })?,
+        ),
+    };
+    let value = resume::resumed_jobspec(base, &point.old_id, &point.checkpoint_dir, |name| {
+        std::env::var(name).ok()
+    })
+    .map_err(|e| Error::ResumeSpec {
+        id: point.old_id.clone(),
+        reason: e.to_string(),
+    })?;
+    let text = crate::config::yaml::to_string(&value);
+    Ok(LoadedJobSpec::from_source(Source::new(origin, text), sets)?)
+}
+
+/// The job a run submitted, from `runs/<run_id>/report.json`.
+pub fn job_of_run(runs: &Path, run_id: &str) -> Result<String, Error> {
+    let path = runs.join(run_id).join("report.json");
+    if !crate::config::jobspec::valid_id(run_id) || !path.is_file() {
+        return Err(Error::UnknownRun {
+            run_id: run_id.to_string(),
+            path,
+        });
+    }
+    let text = std::fs::read_to_string(&path).map_err(|source| Error::Read {
+        path: path.clone(),
+        source,
+    })?;
+    let report: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    report["submission_id"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or_else(|| Error::RunWithoutJob(run_id.to_string()))
+}

@@ -1,0 +1,244 @@
+//! Continuing a job from its checkpoints: a new submission whose
+//! `trainer.default_local_dir` is the old job's checkpoint directory, with
+//! `trainer.resume_mode=auto`, built from the old job's JobSpec as recorded (or one the
+//! user gives) so the code snapshot, datasets and model stay the same unless overridden.
+//!
+//! verl saves `global_step_<n>/` directories in `trainer.default_local_dir` and names the
+//! last one in `latest_checkpointed_iteration.txt`; `resume_mode: auto` resumes from it.
+//! A custom workload gets the same directory as `ARGUS_CHECKPOINT_DIR`. Every resumed job
+//! gets `ARGUS_RESUMES=<old id>` and `metadata.resumes`, and its record names the job it
+//! continues, which is how `job metrics` and `job plot` join the chain.
+//!
+//! Pure except [`latest_checkpoint`] (reads a directory).
+
+use std::path::Path;
+
+use serde_yaml::{Mapping, Value};
+
+use crate::config::secrets::REDACTED;
+
+/// The checkpoint directory a job used, as the containers see it: the last
+/// `trainer.default_local_dir=` of its entrypoint (verl), else the `ARGUS_CHECKPOINT_DIR`
+/// it was given (a resumed custom job), else `default` (`<mount>/jobs/<id>/checkpoints`).
+pub fn checkpoint_dir(entrypoint: &str, env_dir: Option<&str>, default: &str) -> String {
+    let from_entrypoint = shlex::split(entrypoint).and_then(|words| {
+        words.iter().rev().find_map(|w| {
+            w.trim_start_matches('+')
+                .strip_prefix("trainer.default_local_dir=")
+                .map(|v| v.trim_matches(['\'', '"']).to_string())
+        })
+    });
+    from_entrypoint
+        .or_else(|| env_dir.map(str::to_string))
+        .unwrap_or_else(|| default.to_string())
+}
+
+/// The step of the newest checkpoint in `dir` (on this host): what
+/// `latest_checkpointed_iteration.txt` says, else the highest `global_step_<n>/`.
+pub fn latest_checkpoint(dir: &Path) -> Option<u64> {
+    if let Ok(text) = std::fs::read_to_string(dir.join("latest_checkpointed_iteration.txt"))
+        && let Ok(step) = text.trim().parse::<u64>()
+    {
+        return Some(step);
+    }
+    std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .filter(|e| e.path().is_dir())
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()?
+                .strip_prefix("global_step_")?
+                .parse::<u64>()
+                .ok()
+        })
+        .max()
+}
+
+/// The JobSpec of the resumed job, as YAML: `base` (the old job's recorded JobSpec, or the
+/// user's) without its submission id, with redacted secrets taken back from the
+/// environment (`env`), and the resume settings added. The user's `--set` flags are
+/// applied after this, so they still win.
+pub fn resumed_jobspec(
+    mut base: Value,
+    old_id: &str,
+    checkpoint_dir: &str,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Value, ResumeSpecError> {
+    let map = base.as_mapping_mut().ok_or(ResumeSpecError::NotAMapping)?;
+    map.remove("submission_id");
+    let verl = map
+        .get("workload")
+        .and_then(Value::as_str)
+        .is_some_and(|w| w != "custom");
+
+    let env_vars = entry_mapping(map, "env_vars")?;
+    for (key, value) in env_vars.iter_mut() {
+        if value.as_str() == Some(REDACTED) {
+            let name = key.as_str().unwrap_or_default().to_string();
+            *value = Value::String(env(&name).ok_or(ResumeSpecError::MissingSecret(name))?);
+        }
+    }
+    env_vars.insert("ARGUS_RESUMES".into(), old_id.into());
+    env_vars.insert("ARGUS_CHECKPOINT_DIR".into(), checkpoint_dir.into());
+    entry_mapping(map, "metadata")?.insert("resumes".into(), old_id.into());
+
+    if verl {
+        let ours = [
+            ("trainer.default_local_dir", checkpoint_dir.to_string()),
+            ("trainer.resume_mode", "auto".to_string()),
+        ];
+        match map.get_mut("overrides") {
+            Some(Value::Mapping(overrides)) => {
+                for (key, value) in &ours {
+                    overrides.remove(format!("+{key}"));
+                    overrides.remove(format!("++{key}"));
+                    overrides.insert(key.to_string().into(), value.clone().into());
+                }
+            }
+            Some(Value::Sequence(list)) => {
+                list.retain(|item| {
+                    let key = item
+                        .as_str()
+                        .and_then(|s| s.split_once('='))
+                        .map(|(k, _)| k.trim_start_matches('+'))
+                        .unwrap_or_default();
+                    !ours.iter().any(|(k, _)| *k == key)
+                });
+                for (key, value) in &ours {
+                    list.push(format!("{key}={}", hydra_quoted(value)).into());
+                }
+            }
+            _ => {
+                let overrides: Mapping = ours
+                    .iter()
+                    .map(|(k, v)| (Value::from(k.to_string()), Value::from(v.clone())))
+                    .collect();
+                map.insert("overrides".into(), Value::Mapping(overrides));
+            }
+        }
+    }
+    Ok(base)
+}
+
+/// A value as a `key=value` list item carries it: bare when Hydra reads it back unchanged.
+fn hydra_quoted(value: &str) -> String {
+    if value
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "_-./@:".contains(c))
+    {
+        value.to_string()
+    } else {
+        format!("'{}'", value.replace('\\', "\\\\").replace('\'', "\\'"))
+    }
+}
+
+fn entry_mapping<'a>(map: &'a mut Mapping, key: &str) -> Result<&'a mut Mapping, ResumeSpecError> {
+    let slot = map
+        .entry(key.into())
+        .or_insert_with(|| Value::Mapping(Mapping::new()));
+    if slot.is_null() {
+        *slot = Value::Mapping(Mapping::new());
+    }
+    slot.as_mapping_mut().ok_or(ResumeSpecError::NotAMapping)
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResumeSpecError {
+    #[error("the JobSpec is not a mapping")]
+    NotAMapping,
+    #[error("the recorded JobSpec redacted {0}; set it in the environment to resume")]
+    MissingSecret(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn yaml(text: &str) -> Value {
+        serde_yaml::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn the_checkpoint_dir_comes_from_the_entrypoint_then_the_env_then_the_default() {
+        let e = "python3 -m verl.trainer.main_ppo trainer.default_local_dir=/mnt/shared/jobs/a/checkpoints 'trainer.default_local_dir=/mnt/shared/jobs/root/checkpoints' trainer.resume_mode=auto";
+        assert_eq!(
+            checkpoint_dir(e, None, "/d"),
+            "/mnt/shared/jobs/root/checkpoints"
+        );
+        assert_eq!(checkpoint_dir("python3 train.py", Some("/x"), "/d"), "/x");
+        assert_eq!(checkpoint_dir("python3 train.py", None, "/d"), "/d");
+    }
+
+    #[test]
+    fn latest_checkpoint_reads_verls_marker_then_the_directories() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(latest_checkpoint(dir.path()), None);
+        std::fs::create_dir(dir.path().join("global_step_2")).unwrap();
+        std::fs::create_dir(dir.path().join("global_step_10")).unwrap();
+        std::fs::write(
+            dir.path().join("global_step_99"),
+            "a file, not a checkpoint",
+        )
+        .unwrap();
+        assert_eq!(latest_checkpoint(dir.path()), Some(10));
+        std::fs::write(dir.path().join("latest_checkpointed_iteration.txt"), "4").unwrap();
+        assert_eq!(latest_checkpoint(dir.path()), Some(4));
+        assert_eq!(latest_checkpoint(&dir.path().join("absent")), None);
+    }
+
+    #[test]
+    fn a_recorded_verl_jobspec_becomes_the_resumed_one() {
+        let base = yaml(
+            "workload: ppo\nsubmission_id: old-1\ncode_id: abc\noverrides:\n- trainer.default_local_dir=/elsewhere\n- trainer.logger=[console]\nenv_vars:\n  API_TOKEN: <redacted>\n  NCCL_DEBUG: WARN\n",
+        );
+        let out = resumed_jobspec(base, "old-1", "/mnt/shared/jobs/old-1/checkpoints", |k| {
+            (k == "API_TOKEN").then(|| "t0k".to_string())
+        })
+        .unwrap();
+        assert!(out.get("submission_id").is_none());
+        assert_eq!(out["code_id"], "abc");
+        assert_eq!(
+            out["overrides"],
+            yaml(
+                "['trainer.logger=[console]', 'trainer.default_local_dir=/mnt/shared/jobs/old-1/checkpoints', 'trainer.resume_mode=auto']"
+            )
+        );
+        assert_eq!(out["env_vars"]["API_TOKEN"], "t0k");
+        assert_eq!(out["env_vars"]["ARGUS_RESUMES"], "old-1");
+        assert_eq!(out["metadata"]["resumes"], "old-1");
+        let err = resumed_jobspec(
+            yaml("workload: ppo\ncode_id: a\nenv_vars: {HF_TOKEN: <redacted>}\n"),
+            "o",
+            "/d",
+            |_| None,
+        )
+        .unwrap_err();
+        assert_eq!(err, ResumeSpecError::MissingSecret("HF_TOKEN".into()));
+    }
+
+    #[test]
+    fn map_overrides_and_custom_workloads() {
+        let out = resumed_jobspec(
+            yaml("workload: grpo\ncode_id: a\noverrides: {trainer.resume_mode: disable, +trainer.default_local_dir: /x}\n"),
+            "o",
+            "/d",
+            |_| None,
+        )
+        .unwrap();
+        assert_eq!(
+            out["overrides"],
+            yaml("{trainer.resume_mode: auto, trainer.default_local_dir: /d}")
+        );
+        let out = resumed_jobspec(
+            yaml("workload: custom\ncode_id: a\nentrypoint: python3 t.py\n"),
+            "o",
+            "/d",
+            |_| None,
+        )
+        .unwrap();
+        assert!(out.get("overrides").is_none());
+        assert_eq!(out["env_vars"]["ARGUS_CHECKPOINT_DIR"], "/d");
+        assert_eq!(out["entrypoint"], "python3 t.py");
+    }
+}
