@@ -24,10 +24,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::exit::{Classify, Exit};
-use crate::submit::Target;
-use crate::ray::jobs::{JobInfo, JobsApi};
 use crate::fsx::write_atomic;
+use crate::ray::jobs::{JobInfo, JobsApi};
 use crate::records::{JobRecord, Records};
+use crate::submit::Target;
 use crate::submit::watch;
 use metrics::Table;
 use progress::Progress;
