@@ -369,8 +369,9 @@ fn node_flags(node: &NodeSpec, resources: &BTreeMap<String, f64>) -> Vec<String>
     flags
 }
 
-/// `{"head_node": 1}`: whole numbers without a trailing `.0`.
-fn resources_json(resources: &BTreeMap<String, f64>) -> String {
+/// `{"head_node": 1}`: whole numbers without a trailing `.0` (as Ray's `--resources` and
+/// KubeRay's `entrypointResources` take them).
+pub fn resources_json(resources: &BTreeMap<String, f64>) -> String {
     let map: serde_json::Map<String, serde_json::Value> = resources
         .iter()
         .map(|(k, v)| {

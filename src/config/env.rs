@@ -36,6 +36,9 @@ pub fn owned_in_jobs(name: &str) -> Option<&'static str> {
         "PYTHONPATH" => Some(
             "argus sets PYTHONPATH to the code snapshot, then user/code, then the image's; put extra code under <shared>/user/code",
         ),
+        // Where the job's checkpoints go: argus sets it, a JobSpec may point it elsewhere
+        // (a resumed custom job reads the checkpoints of the job it continues).
+        "ARGUS_CHECKPOINT_DIR" => None,
         _ if name.starts_with("ARGUS_") => Some(
             "ARGUS_* variables are argus's own (ARGUS_CODE_PATH, ARGUS_TRAIN_FILE, ARGUS_JOB_DIR, ...)",
         ),

@@ -1059,20 +1059,8 @@ fn job_spec(
                 .set_hint("worker_node: 1 (every worker has it), or a resource a worker group's `resources` declares");
         }
     }
-    let entrypoint_resources = (!entrypoint_resources.is_empty()).then(|| {
-        let map: serde_json::Map<String, serde_json::Value> = entrypoint_resources
-            .iter()
-            .map(|(k, v)| {
-                let value = if v.fract() == 0.0 && v.abs() < 1e15 {
-                    serde_json::json!(*v as i64)
-                } else {
-                    serde_json::json!(v)
-                };
-                (k.clone(), value)
-            })
-            .collect();
-        serde_json::Value::Object(map).to_string()
-    });
+    let entrypoint_resources = (!entrypoint_resources.is_empty())
+        .then(|| crate::cluster::plan::resources_json(&entrypoint_resources));
 
     let active_deadline_seconds = prepared.time_limit_s.and_then(|s| {
         let seconds = i32::try_from(s).ok();

@@ -168,6 +168,7 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
             "ARGUS_JOB_DIR",
             Some(format!("{}/{submission_id}", layout.jobs().display())),
         ),
+        ("ARGUS_CHECKPOINT_DIR", Some(inputs.checkpoint_dir.clone())),
     ];
     env_vars.extend(
         resolved

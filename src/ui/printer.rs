@@ -51,7 +51,8 @@ impl Printer {
     /// A JSON document on stdout, with every secret value this process knows redacted
     /// (Ray echoes entrypoints and env vars back).
     pub fn json(&self, value: &serde_json::Value) {
-        let value = crate::config::secrets::redact_json(value.clone());
+        let secrets = crate::config::secrets::known();
+        let value = redact_values(value.clone(), &|text| secrets.redact_str(text).into_owned());
         self.data(serde_json::to_string_pretty(&value).unwrap_or_default());
     }
 
@@ -85,5 +86,26 @@ fn stdout_result(result: std::io::Result<()>) {
         && e.kind() == std::io::ErrorKind::BrokenPipe
     {
         std::process::exit(0);
+    }
+}
+
+/// Every string of a JSON document through `redact`: by value only (a field named `key`
+/// in a metrics table is data, not a secret).
+fn redact_values(value: serde_json::Value, redact: &dyn Fn(&str) -> String) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::String(s) => Value::String(redact(&s)),
+        Value::Array(items) => Value::Array(
+            items
+                .into_iter()
+                .map(|v| redact_values(v, redact))
+                .collect(),
+        ),
+        Value::Object(map) => Value::Object(
+            map.into_iter()
+                .map(|(k, v)| (k, redact_values(v, redact)))
+                .collect(),
+        ),
+        other => other,
     }
 }
