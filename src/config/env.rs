@@ -38,7 +38,8 @@ pub fn owned_in_jobs(name: &str) -> Option<&'static str> {
         ),
         // Where the job's checkpoints go: argus sets it, a JobSpec may point it elsewhere
         // (a resumed custom job reads the checkpoints of the job it continues).
-        "ARGUS_CHECKPOINT_DIR" => None,
+        // ARGUS_RESUMES names the job a resumed one continues (set by `--resume`).
+        "ARGUS_CHECKPOINT_DIR" | "ARGUS_RESUMES" => None,
         _ if name.starts_with("ARGUS_") => Some(
             "ARGUS_* variables are argus's own (ARGUS_CODE_PATH, ARGUS_TRAIN_FILE, ARGUS_JOB_DIR, ...)",
         ),
