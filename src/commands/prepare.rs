@@ -27,19 +27,9 @@ pub async fn run(loaded: &LoadedProfile, args: &PrepareArgs, printer: &Printer) 
     for model in &models {
         data::parse_model(model).with_context(|| format!("cannot prepare model {model:?}"))?;
     }
-    if (!args.include.is_empty() || !args.exclude.is_empty()) && models.is_empty() {
-        return Err(data::Error::Usage(
-            "--include and --exclude select model files, and there is no model to prepare".into(),
-        )
-        .into());
-    }
+    // --include/--exclude without a model and --from without a dataset were refused by
+    // `commands::check_flags` / `check_prepare_flags` before this runs.
     if let Some(from) = &args.from {
-        if datasets.is_empty() {
-            return Err(data::Error::Usage(
-                "--from is the raw copy of a dataset, and there is no dataset to prepare".into(),
-            )
-            .into());
-        }
         data::check_from(from)?;
     }
     data::download::Filter::new(&args.include, &args.exclude).map_err(data::Error::from)?;
