@@ -95,9 +95,9 @@ impl Holder {
 #[derive(Debug)]
 pub struct Lock {
     dir: PathBuf,
-    /// Directories made to hold the lock (deepest first), removed again when empty: taking
-    /// a lock leaves nothing behind.
-    made: Vec<PathBuf>,
+    /// Directories made to hold the lock, removed again (when empty) after the lock
+    /// itself: taking a lock leaves nothing behind. Dropped after `Drop::drop` runs.
+    _made: fsx::Dirs,
     nonce: String,
     stop: Arc<AtomicBool>,
     heartbeat: Option<std::thread::JoinHandle<()>>,
@@ -151,11 +151,8 @@ pub fn acquire(
         source,
     };
     let parent = dir.parent().unwrap_or(Path::new("."));
-    let made = missing_dirs(parent);
-    if let Err(e) = std::fs::create_dir_all(parent) {
-        remove_empty(&made);
-        return Err(io(e));
-    }
+    let made = fsx::Dirs::new();
+    made.create_all(parent).map_err(io)?;
     let started = Instant::now();
     // The holder last seen, its heartbeat, and since when (our clock) it has not moved.
     let mut watched: Option<(Holder, Option<String>, Instant)> = None;
@@ -164,10 +161,7 @@ pub fn acquire(
         match try_create(dir, &nonce) {
             Ok(true) => return Ok(Lock::start(dir.to_path_buf(), made, nonce)),
             Ok(false) => {}
-            Err(e) => {
-                remove_empty(&made);
-                return Err(io(e));
-            }
+            Err(e) => return Err(io(e)),
         }
         let holder = read_holder(dir);
         let beat = read_heartbeat(dir);
@@ -230,24 +224,6 @@ pub fn acquire(
             });
         }
         std::thread::sleep(POLL);
-    }
-}
-
-/// The ancestors of `dir` (itself included) that do not exist yet, deepest first.
-fn missing_dirs(dir: &Path) -> Vec<PathBuf> {
-    dir.ancestors()
-        .take_while(|d| !d.as_os_str().is_empty() && !d.exists())
-        .map(Path::to_path_buf)
-        .collect()
-}
-
-/// Removes `dirs` (deepest first) while they are empty; a directory another process uses
-/// is not empty, and stays.
-fn remove_empty(dirs: &[PathBuf]) {
-    for d in dirs {
-        if std::fs::remove_dir(d).is_err() {
-            break;
-        }
     }
 }
 
@@ -332,7 +308,7 @@ fn take_over(dir: &Path, stale_nonce: &str) {
 }
 
 impl Lock {
-    fn start(dir: PathBuf, made: Vec<PathBuf>, nonce: String) -> Lock {
+    fn start(dir: PathBuf, made: fsx::Dirs, nonce: String) -> Lock {
         let stop = Arc::new(AtomicBool::new(false));
         let heartbeat = {
             let stop = stop.clone();
@@ -362,7 +338,7 @@ impl Lock {
         };
         Lock {
             dir,
-            made,
+            _made: made,
             nonce,
             stop,
             heartbeat,
@@ -387,7 +363,6 @@ impl Drop for Lock {
                 let _ = fsx::remove_any(&aside);
             }
         }
-        remove_empty(&self.made);
     }
 }
 

@@ -18,10 +18,10 @@ use futures_util::stream::{self, StreamExt, TryStreamExt};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::Serialize;
 
-use super::fsutil::Dirs;
 use super::hf::{FileMeta, HubClient, HubError, RepoKind};
 use super::hf_cache::HubCache;
 use super::hub_types::{Etag, RepoId, RepoPath, Revision};
+use crate::fsx::Dirs;
 use crate::ui::Reporter;
 
 /// Files downloaded at the same time.

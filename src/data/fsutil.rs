@@ -7,8 +7,6 @@ use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 /// What a path is when it is not a regular file or a directory.
 pub fn special_kind(file_type: std::fs::FileType) -> Option<&'static str> {
@@ -91,68 +89,4 @@ pub fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut file = File::create_new(path)?;
     file.write_all(bytes)?;
     file.sync_all()
-}
-
-/// The directories one operation created, so that a failed operation can take the empty
-/// ones away again (it leaves nothing new behind). Removal happens on drop unless
-/// [`Dirs::keep`] was called.
-#[derive(Debug, Default)]
-pub struct Dirs {
-    created: Mutex<Vec<PathBuf>>,
-    keep: AtomicBool,
-}
-
-impl Dirs {
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// `create_dir_all`, recording each directory it made.
-    pub fn create_all(&self, dir: &Path) -> std::io::Result<()> {
-        let mut missing = Vec::new();
-        let mut cursor = Some(dir);
-        while let Some(d) = cursor {
-            if d.as_os_str().is_empty() || std::fs::symlink_metadata(d).is_ok() {
-                break;
-            }
-            missing.push(d.to_path_buf());
-            cursor = d.parent();
-        }
-        for d in missing.into_iter().rev() {
-            match std::fs::create_dir(&d) {
-                Ok(()) => self
-                    .created
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(d),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(e),
-            }
-        }
-        if !dir.is_dir() {
-            return Err(std::io::Error::other(format!(
-                "{} is not a directory",
-                dir.display()
-            )));
-        }
-        Ok(())
-    }
-
-    /// The operation succeeded: keep what it created.
-    pub fn keep(&self) {
-        self.keep.store(true, Ordering::Relaxed);
-    }
-}
-
-impl Drop for Dirs {
-    fn drop(&mut self) {
-        if self.keep.load(Ordering::Relaxed) {
-            return;
-        }
-        let created = std::mem::take(self.created.get_mut().unwrap_or_else(|e| e.into_inner()));
-        // Deepest first; a directory something else wrote into stays.
-        for dir in created.iter().rev() {
-            let _ = std::fs::remove_dir(dir);
-        }
-    }
 }

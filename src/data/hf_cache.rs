@@ -14,8 +14,8 @@
 
 use std::path::{Path, PathBuf};
 
-use super::fsutil::Dirs;
 use super::hub_types::{Commit, Etag, RepoId, RepoKind, RepoPath, Revision, lexically_under};
+use crate::fsx::Dirs;
 
 #[derive(Debug, Clone)]
 pub struct HubCache {

@@ -446,7 +446,7 @@ pub async fn prepare_dataset(
     // Everything goes into a staging directory next to the final one, synced, then
     // swapped in: readers see the old dataset, the new one, or none; never a part.
     let datasets = p.host.datasets();
-    let dirs = fsutil::Dirs::new();
+    let dirs = crate::fsx::Dirs::new();
     dirs.create_all(&datasets)
         .map_err(io("cannot create", &datasets))?;
     let staging = publish::Staging::new(&datasets, dataset.dir_name())
