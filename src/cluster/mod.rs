@@ -10,6 +10,7 @@ pub mod plan;
 pub mod ready;
 pub mod reconcile;
 pub mod status;
+pub mod tunnel;
 
 use crate::exit::{Classify, Exit};
 
@@ -53,6 +54,8 @@ pub enum Error {
         exit_code: i64,
         logs: String,
     },
+    #[error(transparent)]
+    Tunnel(#[from] tunnel::TunnelError),
 }
 
 impl Classify for Error {
@@ -60,6 +63,7 @@ impl Classify for Error {
         match self {
             Error::DockerUnreachable { .. } | Error::ImageUnavailable { .. } => Exit::Unreachable,
             Error::TokenMissing(_) => Exit::Usage,
+            Error::Tunnel(e) => e.exit(),
             Error::Lock(e) => e.exit(),
             Error::Docker { .. }
             | Error::NameTaken { .. }
@@ -77,6 +81,7 @@ impl Classify for Error {
             Error::TokenMissing(var) => Some(format!("export {var}=<token> before running argus")),
             Error::NotReady { .. } => Some("`argus status` shows the containers and nodes; `docker logs <container>` shows Ray's output".into()),
             Error::Lock(e) => e.hint(),
+            Error::Tunnel(e) => e.hint(),
             _ => None,
         }
     }
