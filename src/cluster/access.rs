@@ -8,11 +8,14 @@
 //! when the profile binds it to a network address, which validation allows with token
 //! auth alone, does argus dial it directly.
 
+use std::sync::Arc;
+
 use bollard::Docker;
 
 use super::Error;
 use super::hosts;
 use super::plan::head_name;
+use super::tunnel::Tunnel;
 use crate::config::LoadedProfile;
 use crate::ray::RayClient;
 
@@ -84,9 +87,11 @@ pub async fn ray_client_on(
     match route(loaded) {
         Route::Direct(url) => Ok(RayClient::new(&url, token)),
         Route::Tunnel { port, .. } => {
-            // TODO(tunnel): replaced when the exec-stream tunnel lands.
-            let _ = (head_docker, head_name(&loaded.profile.name));
-            Ok(RayClient::new(&format!("http://127.0.0.1:{port}"), token))
+            // Not probed: `up` opens it before the dashboard listens, and `run` before `up`.
+            let container = head_name(&loaded.profile.name);
+            let tunnel = Tunnel::listen(head_docker.clone(), &container, port).await?;
+            let url = tunnel.url();
+            Ok(RayClient::new(&url, token).with_keepalive(Arc::new(tunnel)))
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod ready;
 pub mod reconcile;
 pub mod status;
 pub mod storage_check;
+pub mod tunnel;
 
 use crate::exit::{Classify, Exit};
 
@@ -62,6 +63,8 @@ pub enum Error {
         exit_code: i64,
         logs: String,
     },
+    #[error(transparent)]
+    Tunnel(#[from] tunnel::TunnelError),
 }
 
 fn unreachable_hosts(hosts: &[hosts::Unreachable]) -> String {
@@ -82,6 +85,7 @@ impl Classify for Error {
             | Error::ImageUnavailable { .. }
             | Error::HostsUnreachable(_) => Exit::Unreachable,
             Error::TokenMissing(_) | Error::BadEndpoint(_) => Exit::Usage,
+            Error::Tunnel(e) => e.exit(),
             Error::Lock(e) => e.exit(),
             Error::Docker { .. }
             | Error::NameTaken { .. }
@@ -102,6 +106,7 @@ impl Classify for Error {
             Error::SharedStorageDiffers { .. } => Some("mount the same storage (e.g. the NFS export) at shared.host_path on every host, or use shared.nfs so that Docker mounts it everywhere".into()),
             Error::NotReady { .. } => Some("`argus status` shows the containers and nodes; `docker logs <container>` shows Ray's output".into()),
             Error::Lock(e) => e.hint(),
+            Error::Tunnel(e) => e.hint(),
             _ => None,
         }
     }

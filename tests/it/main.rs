@@ -17,3 +17,4 @@ mod run;
 mod snapshots;
 mod submit;
 mod training;
+mod tunnel;
