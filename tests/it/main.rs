@@ -9,6 +9,7 @@ mod export;
 mod harness;
 mod hostile_cli;
 mod hostile_hub;
+mod hosts;
 mod hub;
 mod hydra;
 mod prepare;
