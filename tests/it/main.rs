@@ -12,6 +12,7 @@ mod hostile_hub;
 mod hosts;
 mod hub;
 mod hydra;
+mod multihost;
 mod prepare;
 mod profiles;
 mod run;

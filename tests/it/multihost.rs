@@ -50,7 +50,11 @@ fn profile(
 /// argus with the fixture's `ssh` (its key and known hosts) first on PATH.
 fn argus(ctx: &TestContext, hosts: &Hosts, profile: &Path) -> crate::harness::Argus {
     let (key, value) = hosts.ssh_path_env();
-    ctx.argus().env(&key, value).profile(profile)
+    // bollard's ssh transport keeps its ControlMaster sockets under XDG_STATE_HOME.
+    ctx.argus()
+        .env(&key, value)
+        .env("XDG_STATE_HOME", ctx.path("xdg-state"))
+        .profile(profile)
 }
 
 /// The ids of the cluster's containers on one host, by name.
@@ -95,7 +99,14 @@ fn a_cluster_spans_three_hosts_and_survives_one_going_away() {
     }
     ensure_image();
     let mut ctx = TestContext::new("mhlife");
-    let hosts = Hosts::up(&ctx, &["a", "b", "c"], Options { ssh: true, registry: false });
+    let hosts = Hosts::up(
+        &ctx,
+        &["a", "b", "c"],
+        Options {
+            ssh: true,
+            registry: false,
+        },
+    );
     // Every transport at once: the head's host over SSH, b over TCP, c over its socket.
     let (cluster, shared, profile) = profile(
         &mut ctx,
@@ -109,7 +120,11 @@ fn a_cluster_spans_three_hosts_and_survives_one_going_away() {
     let (w0, w1) = (format!("{cluster}-gpu-0"), format!("{cluster}-gpu-1"));
     let local_id = inspect(IMAGE)["Id"].as_str().expect("image id").to_string();
     for h in ["a", "b", "c"] {
-        assert_eq!(hosts.image_id(h, IMAGE), None, "host {h} starts without the image");
+        assert_eq!(
+            hosts.image_id(h, IMAGE),
+            None,
+            "host {h} starts without the image"
+        );
     }
 
     // up: the image is brought to every host, Ray spans them at their addresses.
@@ -120,11 +135,24 @@ fn a_cluster_spans_three_hosts_and_survives_one_going_away() {
     let report = up.json();
     assert_eq!(report["changed"], true);
     for h in ["a", "b", "c"] {
-        assert_eq!(hosts.image_id(h, IMAGE).as_deref(), Some(local_id.as_str()), "image on {h}");
+        assert_eq!(
+            hosts.image_id(h, IMAGE).as_deref(),
+            Some(local_id.as_str()),
+            "image on {h}"
+        );
     }
-    assert_eq!(containers(&hosts, "a", &cluster).keys().collect::<Vec<_>>(), [&head]);
-    assert_eq!(containers(&hosts, "b", &cluster).keys().collect::<Vec<_>>(), [&w0]);
-    assert_eq!(containers(&hosts, "c", &cluster).keys().collect::<Vec<_>>(), [&w1]);
+    assert_eq!(
+        containers(&hosts, "a", &cluster).keys().collect::<Vec<_>>(),
+        [&head]
+    );
+    assert_eq!(
+        containers(&hosts, "b", &cluster).keys().collect::<Vec<_>>(),
+        [&w0]
+    );
+    assert_eq!(
+        containers(&hosts, "c", &cluster).keys().collect::<Vec<_>>(),
+        [&w1]
+    );
     let status = argus(&ctx, &hosts, &profile)
         .args(["--json", "status"])
         .run()
@@ -160,7 +188,8 @@ fn a_cluster_spans_three_hosts_and_survives_one_going_away() {
         .code(0)
         .stdout;
     assert!(
-        log.contains("DRIVER b shared-across-hosts") || log.contains("DRIVER c shared-across-hosts"),
+        log.contains("DRIVER b shared-across-hosts")
+            || log.contains("DRIVER c shared-across-hosts"),
         "the driver runs on a worker host and sees the shared file:\n{log}"
     );
     let job = argus(&ctx, &hosts, &profile)
@@ -168,7 +197,10 @@ fn a_cluster_spans_three_hosts_and_survives_one_going_away() {
         .run()
         .code(0)
         .json();
-    let driver = job["job"]["driver_node_id"].as_str().unwrap_or_default().to_string();
+    let driver = job["job"]["driver_node_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     let driver_node = status["nodes"]
         .as_array()
         .into_iter()
@@ -184,11 +216,17 @@ fn a_cluster_spans_three_hosts_and_survives_one_going_away() {
         .code(0)
         .json();
     assert_eq!(again["changed"], false, "{again}");
-    let before: Vec<_> = ["a", "b", "c"].iter().map(|h| containers(&hosts, h, &cluster)).collect();
+    let before: Vec<_> = ["a", "b", "c"]
+        .iter()
+        .map(|h| containers(&hosts, h, &cluster))
+        .collect();
 
     // Host c's engine goes away: status names it, up refuses and changes nothing.
     hosts.stop_engine("c");
-    let run = argus(&ctx, &hosts, &profile).args(["--json", "status"]).run().code(4);
+    let run = argus(&ctx, &hosts, &profile)
+        .args(["--json", "status"])
+        .run()
+        .code(4);
     let status = run.json();
     let c = status["hosts"]
         .as_array()
@@ -203,8 +241,16 @@ fn a_cluster_spans_three_hosts_and_survives_one_going_away() {
         .run()
         .code(4)
         .stderr_has("host c (");
-    assert_eq!(containers(&hosts, "a", &cluster), before[0], "nothing changed on a");
-    assert_eq!(containers(&hosts, "b", &cluster), before[1], "nothing changed on b");
+    assert_eq!(
+        containers(&hosts, "a", &cluster),
+        before[0],
+        "nothing changed on a"
+    );
+    assert_eq!(
+        containers(&hosts, "b", &cluster),
+        before[1],
+        "nothing changed on b"
+    );
 
     // c is back, its container lost: up repairs c alone.
     hosts.start_engine("c");
@@ -222,8 +268,16 @@ fn a_cluster_spans_three_hosts_and_survives_one_going_away() {
         .map(|a| format!("{} {} {}", a["action"], a["name"], a["host"]))
         .collect();
     assert_eq!(acted, [format!("\"create\" \"{w1}\" \"c\"")], "{repair}");
-    assert_eq!(containers(&hosts, "a", &cluster), before[0], "the head kept");
-    assert_eq!(containers(&hosts, "b", &cluster), before[1], "b's worker kept");
+    assert_eq!(
+        containers(&hosts, "a", &cluster),
+        before[0],
+        "the head kept"
+    );
+    assert_eq!(
+        containers(&hosts, "b", &cluster),
+        before[1],
+        "b's worker kept"
+    );
     let status = argus(&ctx, &hosts, &profile)
         .args(["--json", "status"])
         .run()
@@ -243,7 +297,10 @@ fn a_cluster_spans_three_hosts_and_survives_one_going_away() {
     hosts.start_engine("c");
     argus(&ctx, &hosts, &profile).args(["down"]).run().code(0);
     assert!(containers(&hosts, "c", &cluster).is_empty());
-    assert!(shared.join("input.txt").exists(), "down keeps the shared data");
+    assert!(
+        shared.join("input.txt").exists(),
+        "down keeps the shared data"
+    );
 }
 
 #[test]
@@ -254,8 +311,14 @@ fn a_host_whose_shared_mount_differs_is_refused_before_ray_starts() {
     ensure_image();
     let mut ctx = TestContext::new("mhshare");
     let hosts = Hosts::up(&ctx, &["a", "b"], Options::default());
-    let (cluster, shared, profile) =
-        profile(&mut ctx, &hosts, &[("a", "tcp"), ("b", "tcp")], "a", &["b"], "");
+    let (cluster, shared, profile) = profile(
+        &mut ctx,
+        &hosts,
+        &[("a", "tcp"), ("b", "tcp")],
+        "a",
+        &["b"],
+        "",
+    );
     // Host b has an empty directory where the shared storage should be mounted.
     let elsewhere = ctx.path("not-the-nfs-export");
     std::fs::create_dir_all(&elsewhere).expect("dir");
@@ -265,7 +328,11 @@ fn a_host_whose_shared_mount_differs_is_refused_before_ray_starts() {
         .run()
         .code(1)
         .stderr_has("host b does not see the shared storage the head's host sees");
-    assert!(run.stderr.contains("hint: mount the same storage"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("hint: mount the same storage"),
+        "{}",
+        run.stderr
+    );
     for h in ["a", "b"] {
         assert!(
             containers(&hosts, h, &cluster).is_empty(),
