@@ -56,6 +56,22 @@ pub fn route(loaded: &LoadedProfile) -> Route {
     }
 }
 
+/// How a tunnelled dashboard is named: `127.0.0.1:8265 on host a (via its Docker endpoint)`.
+pub fn tunnel_label(loaded: &LoadedProfile, port: u16) -> String {
+    format!(
+        "127.0.0.1:{port} on host {} (through its Docker endpoint)",
+        loaded.profile.head_host()
+    )
+}
+
+/// What `status` and `up` print as the dashboard's place.
+pub fn dashboard_label(loaded: &LoadedProfile) -> String {
+    match route(loaded) {
+        Route::Direct(url) => url,
+        Route::Tunnel { port, .. } => tunnel_label(loaded, port),
+    }
+}
+
 /// A Ray client for the profile's Jobs API, with its token; dials the head's host when
 /// the route is a tunnel.
 pub async fn ray_client(loaded: &LoadedProfile) -> Result<RayClient, Error> {
@@ -91,7 +107,9 @@ pub async fn ray_client_on(
             let container = head_name(&loaded.profile.name);
             let tunnel = Tunnel::listen(head_docker.clone(), &container, port).await?;
             let url = tunnel.url();
-            Ok(RayClient::new(&url, token).with_keepalive(Arc::new(tunnel)))
+            Ok(RayClient::new(&url, token)
+                .with_via(tunnel_label(loaded, port))
+                .with_keepalive(Arc::new(tunnel)))
         }
     }
 }

@@ -423,7 +423,7 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
         volume,
         shared_host_path: loaded.shared_host_path(),
         containers,
-        dashboard_url: loaded.dashboard_url(),
+        dashboard_url: super::access::dashboard_label(loaded),
     }
 }
 

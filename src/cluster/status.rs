@@ -141,7 +141,7 @@ pub async fn status(loaded: &LoadedProfile) -> Result<StatusReport, Error> {
     };
     Ok(StatusReport {
         cluster,
-        dashboard_url: loaded.dashboard_url(),
+        dashboard_url: access::dashboard_label(loaded),
         image,
         hosts: host_statuses,
         containers,

@@ -164,7 +164,7 @@ pub async fn status(loaded: &LoadedProfile, printer: &Printer) -> Result<Exit> {
     ]];
     for h in &report.hosts {
         let engine = match (&h.engine_version, &h.error) {
-            (_, Some(error)) => format!("unreachable: {error}"),
+            (_, Some(_)) => "unreachable".to_string(),
             (Some(version), None) => format!("docker {version}"),
             (None, None) => "reachable".to_string(),
         };
@@ -195,8 +195,10 @@ pub async fn status(loaded: &LoadedProfile, printer: &Printer) -> Result<Exit> {
     printer.data("");
     for h in report.unreachable() {
         printer.warn(format!(
-            "host {} ({}) is unreachable: its containers are not listed",
-            h.name, h.endpoint
+            "host {} ({}) is unreachable, so its containers are not listed: {}",
+            h.name,
+            h.endpoint,
+            h.error.as_deref().unwrap_or("no answer")
         ));
     }
     if let Some(error) = &report.ray_error {

@@ -98,6 +98,9 @@ pub struct RayClient {
     /// Whatever must live as long as the client: the tunnel its base URL points through.
     /// Opaque, so this module knows nothing of how the dashboard is reached.
     keepalive: Option<Arc<dyn Any + Send + Sync>>,
+    /// How to name the dashboard to people and records when `base` is only a local
+    /// forward (a tunnel's ephemeral port means nothing later).
+    via: Option<String>,
 }
 
 impl RayClient {
@@ -116,6 +119,7 @@ impl RayClient {
             token,
             connect_retries: 0,
             keepalive: None,
+            via: None,
         }
     }
 
@@ -159,7 +163,7 @@ impl RayClient {
                 }
                 Err(source) => {
                     return Err(RayError::Unreachable {
-                        url: self.base.clone(),
+                        url: self.endpoint().to_string(),
                         source,
                     });
                 }
@@ -169,7 +173,7 @@ impl RayClient {
                 .text()
                 .await
                 .map_err(|source| RayError::Unreachable {
-                    url: self.base.clone(),
+                    url: self.endpoint().to_string(),
                     source,
                 })?;
             return match status {
@@ -198,6 +202,18 @@ impl RayClient {
     pub fn with_keepalive(mut self, value: Arc<dyn Any + Send + Sync>) -> Self {
         self.keepalive = Some(value);
         self
+    }
+
+    /// Names the dashboard this client reaches through its (local) base URL.
+    pub fn with_via(mut self, via: String) -> Self {
+        self.via = Some(via);
+        self
+    }
+
+    /// The dashboard as people and records should know it: the URL, or what a local
+    /// forward leads to.
+    pub fn endpoint(&self) -> &str {
+        self.via.as_deref().unwrap_or(&self.base)
     }
 
     pub fn token(&self) -> Option<&str> {
