@@ -15,6 +15,13 @@ pub fn hex(bytes: &[u8]) -> String {
     out
 }
 
+/// `bytes` random bytes from the operating system, as hex (tokens, probe names).
+pub fn random_hex(bytes: usize) -> std::io::Result<String> {
+    let mut buf = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut buf)?;
+    Ok(hex(&buf))
+}
+
 /// sha256 of `bytes`, as hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))

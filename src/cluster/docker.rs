@@ -14,6 +14,8 @@ use futures_util::StreamExt;
 
 use super::Error;
 use super::plan::{ContainerPlan, GpuAttach, NetworkAttach, SharedMount};
+use crate::config::docker::{DockerEndpoint, EndpointKind};
+use crate::config::profile::{ClusterHost, TlsPaths};
 
 pub const DEFAULT_SOCKET: &str = "unix:///var/run/docker.sock";
 
@@ -25,16 +27,45 @@ pub fn endpoint(profile_host: Option<&str>) -> String {
         .unwrap_or_else(|| DEFAULT_SOCKET.to_string())
 }
 
-/// Connects and agrees on an API version with the daemon (old engines speak 1.41).
+/// Connects to this machine's engine (the profile's `docker.host`, else `DOCKER_HOST`,
+/// else the local socket) and agrees on an API version with it.
 pub async fn connect(profile_host: Option<&str>) -> Result<Docker, Error> {
     let endpoint = endpoint(profile_host);
+    let parsed = DockerEndpoint::parse(&endpoint).map_err(Error::BadEndpoint)?;
+    let host = ClusterHost {
+        name: crate::config::profile::LOCAL_HOST.to_string(),
+        tls: TlsPaths::resolve(&parsed, None),
+        endpoint: parsed,
+        address: None,
+    };
+    connect_host(&host).await
+}
+
+/// Connects to one host's engine (unix, tcp with or without TLS, ssh) and agrees on an
+/// API version with it (old engines speak 1.41).
+pub async fn connect_host(host: &ClusterHost) -> Result<Docker, Error> {
+    let endpoint = host.endpoint.as_str();
     let unreachable = |source| Error::DockerUnreachable {
-        endpoint: endpoint.clone(),
+        endpoint: endpoint.to_string(),
         source,
     };
-    let docker = Docker::connect_with_host(&endpoint)
-        .map_err(unreachable)?
-        .with_timeout(Duration::from_secs(600));
+    const TIMEOUT_S: u64 = 600;
+    let docker = match (host.endpoint.kind(), &host.tls) {
+        (EndpointKind::Ssh { .. }, _) => {
+            Docker::connect_with_ssh(endpoint, TIMEOUT_S, bollard::API_DEFAULT_VERSION, None)
+        }
+        (EndpointKind::Tcp { .. }, Some(tls)) => Docker::connect_with_ssl(
+            endpoint,
+            &tls.key,
+            &tls.cert,
+            &tls.ca,
+            TIMEOUT_S,
+            bollard::API_DEFAULT_VERSION,
+        ),
+        _ => Docker::connect_with_host(endpoint),
+    }
+    .map_err(unreachable)?
+    .with_timeout(Duration::from_secs(TIMEOUT_S));
     docker.negotiate_version().await.map_err(unreachable)
 }
 
@@ -82,20 +113,7 @@ pub fn create_body(
         init: Some(true),
         ..Default::default()
     };
-    host.mounts = Some(vec![match &c.mount {
-        SharedMount::Bind { source, target } => Mount {
-            typ: Some(MountType::BIND),
-            source: Some(source.display().to_string()),
-            target: Some(target.clone()),
-            ..Default::default()
-        },
-        SharedMount::Volume { name, target } => Mount {
-            typ: Some(MountType::VOLUME),
-            source: Some(name.clone()),
-            target: Some(target.clone()),
-            ..Default::default()
-        },
-    }]);
+    host.mounts = Some(vec![mount_of(&c.mount)]);
     match &c.gpu {
         GpuAttach::None | GpuAttach::Simulated { .. } => {}
         GpuAttach::Nvidia { device_ids } => {
@@ -165,6 +183,24 @@ pub fn create_body(
     }
 }
 
+/// The shared storage as Docker mounts it.
+pub fn mount_of(mount: &SharedMount) -> Mount {
+    match mount {
+        SharedMount::Bind { source, target } => Mount {
+            typ: Some(MountType::BIND),
+            source: Some(source.display().to_string()),
+            target: Some(target.clone()),
+            ..Default::default()
+        },
+        SharedMount::Volume { name, target } => Mount {
+            typ: Some(MountType::VOLUME),
+            source: Some(name.clone()),
+            target: Some(target.clone()),
+            ..Default::default()
+        },
+    }
+}
+
 fn device(path: &str) -> DeviceMapping {
     DeviceMapping {
         path_on_host: Some(path.to_string()),
@@ -219,4 +255,55 @@ pub async fn tail_logs(docker: &Docker, name: &str, lines: usize) -> String {
         .map(|l| format!("    {l}"))
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// Runs a short-lived container to its end: its exit code and what it printed. The
+/// container is removed afterwards, also when waiting for it fails.
+pub async fn run_to_end(
+    docker: &Docker,
+    name: &str,
+    body: ContainerCreateBody,
+) -> Result<(i64, String), Error> {
+    use bollard::query_parameters::{
+        CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder, WaitContainerOptions,
+    };
+    let remove = || async {
+        let options = RemoveContainerOptionsBuilder::new().force(true).build();
+        let _ = docker.remove_container(name, Some(options)).await;
+    };
+    remove().await;
+    let options = CreateContainerOptionsBuilder::new().name(name).build();
+    docker
+        .create_container(Some(options), body)
+        .await
+        .map_err(docker_err(format!("create container {name}")))?;
+    let outcome = async {
+        docker
+            .start_container(
+                name,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
+            .await
+            .map_err(docker_err(format!("start container {name}")))?;
+        let mut waits = docker.wait_container(name, None::<WaitContainerOptions>);
+        let mut code = -1;
+        while let Some(item) = waits.next().await {
+            match item {
+                Ok(response) => code = response.status_code,
+                // A non-zero exit comes back as an error carrying the code.
+                Err(bollard::errors::Error::DockerContainerWaitError { code: c, .. }) => code = c,
+                Err(e) => return Err(docker_err(format!("wait for container {name}"))(e)),
+            }
+        }
+        let options = LogsOptionsBuilder::new().stdout(true).stderr(true).build();
+        let mut logs = docker.logs(name, Some(options));
+        let mut text = String::new();
+        while let Some(Ok(chunk)) = logs.next().await {
+            text.push_str(&chunk.to_string());
+        }
+        Ok((code, text))
+    }
+    .await;
+    remove().await;
+    outcome
 }

@@ -4,12 +4,16 @@
 //! containers); `reconcile` observes, diffs and acts; `ready` waits for Ray; `image`
 //! builds or pulls the runtime image; `status` reports what is running.
 
+pub mod access;
 pub mod docker;
+pub mod hosts;
 pub mod image;
 pub mod plan;
 pub mod ready;
 pub mod reconcile;
 pub mod status;
+pub mod storage_check;
+pub mod tunnel;
 
 use crate::exit::{Classify, Exit};
 
@@ -47,23 +51,46 @@ pub enum Error {
     Lock(#[from] crate::lock::Error),
     #[error("Ray was not ready after {seconds}s: {detail}")]
     NotReady { seconds: u64, detail: String },
+    #[error("{}", unreachable_hosts(.0))]
+    HostsUnreachable(Vec<hosts::Unreachable>),
+    #[error("{0}")]
+    BadEndpoint(String),
+    #[error("host {host} does not see the shared storage the head's host sees: {detail}")]
+    SharedStorageDiffers { host: String, detail: String },
     #[error("container {name} stopped while starting Ray (exit code {exit_code}):\n{logs}")]
     NodeExited {
         name: String,
         exit_code: i64,
         logs: String,
     },
+    #[error(transparent)]
+    Tunnel(#[from] tunnel::TunnelError),
+}
+
+fn unreachable_hosts(hosts: &[hosts::Unreachable]) -> String {
+    let mut text = match hosts {
+        [one] => format!("cannot reach the Docker Engine of host {}", one.host),
+        _ => format!("cannot reach the Docker Engines of {} hosts", hosts.len()),
+    };
+    for host in hosts {
+        text.push_str(&format!("\n  {host}"));
+    }
+    text
 }
 
 impl Classify for Error {
     fn exit(&self) -> Exit {
         match self {
-            Error::DockerUnreachable { .. } | Error::ImageUnavailable { .. } => Exit::Unreachable,
-            Error::TokenMissing(_) => Exit::Usage,
+            Error::DockerUnreachable { .. }
+            | Error::ImageUnavailable { .. }
+            | Error::HostsUnreachable(_) => Exit::Unreachable,
+            Error::TokenMissing(_) | Error::BadEndpoint(_) => Exit::Usage,
+            Error::Tunnel(e) => e.exit(),
             Error::Lock(e) => e.exit(),
             Error::Docker { .. }
             | Error::NameTaken { .. }
             | Error::SharedStorage { .. }
+            | Error::SharedStorageDiffers { .. }
             | Error::NotReady { .. }
             | Error::NodeExited { .. } => Exit::Failed,
         }
@@ -75,8 +102,11 @@ impl Classify for Error {
             Error::ImageUnavailable { image, .. } => Some(format!("build it here without a registry: argus image build{}", image::build_flags_for(image))),
             Error::NameTaken { name, .. } => Some(format!("remove or rename that container (docker rm -f {name}), or give the profile another name")),
             Error::TokenMissing(var) => Some(format!("export {var}=<token> before running argus")),
+            Error::HostsUnreachable(_) => Some("each host's Docker Engine must answer at its endpoint (hosts[].docker): is it running, and can this machine reach it (ssh keys, TLS certificates, firewall)? Nothing was changed on any host".into()),
+            Error::SharedStorageDiffers { .. } => Some("mount the same storage (e.g. the NFS export) at shared.host_path on every host, or use shared.nfs so that Docker mounts it everywhere".into()),
             Error::NotReady { .. } => Some("`argus status` shows the containers and nodes; `docker logs <container>` shows Ray's output".into()),
             Error::Lock(e) => e.hint(),
+            Error::Tunnel(e) => e.hint(),
             _ => None,
         }
     }

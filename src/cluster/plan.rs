@@ -10,7 +10,9 @@ use std::path::PathBuf;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::config::profile::{GpuMode, HOST_MODE_PORT_BLOCK, NetworkMode, NodeSpec, SharedStorage};
+use crate::config::profile::{
+    GpuMode, HOST_MODE_PORT_BLOCK, NetworkMode, NodeSpec, Profile, SharedStorage,
+};
 use crate::config::{Layout, LoadedProfile};
 
 /// Labels argus puts on what it creates.
@@ -26,6 +28,8 @@ pub const HOST_MODE_PORT_BASE: u32 = crate::config::profile::HOST_MODE_PORT_BASE
 #[derive(Debug, Clone, Serialize)]
 pub struct ClusterPlan {
     pub cluster: String,
+    /// The hosts, the head's first (one, `local`, for a profile without `hosts:`).
+    pub hosts: Vec<HostPlan>,
     /// The private network (bridge mode); `None` in host mode.
     pub network: Option<String>,
     /// The Docker volume for an NFS export.
@@ -35,6 +39,15 @@ pub struct ClusterPlan {
     /// Head first, then the workers in profile order.
     pub containers: Vec<ContainerPlan>,
     pub dashboard_url: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HostPlan {
+    pub name: String,
+    /// The address its Ray nodes advertise (`hosts[].address`; host mode's head_address).
+    pub address: Option<String>,
+    /// Its containers, by name.
+    pub containers: Vec<String>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -64,6 +77,9 @@ impl Role {
 #[derive(Debug, Clone, Serialize)]
 pub struct ContainerPlan {
     pub name: String,
+    /// The host whose engine runs it. Not part of the spec hash: a container is observed
+    /// on its host, and one found on another host is removed there.
+    pub host: String,
     pub role: Role,
     pub group: Option<String>,
     pub index: u32,
@@ -100,6 +116,15 @@ pub enum SharedMount {
     Volume { name: String, target: String },
 }
 
+impl SharedMount {
+    /// Where the containers see it.
+    pub fn target(&self) -> &str {
+        match self {
+            SharedMount::Bind { target, .. } | SharedMount::Volume { target, .. } => target,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "mode", rename_all = "lowercase")]
 pub enum NetworkAttach {
@@ -111,6 +136,9 @@ pub enum NetworkAttach {
 pub struct ExpectedNode {
     /// Ray's `node_name` (set with `--node-name`): the container name.
     pub node_name: String,
+    /// The address the node must register with (its host's, with `hosts:`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_ip: Option<String>,
     pub gpus: u32,
     /// Custom resources that must be in the node's `resources_total`.
     pub resources: BTreeMap<String, f64>,
@@ -119,7 +147,11 @@ pub struct ExpectedNode {
 impl ContainerPlan {
     /// Hash of everything that defines the container; a change means recreate.
     pub fn spec_hash(&self) -> String {
-        let bytes = serde_json::to_vec(self).unwrap_or_default();
+        let mut value = serde_json::to_value(self).unwrap_or_default();
+        if let Some(object) = value.as_object_mut() {
+            object.remove("host");
+        }
+        let bytes = serde_json::to_vec(&value).unwrap_or_default();
         let digest = Sha256::digest(&bytes);
         digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
     }
@@ -216,12 +248,28 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
     }
     env.extend(p.env.clone());
 
+    let hosts = host_plans(p);
+    let address_of = |host: &str| {
+        hosts
+            .iter()
+            .find(|h| h.name == host)
+            .and_then(|h| h.address.clone())
+    };
+    // Where nodes advertise themselves: only where the profile names each host's address.
+    let advertised = |host: &str| (!p.hosts.is_empty()).then(|| address_of(host)).flatten();
+    let head_host = p.head_host().to_string();
     let head_address = if host_mode {
-        p.network
-            .head_address
-            .map_or_else(|| "127.0.0.1".to_string(), |a| a.to_string())
+        address_of(&head_host).unwrap_or_else(|| "127.0.0.1".to_string())
     } else {
         head_name(&cluster)
+    };
+    // Host mode: node N of a host gets the N-th block of ports there (the head is 0 on its host).
+    let mut nodes_on: BTreeMap<String, u32> = BTreeMap::new();
+    let mut next_block = |host: &str| {
+        let n = nodes_on.entry(host.to_string()).or_default();
+        let block = *n;
+        *n += 1;
+        block
     };
 
     let mut containers = Vec::new();
@@ -250,9 +298,14 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
         format!("--dashboard-port={}", p.ray.dashboard_port),
         "--num-gpus=0".to_string(),
     ];
+    let head_ip = advertised(&head_host);
+    if let Some(ip) = &head_ip {
+        command.push(format!("--node-ip-address={ip}"));
+    }
     command.extend(node_flags(&p.head, &head_resources));
+    let block = next_block(&head_host);
     if host_mode {
-        command.extend(host_mode_ports(0));
+        command.extend(host_mode_ports(block));
     }
     command.push("--disable-usage-stats".to_string());
     let ports = if host_mode {
@@ -266,6 +319,7 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
     };
     containers.push(ContainerPlan {
         name: head.clone(),
+        host: head_host.clone(),
         role: Role::Head,
         group: None,
         index: 0,
@@ -282,19 +336,19 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
         network: attach.clone(),
         expect: ExpectedNode {
             node_name: head,
+            node_ip: head_ip,
             gpus: 0,
             resources: head_resources,
         },
     });
 
-    let mut node_number = 0;
     for group in &p.workers {
         let node = group.node();
         let mut resources = BTreeMap::from([("worker_node".to_string(), 1.0)]);
         resources.extend(node.resources.clone());
-        for index in 0..group.count {
-            node_number += 1;
+        for (index, host) in (0..).zip(group.placement(&head_host)) {
             let name = worker_name(&cluster, &group.name, index);
+            let node_ip = advertised(host);
             let device_ids = group
                 .device_ids
                 .as_ref()
@@ -315,13 +369,18 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
                 format!("--address={head_address}:{}", p.ray.gcs_port),
                 format!("--num-gpus={}", group.gpus),
             ];
+            if let Some(ip) = &node_ip {
+                command.push(format!("--node-ip-address={ip}"));
+            }
             command.extend(node_flags(&node, &resources));
+            let block = next_block(host);
             if host_mode {
-                command.extend(host_mode_ports(node_number));
+                command.extend(host_mode_ports(block));
             }
             command.push("--disable-usage-stats".to_string());
             containers.push(ContainerPlan {
                 name: name.clone(),
+                host: host.to_string(),
                 role: Role::Worker,
                 group: Some(group.name.clone()),
                 index,
@@ -338,6 +397,7 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
                 network: attach.clone(),
                 expect: ExpectedNode {
                     node_name: name,
+                    node_ip,
                     gpus: group.gpus,
                     resources: resources.clone(),
                 },
@@ -345,13 +405,60 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
         }
     }
 
+    let hosts = hosts
+        .into_iter()
+        .map(|mut h| {
+            h.containers = containers
+                .iter()
+                .filter(|c| c.host == h.name)
+                .map(|c| c.name.clone())
+                .collect();
+            h
+        })
+        .collect();
     ClusterPlan {
         cluster,
+        hosts,
         network,
         volume,
         shared_host_path: loaded.shared_host_path(),
         containers,
-        dashboard_url: loaded.dashboard_url(),
+        dashboard_url: super::access::dashboard_label(loaded),
+    }
+}
+
+/// The profile's hosts, the head's first; `local` alone without `hosts:`.
+fn host_plans(p: &Profile) -> Vec<HostPlan> {
+    if p.hosts.is_empty() {
+        return vec![HostPlan {
+            name: crate::config::profile::LOCAL_HOST.to_string(),
+            address: p.network.head_address.map(|a| a.to_string()),
+            containers: Vec::new(),
+        }];
+    }
+    let head = p.head_host();
+    let mut hosts: Vec<HostPlan> = p
+        .hosts
+        .iter()
+        .map(|h| HostPlan {
+            name: h.name.clone(),
+            address: Some(h.address.to_string()),
+            containers: Vec::new(),
+        })
+        .collect();
+    hosts.sort_by_key(|h| h.name != head);
+    hosts
+}
+
+impl ClusterPlan {
+    /// The head's container plan.
+    pub fn head(&self) -> Option<&ContainerPlan> {
+        self.containers.iter().find(|c| c.role == Role::Head)
+    }
+
+    /// The head's host (the first).
+    pub fn head_host(&self) -> &str {
+        self.hosts.first().map_or("", |h| h.name.as_str())
     }
 }
 
@@ -490,27 +597,61 @@ mod tests {
     }
 
     #[test]
-    fn host_mode_gives_each_node_its_own_ports() {
-        let plan = plan(&load("profiles/multi-host.yaml"), &inputs());
-        assert!(plan.network.is_none());
-        assert!(
-            plan.containers[0]
-                .command
-                .contains(&"--dashboard-agent-listen-port=20002".to_string())
+    fn host_mode_gives_each_node_of_a_host_its_own_ports() {
+        let text = "name: m\nimage: argus/ray:2.51.1\nnetwork: {mode: host, head_address: 10.0.0.11}\nshared: {nfs: {server: 10.0.0.5, export: /e}}\nworkers: [{name: g, count: 2}]\n";
+        let one = plan(
+            &LoadedProfile::from_source(Source::new("p.yaml", text)).unwrap(),
+            &inputs(),
         );
+        assert!(one.network.is_none());
+        let flag = |c: &ContainerPlan, f: &str| c.command.iter().any(|a| a == f);
+        assert!(flag(
+            &one.containers[0],
+            "--dashboard-agent-listen-port=20002"
+        ));
+        assert!(flag(
+            &one.containers[1],
+            "--dashboard-agent-listen-port=21002"
+        ));
+        assert!(flag(
+            &one.containers[2],
+            "--dashboard-agent-listen-port=22002"
+        ));
+        assert!(flag(&one.containers[1], "--address=10.0.0.11:6379"));
+        // One host: nodes do not name their address (Ray finds it).
         assert!(
-            plan.containers[1]
+            !one.containers[1]
                 .command
-                .contains(&"--dashboard-agent-listen-port=21002".to_string())
-        );
-        assert!(
-            plan.containers[1]
-                .command
-                .contains(&"--address=10.0.0.11:6379".to_string())
+                .iter()
+                .any(|a| a.starts_with("--node-ip-address"))
         );
         assert!(matches!(
-            plan.containers[1].mount,
+            one.containers[1].mount,
             SharedMount::Volume { .. }
         ));
+
+        // Several hosts: blocks are counted per host, each node advertises its host.
+        let multi = plan(&load("profiles/multi-host.yaml"), &inputs());
+        let hosts: Vec<_> = multi.containers.iter().map(|c| c.host.as_str()).collect();
+        assert_eq!(hosts, ["gpu-a", "gpu-b", "gpu-c"]);
+        for c in &multi.containers {
+            assert!(flag(c, "--dashboard-agent-listen-port=20002"), "{}", c.name);
+        }
+        assert!(flag(&multi.containers[0], "--node-ip-address=10.0.0.11"));
+        assert!(flag(&multi.containers[2], "--node-ip-address=10.0.0.13"));
+        assert!(flag(&multi.containers[2], "--address=10.0.0.11:6379"));
+        assert_eq!(
+            multi.containers[2].expect.node_ip.as_deref(),
+            Some("10.0.0.13")
+        );
+        assert_eq!(multi.hosts[2].containers, ["multi-node-1"]);
+    }
+
+    #[test]
+    fn the_host_is_not_part_of_the_spec() {
+        let multi = plan(&load("profiles/multi-host.yaml"), &inputs());
+        let mut moved = multi.containers[1].clone();
+        moved.host = "gpu-c".into();
+        assert_eq!(moved.spec_hash(), multi.containers[1].spec_hash());
     }
 }

@@ -84,6 +84,15 @@ fn short(id: &str) -> &str {
 }
 
 fn node_problem(want: &ExpectedNode, node: &RayNode) -> Option<String> {
+    // The node of this name must be the one on its host, not a namesake elsewhere.
+    if let Some(ip) = &want.node_ip
+        && &node.node_ip != ip
+    {
+        return Some(format!(
+            "registered from {}, expected its host's address {ip}",
+            node.node_ip
+        ));
+    }
     if (node.gpus() - f64::from(want.gpus)).abs() > f64::EPSILON {
         return Some(format!(
             "reports {} GPUs, expected {}",
@@ -185,6 +194,7 @@ mod tests {
     fn want(name: &str, gpus: u32, resource: &str) -> ExpectedNode {
         ExpectedNode {
             node_name: name.into(),
+            node_ip: None,
             gpus,
             resources: BTreeMap::from([(resource.to_string(), 1.0)]),
         }
@@ -219,6 +229,29 @@ mod tests {
         let r = assess(&expected, &Incarnations::new(), &dead_and_stranger);
         assert_eq!(r.missing.len(), 1);
         assert_eq!(r.unexpected.len(), 1);
+    }
+
+    #[test]
+    fn a_node_counts_only_from_its_hosts_address() {
+        let w = ExpectedNode {
+            node_ip: Some("10.0.0.2".into()),
+            ..want("w", 2, "worker_node")
+        };
+        let on_b = RayNode {
+            node_ip: "10.0.0.2".into(),
+            ..node("w", "ALIVE", 2.0, &[("worker_node", 1.0)])
+        };
+        assert!(assess(&[&w], &Incarnations::new(), std::slice::from_ref(&on_b)).is_ready());
+        // Same name, same resources, another host: not this container's node.
+        let elsewhere = node("w", "ALIVE", 2.0, &[("worker_node", 1.0)]);
+        let r = assess(&[&w], &Incarnations::new(), &[elsewhere]);
+        assert_eq!(
+            r.missing,
+            vec![(
+                "w".to_string(),
+                "registered from 10.0.0.1, expected its host's address 10.0.0.2".to_string()
+            )]
+        );
     }
 
     #[test]

@@ -17,11 +17,12 @@ use futures_util::future::try_join_all;
 use serde::Serialize;
 
 use super::docker::{self, docker_err, is_conflict, is_not_found};
+use super::hosts::{self, Engine};
 use super::plan::{
     self, ClusterPlan, ContainerPlan, LABEL_CLUSTER, LABEL_SPEC, PlanInputs, Role, SharedMount,
 };
 use super::ready::{self, Readiness};
-use super::{Error, image};
+use super::{Error, access, image};
 use crate::config::LoadedProfile;
 use crate::config::layout::{self, Layout};
 use crate::config::profile::AuthMode;
@@ -32,6 +33,8 @@ use crate::ui::Reporter;
 /// A container of this cluster as Docker reports it.
 #[derive(Debug, Clone)]
 pub struct Observed {
+    /// The host whose engine runs it.
+    pub host: String,
     pub id: String,
     pub name: String,
     pub state: String,
@@ -41,19 +44,41 @@ pub struct Observed {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "action", rename_all = "lowercase")]
 pub enum Action {
-    Create { name: String },
-    Recreate { name: String, reason: String },
-    Keep { name: String },
-    Remove { name: String, reason: String },
+    Create {
+        name: String,
+        host: String,
+    },
+    Recreate {
+        name: String,
+        host: String,
+        reason: String,
+    },
+    Keep {
+        name: String,
+        host: String,
+    },
+    Remove {
+        name: String,
+        host: String,
+        reason: String,
+    },
 }
 
 impl Action {
     pub fn name(&self) -> &str {
         match self {
-            Action::Create { name }
+            Action::Create { name, .. }
             | Action::Recreate { name, .. }
-            | Action::Keep { name }
+            | Action::Keep { name, .. }
             | Action::Remove { name, .. } => name,
+        }
+    }
+    pub fn host(&self) -> &str {
+        match self {
+            Action::Create { host, .. }
+            | Action::Recreate { host, .. }
+            | Action::Keep { host, .. }
+            | Action::Remove { host, .. } => host,
         }
     }
     pub fn changes(&self) -> bool {
@@ -63,37 +88,56 @@ impl Action {
 
 impl std::fmt::Display for Action {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let on = |host: &str| {
+            if host == crate::config::profile::LOCAL_HOST {
+                String::new()
+            } else {
+                format!(" on {host}")
+            }
+        };
         match self {
-            Action::Create { name } => write!(f, "create    {name}"),
-            Action::Recreate { name, reason } => write!(f, "recreate  {name} ({reason})"),
-            Action::Keep { name } => write!(f, "keep      {name}"),
-            Action::Remove { name, reason } => write!(f, "remove    {name} ({reason})"),
+            Action::Create { name, host } => write!(f, "create    {name}{}", on(host)),
+            Action::Recreate { name, host, reason } => {
+                write!(f, "recreate  {name}{} ({reason})", on(host))
+            }
+            Action::Keep { name, host } => write!(f, "keep      {name}{}", on(host)),
+            Action::Remove { name, host, reason } => {
+                write!(f, "remove    {name}{} ({reason})", on(host))
+            }
         }
     }
 }
 
-/// What must change to go from `observed` to `plan`. Pure.
+/// What must change to go from `observed` to `plan`. Pure. A container is itself only on
+/// the host the plan puts it on: one of the same name on another host is removed there.
 pub fn diff(plan: &ClusterPlan, observed: &[Observed]) -> Vec<Action> {
-    let by_name: HashMap<&str, &Observed> = observed.iter().map(|o| (o.name.as_str(), o)).collect();
+    let by_key: HashMap<(&str, &str), &Observed> = observed
+        .iter()
+        .map(|o| ((o.host.as_str(), o.name.as_str()), o))
+        .collect();
     let mut actions = Vec::new();
     let mut head_replaced = false;
     for want in &plan.containers {
         let name = want.name.clone();
-        let action = match by_name.get(want.name.as_str()) {
-            None => Action::Create { name },
+        let host = want.host.clone();
+        let action = match by_key.get(&(want.host.as_str(), want.name.as_str())) {
+            None => Action::Create { name, host },
             Some(o) if o.spec.as_deref() != Some(want.spec_hash().as_str()) => Action::Recreate {
                 name,
+                host,
                 reason: "spec changed".into(),
             },
             Some(o) if !matches!(o.state.as_str(), "running" | "restarting") => Action::Recreate {
                 name,
+                host,
                 reason: format!("container is {}", o.state),
             },
             Some(_) if head_replaced => Action::Recreate {
                 name,
+                host,
                 reason: "the head is replaced".into(),
             },
-            Some(_) => Action::Keep { name },
+            Some(_) => Action::Keep { name, host },
         };
         if want.role == Role::Head && action.changes() {
             head_replaced = true;
@@ -101,12 +145,21 @@ pub fn diff(plan: &ClusterPlan, observed: &[Observed]) -> Vec<Action> {
         actions.push(action);
     }
     for o in observed {
-        if !plan.containers.iter().any(|c| c.name == o.name) {
-            actions.push(Action::Remove {
-                name: o.name.clone(),
-                reason: "not in the profile".into(),
-            });
-        }
+        let planned = plan
+            .containers
+            .iter()
+            .find(|c| c.name == o.name)
+            .map(|c| c.host.as_str());
+        let reason = match planned {
+            Some(host) if host == o.host => continue,
+            Some(host) => format!("it belongs on host {host}"),
+            None => "not in the profile".into(),
+        };
+        actions.push(Action::Remove {
+            name: o.name.clone(),
+            host: o.host.clone(),
+            reason,
+        });
     }
     actions
 }
@@ -132,7 +185,7 @@ pub struct UpOptions {
     pub timeout: Duration,
 }
 
-fn token(loaded: &LoadedProfile) -> Result<Option<String>, Error> {
+pub(crate) fn token(loaded: &LoadedProfile) -> Result<Option<String>, Error> {
     let ray = &loaded.profile.ray;
     if ray.auth != AuthMode::Token {
         return Ok(None);
@@ -141,11 +194,6 @@ fn token(loaded: &LoadedProfile) -> Result<Option<String>, Error> {
         Ok(token) if !token.is_empty() => Ok(Some(token)),
         _ => Err(Error::TokenMissing(ray.token_env.clone())),
     }
-}
-
-/// A Ray client for the profile's dashboard (with its token, if any).
-pub fn ray_client(loaded: &LoadedProfile) -> Result<RayClient, Error> {
-    Ok(RayClient::new(&loaded.dashboard_url(), token(loaded)?))
 }
 
 /// Where a cluster's lock lives: on the shared storage when this host sees it (so `up`
@@ -183,7 +231,8 @@ async fn lock_cluster(
     Ok(lock)
 }
 
-/// Converges the cluster to the profile and waits until Ray is ready.
+/// Converges the cluster to the profile and waits until Ray is ready. Every host's engine
+/// is dialled first: if one a container needs does not answer, nothing is changed anywhere.
 pub async fn up(
     loaded: &LoadedProfile,
     options: &UpOptions,
@@ -192,8 +241,8 @@ pub async fn up(
     let started = Instant::now();
     let profile = &loaded.profile;
     let token = token(loaded)?;
-    let docker = docker::connect(profile.docker.host.as_deref()).await?;
-    let image_id = image::ensure(&docker, &profile.image, options.dry_run, reporter).await?;
+    let engines = hosts::connect_every(loaded).await?;
+    let image_id = image_on_hosts(&engines, &profile.image, options.dry_run, reporter).await?;
     let plan = plan::plan(
         loaded,
         &PlanInputs {
@@ -207,7 +256,7 @@ pub async fn up(
     } else {
         Some(lock_cluster(loaded, reporter).await?)
     };
-    let observed = observe(&docker, &plan.cluster).await?;
+    let observed = observe_all(&engines, &plan.cluster).await?;
     let actions = diff(&plan, &observed);
     let changed = actions.iter().any(Action::changes);
     let mut report = UpReport {
@@ -228,15 +277,20 @@ pub async fn up(
         return Ok(report);
     }
 
-    prepare_storage(&docker, &plan).await?;
-    let network_id = ensure_network(&docker, &plan).await?;
+    let head_engine = host_engine(&engines, plan.head_host())?;
+    prepare_storage(&engines, &plan).await?;
+    let network_id = ensure_network(&head_engine.docker, &plan).await?;
     let network_id = network_id.as_deref();
 
     let removals = actions.iter().filter_map(|a| match a {
-        Action::Remove { name, .. } => Some(name.as_str()),
+        Action::Remove { name, host, .. } => Some((host.as_str(), name.as_str())),
         _ => None,
     });
-    try_join_all(removals.map(|name| remove(&docker, name))).await?;
+    let engines = &engines;
+    try_join_all(removals.map(|(host, name)| async move {
+        remove(&host_engine(engines, host)?.docker, name).await
+    }))
+    .await?;
 
     let replace = |role: Role| -> Vec<&ContainerPlan> {
         plan.containers
@@ -245,34 +299,86 @@ pub async fn up(
             .filter(|c| {
                 actions.iter().any(|a| {
                     a.name() == c.name
+                        && a.host() == c.host
                         && matches!(a, Action::Create { .. } | Action::Recreate { .. })
                 })
             })
             .collect()
     };
+    if changed && plan.hosts.len() > 1 {
+        super::storage_check::check_shared_storage(engines, &plan, reporter).await?;
+    }
     for head in replace(Role::Head) {
-        start(&docker, &plan.cluster, head, network_id, reporter).await?;
+        start(
+            &head_engine.docker,
+            &plan.cluster,
+            head,
+            network_id,
+            reporter,
+        )
+        .await?;
         if let SharedMount::Volume { target, .. } = &head.mount {
             // The host may not see an NFS volume: make the layout from inside the head.
-            create_layout_inside(&docker, &head.name, target).await?;
+            create_layout_inside(&head_engine.docker, &head.name, target).await?;
         }
     }
-    try_join_all(
-        replace(Role::Worker)
-            .into_iter()
-            .map(|w| start(&docker, &plan.cluster, w, network_id, reporter)),
-    )
+    let cluster = plan.cluster.as_str();
+    try_join_all(replace(Role::Worker).into_iter().map(|w| async move {
+        let engine = host_engine(engines, &w.host)?;
+        start(&engine.docker, cluster, w, network_id, reporter).await
+    }))
     .await?;
 
-    let ray = RayClient::new(&plan.dashboard_url, token);
-    let nodes = wait(&docker, &ray, &plan, options.timeout, reporter).await?;
+    let ray = access::ray_client_on(loaded, &head_engine.docker, token).await?;
+    let nodes = wait(engines, &ray, &plan, options.timeout, reporter).await?;
     report.gpus = nodes.iter().filter(|n| n.alive()).map(RayNode::gpus).sum();
     report.nodes = nodes;
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
 }
 
-/// The cluster's containers, running or not.
+/// The engine of `host`; every host of the plan was connected before anything acts.
+fn host_engine<'a>(engines: &'a [Engine], host: &str) -> Result<&'a Engine, Error> {
+    hosts::engine(engines, host).ok_or_else(|| {
+        Error::HostsUnreachable(vec![hosts::Unreachable {
+            host: host.to_string(),
+            endpoint: String::new(),
+            reason: "not connected".into(),
+        }])
+    })
+}
+
+/// The image's id, the same on every host: found (or pulled) on a single host; brought
+/// to each host that lacks it on several.
+async fn image_on_hosts(
+    engines: &[Engine],
+    image: &str,
+    dry_run: bool,
+    reporter: &dyn Reporter,
+) -> Result<String, Error> {
+    let ids = try_join_all(
+        engines
+            .iter()
+            .map(|e| image::ensure(&e.docker, image, dry_run, reporter)),
+    )
+    .await?;
+    Ok(ids.into_iter().next().unwrap_or_default())
+}
+
+/// The containers of the cluster on every host.
+pub async fn observe_all(engines: &[Engine], cluster: &str) -> Result<Vec<Observed>, Error> {
+    let lists = try_join_all(engines.iter().map(|e| async move {
+        let mut list = observe(&e.docker, cluster).await?;
+        for o in &mut list {
+            o.host = e.name.clone();
+        }
+        Ok::<_, Error>(list)
+    }))
+    .await?;
+    Ok(lists.into_iter().flatten().collect())
+}
+
+/// The cluster's containers on one engine, running or not (`host` left empty).
 pub async fn observe(docker: &Docker, cluster: &str) -> Result<Vec<Observed>, Error> {
     let filters = HashMap::from([("label", vec![format!("{LABEL_CLUSTER}={cluster}")])]);
     let options = ListContainersOptionsBuilder::new()
@@ -286,6 +392,7 @@ pub async fn observe(docker: &Docker, cluster: &str) -> Result<Vec<Observed>, Er
     Ok(list
         .into_iter()
         .map(|c| Observed {
+            host: String::new(),
             id: c.id.unwrap_or_default(),
             name: c
                 .names
@@ -299,7 +406,9 @@ pub async fn observe(docker: &Docker, cluster: &str) -> Result<Vec<Observed>, Er
         .collect())
 }
 
-async fn prepare_storage(docker: &Docker, plan: &ClusterPlan) -> Result<(), Error> {
+/// The shared layout (host path: from this machine, which sees the same storage) and, for
+/// an NFS export, the Docker volume on every host.
+async fn prepare_storage(engines: &[Engine], plan: &ClusterPlan) -> Result<(), Error> {
     if let Some(path) = &plan.shared_host_path {
         Layout::new(path)
             .create()
@@ -308,6 +417,11 @@ async fn prepare_storage(docker: &Docker, plan: &ClusterPlan) -> Result<(), Erro
                 source,
             })?;
     }
+    try_join_all(engines.iter().map(|e| ensure_volume(&e.docker, plan))).await?;
+    Ok(())
+}
+
+async fn ensure_volume(docker: &Docker, plan: &ClusterPlan) -> Result<(), Error> {
     if let Some(volume) = &plan.volume {
         match docker.inspect_volume(&volume.name).await {
             Ok(_) => {}
@@ -479,12 +593,18 @@ async fn start(
 /// Waits for Ray. Fails fast, with its log, when a container whose node is missing has
 /// stopped or restarted since the wait began (a crash loop never becomes ready).
 async fn wait(
-    docker: &Docker,
+    engines: &[Engine],
     ray: &RayClient,
     plan: &ClusterPlan,
     timeout: Duration,
     reporter: &dyn Reporter,
 ) -> Result<Vec<RayNode>, Error> {
+    // Each container is looked at through its own host's engine.
+    let mut docker_of: HashMap<&str, &Docker> = HashMap::new();
+    for c in &plan.containers {
+        docker_of.insert(&c.name, &host_engine(engines, &c.host)?.docker);
+    }
+    let docker_of = |name: &str| docker_of.get(name).copied();
     let task = reporter.task("ray");
     let total = plan.containers.len();
     let deadline = tokio::time::Instant::now() + timeout;
@@ -492,7 +612,7 @@ async fn wait(
     for c in &plan.containers {
         restarts_before.insert(
             c.name.clone(),
-            container_health(docker, &c.name).await.restarts,
+            container_health(docker_of(&c.name), &c.name).await.restarts,
         );
     }
     loop {
@@ -501,7 +621,10 @@ async fn wait(
         // missing node's container has died.
         let mut incarnations = ready::Incarnations::new();
         for c in &plan.containers {
-            if let Some(started) = container_health(docker, &c.name).await.started_ms {
+            if let Some(started) = container_health(docker_of(&c.name), &c.name)
+                .await
+                .started_ms
+            {
                 incarnations.insert(c.name.clone(), started);
             }
         }
@@ -529,7 +652,8 @@ async fn wait(
         // The dashboard can die while its container runs on (`ray start --block` does not
         // exit for it): nothing will answer again, so say so now, with the head's log.
         if error.is_some()
-            && let Some(head) = plan.containers.iter().find(|c| c.role == Role::Head)
+            && let Some(head) = plan.head()
+            && let Some(docker) = docker_of(&head.name)
             && let Some(logs) = docker::exec_output(
                 docker,
                 &head.name,
@@ -557,10 +681,10 @@ async fn wait(
                 restarts,
                 exit_code,
                 ..
-            } = container_health(docker, name).await;
+            } = container_health(docker_of(name), name).await;
             if !running || restarts > restarts_before.get(name).copied().unwrap_or(0) {
                 task.fail(&format!("{name} stopped"));
-                let logs = docker::tail_logs(docker, name, 20).await;
+                let logs = tail_logs(docker_of(name), name, 20).await;
                 return Err(Error::NodeExited {
                     name: name.clone(),
                     exit_code,
@@ -574,7 +698,7 @@ async fn wait(
         task.fail("not ready");
         let mut detail = String::new();
         for (name, problem) in &readiness.missing {
-            let logs = docker::tail_logs(docker, name, 15).await;
+            let logs = tail_logs(docker_of(name), name, 15).await;
             detail.push_str(&format!(
                 "\n  {name}: {problem}\n  last lines of its log:\n{logs}"
             ));
@@ -652,8 +776,22 @@ fn epoch_ms(rfc3339: &str) -> Option<u64> {
     Some(d.as_millis() as u64)
 }
 
-/// A missing container is not running.
-async fn container_health(docker: &Docker, name: &str) -> Health {
+/// The last lines of a container's log, through its host's engine.
+async fn tail_logs(docker: Option<&Docker>, name: &str, lines: usize) -> String {
+    match docker {
+        Some(docker) => docker::tail_logs(docker, name, lines).await,
+        None => "    (its host is not connected)".to_string(),
+    }
+}
+
+/// A missing container (or one on a host not connected) is not running.
+async fn container_health(docker: Option<&Docker>, name: &str) -> Health {
+    let Some(docker) = docker else {
+        return Health {
+            exit_code: -1,
+            ..Health::default()
+        };
+    };
     match docker
         .inspect_container(name, None::<InspectContainerOptions>)
         .await
@@ -677,35 +815,64 @@ async fn container_health(docker: &Docker, name: &str) -> Health {
 #[derive(Debug, Clone, Serialize)]
 pub struct DownReport {
     pub cluster: String,
+    /// Containers removed (or, in a dry run, that would be), as `name` on a single host
+    /// and `name on host` with `hosts:`.
     pub removed_containers: Vec<String>,
     pub removed_network: Option<String>,
     pub dry_run: bool,
     pub shared_kept: Option<String>,
+    /// Hosts whose engine did not answer: their containers are still there.
+    pub unreachable: Vec<hosts::Unreachable>,
 }
 
-/// Removes the cluster's containers and network; keeps the shared storage (and volume).
+/// Removes the cluster's containers and networks on every host that answers; keeps the
+/// shared storage (and volume). A host that does not answer is reported, not waited for:
+/// the others are taken down all the same.
 pub async fn down(
     loaded: &LoadedProfile,
     dry_run: bool,
     reporter: &dyn Reporter,
 ) -> Result<DownReport, Error> {
     let cluster = loaded.profile.name.clone();
-    let docker = docker::connect(loaded.profile.docker.host.as_deref()).await?;
+    let all_hosts = hosts::cluster_hosts(loaded)?;
+    let (engines, unreachable) = hosts::connect_all(&all_hosts, hosts::CONNECT_TIMEOUT).await;
+    if engines.is_empty()
+        && let [one] = unreachable.as_slice()
+        && !loaded.has_hosts()
+    {
+        // One host, and it does not answer: nothing was removed.
+        return Err(Error::HostsUnreachable(vec![one.clone()]));
+    }
     let _lock = if dry_run {
         None
     } else {
         Some(lock_cluster(loaded, reporter).await?)
     };
-    let observed = observe(&docker, &cluster).await?;
-    let names: Vec<String> = observed.iter().map(|o| o.name.clone()).collect();
+    let observed = observe_all(&engines, &cluster).await?;
+    let names: Vec<String> = observed
+        .iter()
+        .map(|o| {
+            if loaded.has_hosts() {
+                format!("{} on {}", o.name, o.host)
+            } else {
+                o.name.clone()
+            }
+        })
+        .collect();
     // Networks by label and id: a name may be shared by several (Docker allows it).
-    let networks = cluster_networks(&docker, &cluster).await?;
+    let mut networks = Vec::new();
+    for e in &engines {
+        for (id, name, _) in cluster_networks(&e.docker, &cluster).await? {
+            networks.push((e, id, name));
+        }
+    }
     let report = DownReport {
         cluster,
         removed_containers: names.clone(),
-        removed_network: networks.first().map(|(_, name, _)| name.clone()),
+        removed_network: networks.first().map(|(_, _, name)| name.clone()),
         dry_run,
         shared_kept: loaded.shared_host_path().map(|p| p.display().to_string()),
+        unreachable,
     };
     if dry_run {
         return Ok(report);
@@ -713,11 +880,17 @@ pub async fn down(
     if !names.is_empty() {
         let task = reporter.task("containers");
         task.update(&format!("removing {}", names.len()));
-        try_join_all(observed.iter().map(|o| remove(&docker, &o.id))).await?;
+        let engines = &engines;
+        try_join_all(
+            observed.iter().map(|o| async move {
+                remove(&host_engine(engines, &o.host)?.docker, &o.id).await
+            }),
+        )
+        .await?;
         task.done(&format!("removed {}", names.len()));
     }
-    for (id, name, _) in &networks {
-        match docker.remove_network(id).await {
+    for (engine, id, name) in &networks {
+        match engine.docker.remove_network(id).await {
             Ok(()) => {}
             Err(e) if is_not_found(&e) => {}
             Err(e) => return Err(docker_err(format!("remove network {name} ({id})"))(e)),
@@ -743,6 +916,7 @@ mod tests {
 
     fn running(c: &ContainerPlan) -> Observed {
         Observed {
+            host: c.host.clone(),
             id: c.name.clone(),
             name: c.name.clone(),
             state: "running".into(),
@@ -773,6 +947,7 @@ mod tests {
         observed.remove(2);
         observed[1].state = "exited".into();
         observed.push(Observed {
+            host: "local".into(),
             id: "x".into(),
             name: "argus-local-old-0".into(),
             state: "running".into(),
@@ -782,26 +957,30 @@ mod tests {
         assert_eq!(
             actions[0],
             Action::Keep {
-                name: "argus-local-head".into()
+                name: "argus-local-head".into(),
+                host: "local".into(),
             }
         );
         assert_eq!(
             actions[1],
             Action::Recreate {
                 name: "argus-local-gpu-0".into(),
+                host: "local".into(),
                 reason: "container is exited".into()
             }
         );
         assert_eq!(
             actions[2],
             Action::Create {
-                name: "argus-local-gpu-1".into()
+                name: "argus-local-gpu-1".into(),
+                host: "local".into(),
             }
         );
         assert_eq!(
             actions[3],
             Action::Remove {
                 name: "argus-local-old-0".into(),
+                host: "local".into(),
                 reason: "not in the profile".into()
             }
         );

@@ -44,6 +44,20 @@ pub async fn up(loaded: &LoadedProfile, args: &UpArgs, printer: &Printer) -> Res
             printer.data(action.to_string());
         }
         printer.data("");
+        if loaded.has_hosts() {
+            for host in &report.plan.hosts {
+                printer.data(format!(
+                    "host {}{}: {}",
+                    host.name,
+                    host.address
+                        .as_ref()
+                        .map(|a| format!(" ({a})"))
+                        .unwrap_or_default(),
+                    host.containers.join(", ")
+                ));
+            }
+            printer.data("");
+        }
         for c in &report.plan.containers {
             let gpu = match &c.gpu {
                 GpuAttach::None => "no GPU".to_string(),
@@ -82,9 +96,14 @@ pub async fn down(loaded: &LoadedProfile, args: &DownArgs, printer: &Printer) ->
     let report = reconcile::down(loaded, args.dry_run, &reporter)
         .await
         .with_context(|| format!("cannot take down cluster {name}"))?;
+    let exit = if report.unreachable.is_empty() {
+        Exit::Success
+    } else {
+        Exit::Unreachable
+    };
     if printer.json {
         printer.json(&serde_json::to_value(&report)?);
-        return Ok(Exit::Success);
+        return Ok(exit);
     }
     let verb = if args.dry_run {
         "would remove"
@@ -104,16 +123,27 @@ pub async fn down(loaded: &LoadedProfile, args: &DownArgs, printer: &Printer) ->
     if let Some(shared) = &report.shared_kept {
         printer.info(format!("shared storage kept at {shared}"));
     }
-    Ok(Exit::Success)
+    for host in &report.unreachable {
+        printer.warn(format!(
+            "host {} ({}) did not answer: its containers of cluster {name} are still there ({}); run `argus down` again when it is back",
+            host.host, host.endpoint, host.reason
+        ));
+    }
+    Ok(exit)
 }
 
 pub async fn status(loaded: &LoadedProfile, printer: &Printer) -> Result<Exit> {
     let report = status::status(loaded)
         .await
         .with_context(|| format!("cannot read the status of cluster {}", loaded.profile.name))?;
+    let exit = if report.unreachable().next().is_none() {
+        Exit::Success
+    } else {
+        Exit::Unreachable
+    };
     if printer.json {
         printer.json(&serde_json::to_value(&report)?);
-        return Ok(Exit::Success);
+        return Ok(exit);
     }
     printer.data(format!(
         "cluster {}  dashboard {}{}",
@@ -127,21 +157,53 @@ pub async fn status(loaded: &LoadedProfile, printer: &Printer) -> Result<Exit> {
     ));
     printer.data("");
     let mut rows = vec![vec![
+        "HOST".to_string(),
+        "ENDPOINT".to_string(),
+        "ENGINE".to_string(),
+        "IMAGE".to_string(),
+    ]];
+    for h in &report.hosts {
+        let engine = match (&h.engine_version, &h.error) {
+            (_, Some(_)) => "unreachable".to_string(),
+            (Some(version), None) => format!("docker {version}"),
+            (None, None) => "reachable".to_string(),
+        };
+        let image = match (&h.image_id, h.reachable) {
+            (Some(id), _) => crate::cluster::image::short_id(id).to_string(),
+            (None, true) => "absent".to_string(),
+            (None, false) => "?".to_string(),
+        };
+        rows.push(vec![h.name.clone(), h.endpoint.clone(), engine, image]);
+    }
+    printer.data(table(&rows));
+    printer.data("");
+    let mut rows = vec![vec![
         "CONTAINER".to_string(),
+        "HOST".to_string(),
         "STATE".to_string(),
         "RESTARTS".to_string(),
     ]];
-    rows.extend(
-        report
-            .containers
-            .iter()
-            .map(|c| vec![c.name.clone(), c.state.clone(), c.restarts.to_string()]),
-    );
+    rows.extend(report.containers.iter().map(|c| {
+        vec![
+            c.name.clone(),
+            c.host.clone(),
+            c.state.clone(),
+            c.restarts.to_string(),
+        ]
+    }));
     printer.data(table(&rows));
     printer.data("");
+    for h in report.unreachable() {
+        printer.warn(format!(
+            "host {} ({}) is unreachable, so its containers are not listed: {}",
+            h.name,
+            h.endpoint,
+            h.error.as_deref().unwrap_or("no answer")
+        ));
+    }
     if let Some(error) = &report.ray_error {
         printer.data(format!("ray: {error}"));
-        return Ok(Exit::Success);
+        return Ok(exit);
     }
     let mut rows = vec![vec![
         "NODE".to_string(),
@@ -176,7 +238,7 @@ pub async fn status(loaded: &LoadedProfile, printer: &Printer) -> Result<Exit> {
         ]);
     }
     printer.data(table(&rows));
-    Ok(Exit::Success)
+    Ok(exit)
 }
 
 fn shell_words(words: &[String]) -> String {

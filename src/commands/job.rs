@@ -6,7 +6,7 @@ use std::time::Duration;
 use crate::error::{Context, Result};
 
 use crate::cli::{Cli, JobCommand, SubmitArgs};
-use crate::cluster::reconcile;
+use crate::cluster::access;
 use crate::config::jobspec::LoadedJobSpec;
 use crate::config::ray_config::RayConfig;
 use crate::config::secrets::redact_json;
@@ -17,7 +17,7 @@ use crate::submit::{self, Target};
 use crate::ui::{Printer, table};
 
 /// The cluster jobs go to: the RayConfig given with --config, else the profile.
-fn target(cli: &Cli) -> Result<Target> {
+async fn target(cli: &Cli) -> Result<Target> {
     if let Some(path) = &cli.config {
         let (config, _) = RayConfig::load(path)?;
         let token = std::env::var("RAY_AUTH_TOKEN")
@@ -26,7 +26,7 @@ fn target(cli: &Cli) -> Result<Target> {
         return Ok(Target::from_ray_config(&config, token));
     }
     let loaded = super::profile(cli)?;
-    let ray = reconcile::ray_client(&loaded)?.with_connect_retries(2);
+    let ray = access::ray_client(&loaded).await?.with_connect_retries(2);
     Ok(Target::from_profile(&loaded, ray))
 }
 
@@ -34,7 +34,7 @@ pub async fn submit(cli: &Cli, args: &SubmitArgs, printer: &Printer) -> Result<E
     let (loaded, target, what) = match (&args.resume, &args.jobspec) {
         (Some(old), given) => {
             old.parse::<crate::ids::SubmissionId>()?;
-            let target = target(cli)?;
+            let target = target(cli).await?;
             let loaded =
                 super::training::resume(&target, old, given.as_deref(), &args.sets, printer)
                     .await?;
@@ -42,7 +42,7 @@ pub async fn submit(cli: &Cli, args: &SubmitArgs, printer: &Printer) -> Result<E
         }
         (None, Some(path)) => (
             LoadedJobSpec::load(path, &args.sets)?,
-            target(cli)?,
+            target(cli).await?,
             path.display().to_string(),
         ),
         (None, None) => return Ok(Exit::Usage),
@@ -131,7 +131,7 @@ pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<E
         }
         JobCommand::List => {}
     }
-    let target = target(cli)?;
+    let target = target(cli).await?;
     match command {
         JobCommand::Status { id } => {
             let (info, record, from_cluster) = watch::status(&target, id)

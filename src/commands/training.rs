@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Context, Result};
 
-use crate::cluster::reconcile;
 use crate::config::LoadedProfile;
 use crate::config::jobspec::LoadedJobSpec;
 use crate::exit::Exit;
@@ -347,7 +346,9 @@ pub async fn resume_run(
     let runs = loaded.host_layout()?.runs();
     let old = training::job_of_run(&runs, run_id)?;
     // The cluster may be down (run brings it up): ask it once, else trust the record.
-    let ray = reconcile::ray_client(loaded)?.with_connect_retries(0);
+    let ray = crate::cluster::access::ray_client(loaded)
+        .await?
+        .with_connect_retries(0);
     let target = Target::from_profile(loaded, ray);
     let job = resume(&target, &old, given, &[], printer).await?;
     Ok((job, old))

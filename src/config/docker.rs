@@ -9,7 +9,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub const DEFAULT_SOCKET: &str = "unix:///var/run/docker.sock";
 
-pub const VALID_ENDPOINTS: &str = "unix:///var/run/docker.sock, tcp://HOST:2375 or http://HOST:2375 (HOST: an IP address or a host name)";
+pub const VALID_ENDPOINTS: &str = "unix:///var/run/docker.sock, tcp://HOST:2375 or http://HOST:2375 (TLS: tcp://HOST:2376 with DOCKER_TLS_VERIFY=1 or tls: in the profile), ssh://[USER@]HOST[:PORT] (HOST: an IP address or a host name)";
 
 /// A Docker Engine endpoint argus can dial.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -24,6 +24,9 @@ pub enum EndpointKind {
     Unix(String),
     /// `tcp://host[:port]` or `http://host[:port]`.
     Tcp { host: String, port: Option<u16> },
+    /// `ssh://[user@]host[:port]`: the engine of that host, through `ssh` and
+    /// `docker system dial-stdio` there.
+    Ssh { user: Option<String>, host: String },
 }
 
 impl DockerEndpoint {
@@ -46,9 +49,31 @@ impl DockerEndpoint {
                 EndpointKind::Tcp { host, port }
             }
             "ssh" => {
-                return Err(format!(
-                    "Docker endpoint {text:?}: ssh:// is not supported yet"
-                ));
+                let authority = rest.strip_suffix('/').unwrap_or(rest);
+                let (user, authority) = match authority.split_once('@') {
+                    Some((user, host)) => (Some(user), host),
+                    None => (None, authority),
+                };
+                if let Some(user) = user
+                    && !valid_ssh_user(user)
+                {
+                    return Err(malformed(
+                        "the user must be 1-32 of [a-z0-9_.-], starting with a letter or _",
+                    ));
+                }
+                let (host, port) =
+                    split_host_port(authority).ok_or_else(|| malformed("expected [USER@]HOST"))?;
+                if port.is_some() {
+                    // bollard hands `ssh` the authority as one destination, which ssh
+                    // would read as a host name ending in `:PORT`.
+                    return Err(format!(
+                        "Docker endpoint {text:?}: a port in ssh:// is not supported; set it in ~/.ssh/config (Host {host} / Port N)"
+                    ));
+                }
+                EndpointKind::Ssh {
+                    user: user.map(str::to_string),
+                    host,
+                }
             }
             "https" | "npipe" => {
                 return Err(format!(
@@ -92,6 +117,16 @@ impl DockerEndpoint {
     pub fn kind(&self) -> &EndpointKind {
         &self.kind
     }
+}
+
+/// An ssh login name that `ssh` cannot take for an option: `[a-z_][a-z0-9_.-]{0,31}`.
+fn valid_ssh_user(user: &str) -> bool {
+    !user.is_empty()
+        && user.len() <= 32
+        && user.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && user
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_.-".contains(c))
 }
 
 /// `host`, `host:port`, `[v6]`, `[v6]:port`; host an IP address or a DNS name.
@@ -169,6 +204,9 @@ mod tests {
             "http://10.0.0.2:2375/",
             "tcp://[::1]:2375",
             "tcp://dockerhost",
+            "ssh://root@10.0.0.12",
+            "ssh://me@gpu-1.example",
+            "ssh://gpu-1",
         ] {
             assert!(DockerEndpoint::parse(good).is_ok(), "{good}");
         }
@@ -183,7 +221,11 @@ mod tests {
             ("tcp://h:1/path", "expected HOST"),
             ("unix://relative.sock", "not absolute"),
             ("unix:///a/../b", ".."),
-            ("ssh://me@host", "not supported yet"),
+            ("ssh://-oProxyCommand=x@host", "the user must be"),
+            ("ssh://me@-host", "expected [USER@]HOST"),
+            ("ssh://me@host:2222", "a port in ssh:// is not supported"),
+            ("ssh://me@host/path", "expected [USER@]HOST"),
+            ("ssh://Me@host", "the user must be"),
         ] {
             let err = DockerEndpoint::parse(bad).unwrap_err();
             assert!(err.contains(why), "{bad}: {err}");

@@ -581,6 +581,13 @@ fn docker_only(loaded: &LoadedProfile, options: &Options, job: bool, f: &mut Fin
             "not carried: Kubernetes decides where the pods run",
         );
     }
+    if !p.hosts.is_empty() {
+        f.warn(
+            src,
+            &yaml_path!["hosts"],
+            "not carried: Kubernetes decides where the pods run (head.host and the groups' hosts too)",
+        );
+    }
     f.warn(src, &yaml_path!["ray", "dashboard_bind"], format!(
         "not carried: the dashboard and Jobs API (which run code for anyone who reaches them) are served by the head's Service to the whole cluster network, not on {} of one host",
         p.ray.dashboard_bind
@@ -782,12 +789,18 @@ fn worker_groups(
                 "not carried: the device plugin chooses which GPUs a pod gets",
             );
         }
-        if group.docker_host.is_some() {
-            f.warn(
-                src,
-                &at("docker_host"),
-                "not carried: Kubernetes decides where the pods run",
-            );
+        for key in ["host", "hosts"] {
+            let given = match key {
+                "host" => group.host.is_some(),
+                _ => group.hosts.is_some(),
+            };
+            if given {
+                f.warn(
+                    src,
+                    &at(key),
+                    "not carried: Kubernetes decides where the pods run",
+                );
+            }
         }
         let node = Node {
             container: "ray-worker",
@@ -797,7 +810,7 @@ fn worker_groups(
             at: yaml_path!["workers", g].to_vec(),
         };
         let (template, ray_start_params, resources) = node_spec(loaded, &node, cx, f);
-        let count = i32::try_from(group.count).unwrap_or(i32::MAX);
+        let count = i32::try_from(group.count()).unwrap_or(i32::MAX);
         out.push(WorkerGroupSpec {
             group_name,
             replicas: count,

@@ -4,7 +4,9 @@
 //! Every request sends `User-Agent: argus/<version>` (Ray 2.51 answers 500 without one)
 //! and, with token auth, `Authorization: Bearer <token>`.
 
+use std::any::Any;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::StatusCode;
@@ -52,7 +54,7 @@ impl Classify for RayError {
                     .into(),
             ),
             RayError::Unauthorized { .. } => Some(
-                "set the variable named by the profile's ray.token_env to the cluster's token"
+                "argus sends the token from the variable the profile's ray.token_env names, else from the cluster's token file that `argus up` made on its machine (~/.config/argus/tokens/<cluster>.token): use the one the cluster was started with"
                     .into(),
             ),
             _ => None,
@@ -93,6 +95,12 @@ pub struct RayClient {
     base: String,
     token: Option<String>,
     connect_retries: u32,
+    /// Whatever must live as long as the client: the tunnel its base URL points through.
+    /// Opaque, so this module knows nothing of how the dashboard is reached.
+    keepalive: Option<Arc<dyn Any + Send + Sync>>,
+    /// How to name the dashboard to people and records when `base` is only a local
+    /// forward (a tunnel's ephemeral port means nothing later).
+    via: Option<String>,
 }
 
 impl RayClient {
@@ -110,6 +118,8 @@ impl RayClient {
             base: base_url.trim_end_matches('/').to_string(),
             token,
             connect_retries: 0,
+            keepalive: None,
+            via: None,
         }
     }
 
@@ -153,7 +163,7 @@ impl RayClient {
                 }
                 Err(source) => {
                     return Err(RayError::Unreachable {
-                        url: self.base.clone(),
+                        url: self.endpoint().to_string(),
                         source,
                     });
                 }
@@ -163,7 +173,7 @@ impl RayClient {
                 .text()
                 .await
                 .map_err(|source| RayError::Unreachable {
-                    url: self.base.clone(),
+                    url: self.endpoint().to_string(),
                     source,
                 })?;
             return match status {
@@ -185,6 +195,25 @@ impl RayClient {
     pub fn with_connect_retries(mut self, retries: u32) -> Self {
         self.connect_retries = retries;
         self
+    }
+
+    /// Keeps `value` alive as long as this client or any clone of it (a tunnel that
+    /// `base_url` points through).
+    pub fn with_keepalive(mut self, value: Arc<dyn Any + Send + Sync>) -> Self {
+        self.keepalive = Some(value);
+        self
+    }
+
+    /// Names the dashboard this client reaches through its (local) base URL.
+    pub fn with_via(mut self, via: String) -> Self {
+        self.via = Some(via);
+        self
+    }
+
+    /// The dashboard as people and records should know it: the URL, or what a local
+    /// forward leads to.
+    pub fn endpoint(&self) -> &str {
+        self.via.as_deref().unwrap_or(&self.base)
     }
 
     pub fn token(&self) -> Option<&str> {

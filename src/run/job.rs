@@ -69,7 +69,7 @@ pub fn adopt(target: &Target, records: &Records, info: &JobInfo, id: &str) -> Re
         code_path: metadata.get("code_path").cloned().unwrap_or_default(),
         entrypoint: info.entrypoint.clone().unwrap_or_default(),
         cluster: target.cluster.clone(),
-        dashboard: target.ray.base_url().to_string(),
+        dashboard: target.ray.endpoint().to_string(),
         submitted_at: humantime::format_rfc3339_millis(submitted_at).to_string(),
         ..Default::default()
     };

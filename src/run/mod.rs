@@ -24,7 +24,6 @@ mod up;
 use std::path::{Path, PathBuf};
 
 use crate::cluster::image;
-use crate::cluster::reconcile;
 use crate::config::jobspec::{Code, LoadedJobSpec};
 use crate::config::secrets::{REDACTED, redact_json};
 use crate::config::yaml::Source;
@@ -334,7 +333,9 @@ async fn stages(
         .filter(|l| l.submission_id == id);
     let target = Target::from_profile(
         ctx.loaded,
-        reconcile::ray_client(ctx.loaded)?.with_connect_retries(2),
+        crate::cluster::access::ray_client(ctx.loaded)
+            .await?
+            .with_connect_retries(2),
     );
 
     // up: not needed when the job's end is recorded and its inputs pinned.

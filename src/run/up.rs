@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use super::{Ctx, Error};
+use crate::cluster::access;
 use crate::cluster::image;
 use crate::cluster::reconcile::{self, UpOptions};
 
@@ -26,7 +27,9 @@ pub async fn up(ctx: &Ctx<'_>) -> Result<Cluster, Error> {
         ctx.reporter,
     )
     .await?;
-    let ray = reconcile::ray_client(ctx.loaded)?.with_connect_retries(2);
+    let ray = access::ray_client(ctx.loaded)
+        .await?
+        .with_connect_retries(2);
     let ray_version = ray.ray_version().await.unwrap_or_else(|_| "unknown".into());
     Ok(Cluster {
         note: format!(

@@ -97,7 +97,7 @@ pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport
             // redacted by value (the payload file is redacted the same way).
             entrypoint: redact_text(&prepared.entrypoint),
             cluster: target.cluster.clone(),
-            dashboard: target.ray.base_url().to_string(),
+            dashboard: target.ray.endpoint().to_string(),
             submitted_at: humantime::format_rfc3339_millis(std::time::SystemTime::now())
                 .to_string(),
             status: JobStatus::Pending,
@@ -129,7 +129,7 @@ pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport
     Ok(SubmitReport {
         submission_id: id.clone(),
         record_dir,
-        dashboard: target.ray.base_url().to_string(),
+        dashboard: target.ray.endpoint().to_string(),
         entrypoint: redact_text(&prepared.entrypoint),
     })
 }

@@ -621,7 +621,22 @@ fn units_groups_gpus_and_yaml_1_1_strings() {
 #[test]
 fn nfs_exports_are_volumes_and_a_claim_replaces_them() {
     let ctx = TestContext::new("exportnfs");
-    let multi = Path::new("profiles/multi-host.yaml");
+    // The shipped multi-host profile, with Docker mounting the NFS export on each host.
+    let shipped = std::fs::read_to_string("profiles/multi-host.yaml").expect("profile");
+    let host_path = shipped
+        .lines()
+        .find(|l| l.trim_start().starts_with("host_path:"))
+        .expect("host_path line");
+    let with_nfs = shipped.replace(
+        host_path,
+        "  nfs: {server: 10.0.0.5, export: /export/argus, options: nfsvers=4.1}",
+    );
+    let nfs_line = with_nfs
+        .lines()
+        .position(|l| l.starts_with("  nfs:"))
+        .expect("nfs line")
+        + 1;
+    let multi = &ctx.write("multi-nfs.yaml", &with_nfs);
     let run = export(&ctx, multi, None, &["--image", IMAGE]).code(0);
     let cluster: RayCluster = parse(&run.stdout);
     let template = &cluster.spec.head_group_spec.template;
@@ -634,9 +649,11 @@ fn nfs_exports_are_volumes_and_a_claim_replaces_them() {
         (nfs.server.as_str(), nfs.path.as_str()),
         ("10.0.0.5", "/export/argus")
     );
+    let at = format!("multi-nfs.yaml:{nfs_line}:");
     assert!(
         run.stderr
-            .contains("profiles/multi-host.yaml:25:14: shared.nfs.options: not carried"),
+            .lines()
+            .any(|l| l.contains(&at) && l.contains("shared.nfs.options: not carried")),
         "{}",
         run.stderr
     );
@@ -646,8 +663,9 @@ fn nfs_exports_are_volumes_and_a_claim_replaces_them() {
         "{}",
         run.stderr
     );
+    assert!(run.stderr.contains("hosts: not carried"), "{}", run.stderr);
     assert!(
-        run.stderr.contains("docker.host: not carried"),
+        run.stderr.contains("workers[0].hosts: not carried"),
         "{}",
         run.stderr
     );

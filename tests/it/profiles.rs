@@ -97,7 +97,7 @@ fn overlapping_device_ids_point_at_the_second_use() {
         .run()
         .code(2)
         .stderr_has(&format!("{}:9:30: workers[0].device_ids[1][1]: GPU 1 is already used by workers[0].device_ids[0][1]", path.display()))
-        .stderr_has("valid: each host GPU id at most once");
+        .stderr_has("valid: each GPU id of a host at most once");
 }
 
 #[test]

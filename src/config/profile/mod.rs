@@ -20,12 +20,13 @@ pub use storage::{
     HostPath, NfsExport, NfsOptions, NfsServer, NfsVolume, SharedSection, SharedStorage,
 };
 pub use types::{
-    AuthMode, DockerSection, GpuMode, HeadAddress, NetworkMode, NetworkSection, NodeSpec,
-    PrepareSection, Profile, RaySection, RuntimeEnvSection, SubmitSection, WorkerGroup,
+    AuthMode, DockerSection, GpuMode, HostCounts, HostSpec, LOCAL_HOST, NetworkMode,
+    NetworkSection, NodeAddress, NodeSpec, PrepareSection, Profile, RaySection, RuntimeEnvSection,
+    SubmitSection, TlsFiles, WorkerGroup,
 };
 pub use validate::{
     HOST_MODE_PORT_BASE, HOST_MODE_PORT_BLOCK, MAX_CPUS, MAX_GPUS_PER_WORKER, MAX_GROUPS,
-    MAX_HOST_MODE_NODES, MAX_READY_TIMEOUT_S, MAX_WORKERS, TOKEN_AUTH_SINCE,
+    MAX_HOST_MODE_NODES, MAX_HOSTS, MAX_READY_TIMEOUT_S, MAX_WORKERS, TOKEN_AUTH_SINCE,
     check_entrypoint_resources, check_job_env, ray_version_of_image, token_auth_supported,
 };
 
@@ -41,6 +42,57 @@ pub const BUILTIN_ORIGIN: &str = "<built-in profiles/local.yaml>";
 pub struct LoadedProfile {
     pub profile: Profile,
     pub source: Source,
+}
+
+/// One host of the cluster with its Docker endpoint resolved (for a single-host profile,
+/// the one host `local`: `docker.host`, else `DOCKER_HOST`, else the local socket).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClusterHost {
+    pub name: String,
+    pub endpoint: DockerEndpoint,
+    /// The address its Ray nodes advertise (profiles with `hosts:`).
+    pub address: Option<NodeAddress>,
+    /// Client certificates, when the endpoint is `tcp://` with TLS.
+    pub tls: Option<TlsPaths>,
+}
+
+/// The three files of a TLS client, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsPaths {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl TlsPaths {
+    /// `given` files, the rest from `DOCKER_CERT_PATH` (default `~/.docker`); None when
+    /// the endpoint is not `tcp://` or TLS is neither configured nor asked for by
+    /// `DOCKER_TLS_VERIFY`.
+    pub fn resolve(endpoint: &DockerEndpoint, given: Option<&TlsFiles>) -> Option<Self> {
+        if !matches!(endpoint.kind(), super::docker::EndpointKind::Tcp { .. }) {
+            return None;
+        }
+        let from_env = std::env::var("DOCKER_TLS_VERIFY").is_ok_and(|v| !v.is_empty() && v != "0");
+        if given.is_none() && !from_env {
+            return None;
+        }
+        let dir = std::env::var_os("DOCKER_CERT_PATH")
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| dirs::home_dir().map(|h| h.join(".docker")))
+            .unwrap_or_else(|| PathBuf::from(".docker"));
+        let pick = |file: Option<&String>, default: &str| {
+            // Checked to expand when the profile loaded.
+            file.map(|f| expand_path(f).unwrap_or_else(|_| PathBuf::from(f)))
+                .unwrap_or_else(|| dir.join(default))
+        };
+        let given = given.cloned().unwrap_or_default();
+        Some(TlsPaths {
+            ca: pick(given.ca.as_ref(), "ca.pem"),
+            cert: pick(given.cert.as_ref(), "cert.pem"),
+            key: pick(given.key.as_ref(), "key.pem"),
+        })
+    }
 }
 
 /// Work that writes the shared storage from this host needs it mounted here.
@@ -89,6 +141,39 @@ impl LoadedProfile {
         })
     }
 
+    /// True when the profile lists several hosts (`hosts:`), even just one.
+    pub fn has_hosts(&self) -> bool {
+        !self.profile.hosts.is_empty()
+    }
+
+    /// Every host of the cluster, the head's first, with its endpoint resolved.
+    pub fn cluster_hosts(&self) -> Result<Vec<ClusterHost>, ConfigError> {
+        let p = &self.profile;
+        if p.hosts.is_empty() {
+            let endpoint = self.docker_endpoint()?;
+            let tls = TlsPaths::resolve(&endpoint, p.docker.tls.as_ref());
+            return Ok(vec![ClusterHost {
+                name: LOCAL_HOST.to_string(),
+                endpoint,
+                address: p.network.head_address,
+                tls,
+            }]);
+        }
+        let head = p.head_host();
+        let mut hosts: Vec<ClusterHost> = p
+            .hosts
+            .iter()
+            .map(|h| ClusterHost {
+                name: h.name.clone(),
+                endpoint: h.docker.clone(),
+                address: Some(h.address),
+                tls: TlsPaths::resolve(&h.docker, h.tls.as_ref()),
+            })
+            .collect();
+        hosts.sort_by_key(|h| h.name != head);
+        Ok(hosts)
+    }
+
     /// The Jobs API / dashboard URL as seen from this host.
     pub fn dashboard_url(&self) -> String {
         if let Some(address) = &self.profile.submit.address {
@@ -108,11 +193,15 @@ impl LoadedProfile {
 
     /// Every worker container the profile asks for, in order: (group index, index in group).
     pub fn worker_count(&self) -> u32 {
-        self.profile.workers.iter().map(|g| g.count).sum()
+        self.profile.workers.iter().map(|g| g.count()).sum()
     }
 
     pub fn total_gpus(&self) -> u32 {
-        self.profile.workers.iter().map(|g| g.count * g.gpus).sum()
+        self.profile
+            .workers
+            .iter()
+            .map(|g| g.count() * g.gpus)
+            .sum()
     }
 }
 
@@ -186,6 +275,229 @@ mod tests {
         assert!(err.message.contains("512m"), "{err}");
     }
 
+    /// A two-host profile: the head on a, one worker on b and one on c.
+    const HOSTS: &str = "name: t
+image: argus/ray:2.51.1
+network: {mode: host}
+shared: {host_path: /tmp/x}
+hosts:
+  - {name: a, docker: 'ssh://root@10.0.0.1', address: 10.0.0.1}
+  - {name: b, docker: 'tcp://10.0.0.2:2375', address: 10.0.0.2}
+  - {name: c, docker: 'unix:///run/c.sock', address: 10.0.0.3}
+head: {host: a}
+workers:
+  - {name: g, hosts: {b: 1, c: 1}, gpus: 2, gpu_mode: nvidia, device_ids: [[0, 1], [0, 1]]}
+";
+
+    #[test]
+    fn hosts_place_the_head_and_each_worker() {
+        let p = load(HOSTS).unwrap();
+        let hosts = p.cluster_hosts().unwrap();
+        let names: Vec<_> = hosts.iter().map(|h| h.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        assert_eq!(hosts[1].address.unwrap().to_string(), "10.0.0.2");
+        assert_eq!(p.profile.workers[0].count(), 2);
+        assert_eq!(p.profile.workers[0].placement("a"), ["b", "c"]);
+        // The head's host comes first whatever the list's order.
+        let p = load(&HOSTS.replace("head: {host: a}", "head: {host: c}")).unwrap();
+        let names: Vec<_> = p
+            .cluster_hosts()
+            .unwrap()
+            .into_iter()
+            .map(|h| h.name)
+            .collect();
+        assert_eq!(names, ["c", "a", "b"]);
+        // `host:` with count; the same GPU ids on two hosts are two GPUs.
+        let one = HOSTS.replace("hosts: {b: 1, c: 1}", "host: b, count: 2");
+        let err = load(&one).unwrap_err();
+        assert!(
+            err.message
+                .contains("GPU 0 of host b is already used by workers[0].device_ids[0][0]"),
+            "{err}"
+        );
+    }
+
+    /// (what to replace in HOSTS, with what, line of the error, text it must contain)
+    const BAD_HOSTS: &[(&str, &str, usize, &str)] = &[
+        (
+            "{name: b, docker",
+            "{name: a, docker",
+            7,
+            "host name \"a\" is already used by hosts[0]",
+        ),
+        (
+            "'tcp://10.0.0.2:2375'",
+            "'ssh://root@10.0.0.1'",
+            7,
+            "endpoint ssh://root@10.0.0.1 is already hosts[0]'s",
+        ),
+        (
+            "address: 10.0.0.3",
+            "address: 10.0.0.2",
+            8,
+            "address 10.0.0.2 is already hosts[1]'s",
+        ),
+        (
+            "address: 10.0.0.3",
+            "address: c.example",
+            8,
+            "is not an IP address",
+        ),
+        (
+            "address: 10.0.0.3",
+            "address: 0.0.0.0",
+            8,
+            "not an address workers can reach",
+        ),
+        (
+            "'unix:///run/c.sock'",
+            "'ssh://root@c:2222'",
+            8,
+            "a port in ssh:// is not supported",
+        ),
+        (
+            "'unix:///run/c.sock'",
+            "'ssh://-oProxyCommand=sh@c'",
+            8,
+            "the user must be",
+        ),
+        (
+            "head: {host: a}",
+            "head: {host: z}",
+            9,
+            "unknown host \"z\"",
+        ),
+        (
+            "hosts: {b: 1, c: 1}",
+            "hosts: {b: 1, z: 1}",
+            11,
+            "unknown host \"z\"",
+        ),
+        (
+            "hosts: {b: 1, c: 1}",
+            "hosts: {b: 1, c: 0}",
+            11,
+            "0 workers on host c",
+        ),
+        (
+            "hosts: {b: 1, c: 1}",
+            "hosts: {b: 1, c: 1}, count: 3",
+            11,
+            "count is 3, but hosts adds up to 2",
+        ),
+        (
+            "hosts: {b: 1, c: 1}",
+            "host: b, hosts: {c: 1}",
+            11,
+            "give host (all workers on one host) or hosts",
+        ),
+        ("hosts: {b: 1, c: 1}", "host: b", 11, "count is missing"),
+        (
+            "hosts: {b: 1, c: 1}, ",
+            "count: 2, ",
+            11,
+            "which hosts its workers run on is missing",
+        ),
+        (
+            "hosts: {b: 1, c: 1}",
+            "hosts: {b: 1, b: 1}",
+            11,
+            "given twice",
+        ),
+        (
+            "hosts: {b: 1, c: 1}",
+            "hosts: [b, c]",
+            11,
+            "a map of host name to number of workers",
+        ),
+        ("[[0, 1], [0, 1]]", "[[0, 1]]", 11, "1 lists for 2 workers"),
+        (
+            "network: {mode: host}",
+            "network: {mode: bridge}",
+            3,
+            "3 hosts need host networking",
+        ),
+        (
+            "network: {mode: host}",
+            "network: {mode: host, head_address: 10.0.0.1}",
+            3,
+            "workers join the head at its host's address",
+        ),
+        (
+            "shared:",
+            "docker: {host: 'unix:///x.sock'}\nshared:",
+            4,
+            "each host names its own Docker endpoint",
+        ),
+        (
+            "address: 10.0.0.1}",
+            "address: 10.0.0.1, tls: {ca: /ca.pem}}",
+            6,
+            "TLS is for tcp:// endpoints",
+        ),
+        (
+            "address: 10.0.0.2}",
+            "address: 10.0.0.2, tls: {ca: ca.pem}}",
+            7,
+            "is not an absolute path",
+        ),
+        (
+            "address: 10.0.0.2}",
+            "address: 10.0.0.2, sshkey: x}",
+            7,
+            "unknown field `sshkey`",
+        ),
+        (
+            "head: {host: a}",
+            "head: {host: a}\nray: {dashboard_bind: 0.0.0.0}",
+            10,
+            "without a token",
+        ),
+        (
+            "head: {host: a}",
+            "head: {host: a}\nray: {dashboard_bind: 10.0.0.2, auth: token}",
+            10,
+            "not an address of the head's host a",
+        ),
+    ];
+
+    #[test]
+    fn bad_hosts_are_refused_where_they_are_written() {
+        for (from, to, line, text) in BAD_HOSTS {
+            assert!(HOSTS.contains(from), "{from}");
+            let doc = HOSTS.replacen(from, to, 1);
+            let doc = if to.contains("auth: token") {
+                doc.replace("argus/ray:2.51.1", "argus/ray:2.60.0")
+            } else {
+                doc
+            };
+            let err = load(&doc).expect_err(&doc);
+            assert!(
+                err.message.contains(text),
+                "{doc}\nwant {text:?}\ngot  {err}"
+            );
+            assert_eq!(err.line, *line, "{doc}\n{err}");
+        }
+        // A single-host profile cannot name hosts.
+        for (doc, text) in [
+            (
+                "name: t\nimage: i\nshared: {host_path: /tmp/x}\nhead: {host: a}\nworkers: [{name: g, count: 1}]\n",
+                "the profile has no hosts: list",
+            ),
+            (
+                "name: t\nimage: i\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 1, host: a}]\n",
+                "the profile has no hosts: list",
+            ),
+            (
+                "name: t\nimage: i\nshared: {host_path: /tmp/x}\nworkers: [{name: g}]\n",
+                "count is missing",
+            ),
+        ] {
+            let err = load(doc).expect_err(doc);
+            assert!(err.message.contains(text), "{doc}\n{err}");
+        }
+    }
+
     /// (document, line, column, text the message must contain)
     const BAD: &[(&str, usize, usize, &str)] = &[
         // class 5: accepted nonsense
@@ -229,7 +541,7 @@ mod tests {
             "name: t\nimage: i\nnetwork: {mode: host, head_address: head.example}\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 1}]\n",
             3,
             37,
-            "\"head.example\" is not an IP address (valid: the head host's IPv4 address",
+            "\"head.example\" is not an IP address (valid: the host's IPv4 address",
         ),
         (
             "name: t\nimage: i\nnetwork: {mode: host, head_address: 0.0.0.0}\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 1}]\n",

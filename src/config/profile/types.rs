@@ -21,6 +21,10 @@ pub struct Profile {
     pub name: String,
     #[serde(default)]
     pub docker: DockerSection,
+    /// Several hosts, each with its own Docker Engine: the head and each worker group
+    /// name theirs. Empty: one host, the endpoint of `docker:`.
+    #[serde(default)]
+    pub hosts: Vec<HostSpec>,
     /// Runtime image (see `argus image build`).
     pub image: String,
     #[serde(default)]
@@ -55,8 +59,35 @@ pub struct PrepareSection {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DockerSection {
-    /// `unix:///var/run/docker.sock`, `tcp://host:2375`; default: `DOCKER_HOST`, then the local socket.
+    /// `unix:///var/run/docker.sock`, `tcp://host:2375`, `ssh://user@host`; default:
+    /// `DOCKER_HOST`, then the local socket.
     pub host: Option<DockerEndpoint>,
+    /// TLS for a `tcp://` endpoint (default: `DOCKER_TLS_VERIFY` / `DOCKER_CERT_PATH`).
+    pub tls: Option<TlsFiles>,
+}
+
+/// One host of a multi-host cluster: its Docker Engine and the address Ray advertises.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HostSpec {
+    /// What the head and worker groups call it (`head: {host: a}`).
+    pub name: String,
+    /// Its Docker Engine: `unix://`, `tcp://` (TLS optional), `ssh://user@host`.
+    pub docker: DockerEndpoint,
+    /// The IPv4 address its Ray nodes advertise and others reach them at.
+    pub address: NodeAddress,
+    /// TLS for a `tcp://` endpoint (default: `DOCKER_TLS_VERIFY` / `DOCKER_CERT_PATH`).
+    pub tls: Option<TlsFiles>,
+}
+
+/// Client certificates for a Docker Engine on `tcp://` with TLS. A file left out is taken
+/// from `DOCKER_CERT_PATH` (default `~/.docker`): `ca.pem`, `cert.pem`, `key.pem`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    pub ca: Option<String>,
+    pub cert: Option<String>,
+    pub key: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -77,20 +108,21 @@ string_enum!(NetworkMode {
 pub struct NetworkSection {
     #[serde(default)]
     pub mode: NetworkMode,
-    /// Host mode: the IPv4 address workers use to reach the head (default 127.0.0.1).
-    pub head_address: Option<HeadAddress>,
+    /// Host mode on one host: the IPv4 address workers use to reach the head (default
+    /// 127.0.0.1). With `hosts:`, the head host's `address` is used.
+    pub head_address: Option<NodeAddress>,
 }
 
-/// The head host's address in host mode: an IPv4 address a worker can dial (workers join
-/// at `address:port`), never a name, a list or `0.0.0.0`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HeadAddress(pub Ipv4Addr);
+/// A host's address in host mode: an IPv4 address other hosts can dial (workers join the
+/// head at `address:port`), never a name, a list or `0.0.0.0`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NodeAddress(pub Ipv4Addr);
 
-impl HeadAddress {
+impl NodeAddress {
     pub fn parse(text: &str) -> Result<Self, String> {
-        const VALID: &str = "the head host's IPv4 address, e.g. 10.0.0.11";
+        const VALID: &str = "the host's IPv4 address, e.g. 10.0.0.11";
         match text.parse::<IpAddr>() {
-            Ok(IpAddr::V4(v4)) if !v4.is_unspecified() && !v4.is_broadcast() => Ok(HeadAddress(v4)),
+            Ok(IpAddr::V4(v4)) if !v4.is_unspecified() && !v4.is_broadcast() => Ok(NodeAddress(v4)),
             Ok(IpAddr::V4(v4)) => Err(format!(
                 "{v4} is not an address workers can reach (valid: {VALID})"
             )),
@@ -102,21 +134,21 @@ impl HeadAddress {
     }
 }
 
-impl fmt::Display for HeadAddress {
+impl fmt::Display for NodeAddress {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
     }
 }
 
-impl Serialize for HeadAddress {
+impl Serialize for NodeAddress {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(self)
     }
 }
 
-impl<'de> Deserialize<'de> for HeadAddress {
+impl<'de> Deserialize<'de> for NodeAddress {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        crate::ids::deserialize_checked(d, "an IPv4 address", HeadAddress::parse)
+        crate::ids::deserialize_checked(d, "an IPv4 address", NodeAddress::parse)
     }
 }
 
@@ -187,6 +219,9 @@ impl Default for RaySection {
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct NodeSpec {
+    /// With `hosts:`, the host it runs on (the head's; default the first host).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
     /// CPU limit of the container, also advertised to Ray as `--num-cpus`.
     pub cpus: Option<f64>,
     pub memory: Option<ByteSize>,
@@ -219,15 +254,18 @@ string_enum!(GpuMode {
 #[serde(deny_unknown_fields)]
 pub struct WorkerGroup {
     pub name: String,
-    pub count: u32,
+    /// Workers in the group; with `hosts:` it may be left out (their sum).
+    pub count: Option<u32>,
+    /// With `hosts:` in the profile: the one host of all this group's workers.
+    pub host: Option<String>,
+    /// With `hosts:` in the profile: workers per host, in order (`{b: 1, c: 2}`).
+    pub hosts: Option<HostCounts>,
     #[serde(default)]
     pub gpus: u32,
     #[serde(default)]
     pub gpu_mode: GpuMode,
     /// One list of host GPU ids per worker (nvidia / amd), e.g. `[[0,1,2,3],[4,5,6,7]]`.
     pub device_ids: Option<Vec<Vec<u32>>>,
-    /// Another Docker endpoint for this group (multi-host; not yet supported).
-    pub docker_host: Option<DockerEndpoint>,
     // The fields of NodeSpec, spelled out: serde's `flatten` would disable
     // `deny_unknown_fields` and lose error locations.
     pub cpus: Option<f64>,
@@ -238,16 +276,102 @@ pub struct WorkerGroup {
     pub resources: BTreeMap<String, f64>,
 }
 
+impl Profile {
+    /// The host the head runs on: `head.host`, else the first of `hosts`; `local` for a
+    /// single-host profile (no `hosts:`).
+    pub fn head_host(&self) -> &str {
+        match (&self.head.host, self.hosts.first()) {
+            (Some(host), _) => host,
+            (None, Some(first)) => &first.name,
+            (None, None) => LOCAL_HOST,
+        }
+    }
+}
+
+/// The one host of a profile without `hosts:`: the engine of `docker:`.
+pub const LOCAL_HOST: &str = "local";
+
 impl WorkerGroup {
+    /// How many workers the group has: `count`, else the sum over `hosts`.
+    pub fn count(&self) -> u32 {
+        match (self.count, &self.hosts) {
+            (Some(count), _) => count,
+            (None, Some(hosts)) => hosts.total(),
+            (None, None) => 0,
+        }
+    }
+
+    /// Which host each worker runs on, in worker order (`default` when the group names
+    /// none: the single host, or the head's).
+    pub fn placement<'a>(&'a self, default: &'a str) -> Vec<&'a str> {
+        match (&self.hosts, &self.host) {
+            (Some(hosts), _) => hosts
+                .0
+                .iter()
+                .flat_map(|(host, n)| std::iter::repeat_n(host.as_str(), *n as usize))
+                .collect(),
+            (None, Some(host)) => vec![host.as_str(); self.count() as usize],
+            (None, None) => vec![default; self.count() as usize],
+        }
+    }
+
     /// The per-container resources of this group's workers.
     pub fn node(&self) -> NodeSpec {
         NodeSpec {
+            host: None,
             cpus: self.cpus,
             memory: self.memory,
             shm_size: self.shm_size,
             object_store_memory: self.object_store_memory,
             resources: self.resources.clone(),
         }
+    }
+}
+
+/// Workers per host, in the order written: `{b: 1, c: 2}`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostCounts(pub Vec<(String, u32)>);
+
+impl HostCounts {
+    pub fn total(&self) -> u32 {
+        self.0
+            .iter()
+            .map(|(_, n)| *n)
+            .fold(0u32, u32::saturating_add)
+    }
+}
+
+impl Serialize for HostCounts {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (host, n) in &self.0 {
+            map.serialize_entry(host, n)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for HostCounts {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = HostCounts;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a map of host name to number of workers, e.g. {b: 1, c: 2}")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<HostCounts, A::Error> {
+                let mut out = Vec::new();
+                while let Some((host, n)) = map.next_entry::<String, u32>()? {
+                    out.push((host, n));
+                }
+                Ok(HostCounts(out))
+            }
+        }
+        d.deserialize_map(Visitor)
     }
 }
 

@@ -4,7 +4,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::types::{AuthMode, GpuMode, NetworkMode, NodeSpec, Profile};
+use super::types::{AuthMode, GpuMode, NetworkMode, NodeAddress, NodeSpec, Profile};
+use crate::config::docker::EndpointKind;
 use crate::config::env;
 use crate::config::yaml::{ConfigError, Seg, Source};
 use crate::yaml_path;
@@ -13,6 +14,8 @@ use crate::yaml_path;
 pub const MAX_WORKERS: u32 = 256;
 /// Worker groups in one profile.
 pub const MAX_GROUPS: usize = 64;
+/// Hosts in one profile.
+pub const MAX_HOSTS: usize = 256;
 /// GPUs of one worker (real or simulated).
 pub const MAX_GPUS_PER_WORKER: u32 = 64;
 /// CPUs of one container.
@@ -100,6 +103,7 @@ pub fn validate(p: &Profile, src: &Source) -> Result<(), ConfigError> {
             return Err(src.error_at(&at, "the value contains a NUL byte"));
         }
     }
+    validate_hosts(p, src)?;
     // Workers first: in host mode their number decides which ports are taken.
     validate_workers(p, src)?;
     validate_ray(p, src)?;
@@ -132,7 +136,14 @@ fn validate_ray(p: &Profile, src: &Source) -> Result<(), ConfigError> {
         }
     }
     if p.network.mode == NetworkMode::Host {
-        let nodes = 1 + p.workers.iter().map(|g| g.count).sum::<u32>();
+        // The head's ports are on the head's host, next to the blocks of its other nodes.
+        let head_host = p.head_host();
+        let nodes = 1 + p
+            .workers
+            .iter()
+            .flat_map(|g| g.placement(head_host))
+            .filter(|h| *h == head_host)
+            .count() as u32;
         let end = HOST_MODE_PORT_BASE + HOST_MODE_PORT_BLOCK * nodes.min(MAX_HOST_MODE_NODES);
         for (key, port) in ports {
             if (HOST_MODE_PORT_BASE..end).contains(&u32::from(port)) {
@@ -207,8 +218,10 @@ fn validate_workers(p: &Profile, src: &Source) -> Result<(), ConfigError> {
             .with_hint(format!("at most {MAX_GROUPS} groups")));
     }
     let mut group_names: HashMap<&str, usize> = HashMap::new();
-    let mut device_owner: HashMap<u32, String> = HashMap::new();
+    // A GPU is a device of one host: (host, id) is used at most once.
+    let mut device_owner: HashMap<(&str, u32), String> = HashMap::new();
     let mut total: u32 = 0;
+    let mut per_host: HashMap<&str, u32> = HashMap::from([(p.head_host(), 1)]);
     for (g, group) in p.workers.iter().enumerate() {
         let at = |key: &str| yaml_path!["workers", g, key];
         if !valid_name(&group.name) {
@@ -225,21 +238,28 @@ fn validate_workers(p: &Profile, src: &Source) -> Result<(), ConfigError> {
                 ),
             ));
         }
-        if group.count < 1 || group.count > MAX_WORKERS {
+        validate_placement(p, src, g)?;
+        let count = group.count();
+        if !(1..=MAX_WORKERS).contains(&count) {
+            let key = if group.count.is_some() {
+                "count"
+            } else {
+                "hosts"
+            };
             return Err(src
                 .error_at(
-                    &at("count"),
-                    if group.count < 1 {
-                        format!("count is {}, must be at least 1", group.count)
+                    &at(key),
+                    if count < 1 {
+                        format!("count is {count}, must be at least 1")
                     } else {
-                        format!("count is {}, more than {MAX_WORKERS}", group.count)
+                        format!("count is {count}, more than {MAX_WORKERS}")
                     },
                 )
                 .with_hint(format!(
                     "a whole number from 1 to {MAX_WORKERS} (remove the group to have none)"
                 )));
         }
-        total += group.count;
+        total += count;
         if total > MAX_WORKERS {
             return Err(src
                 .error_at(
@@ -250,13 +270,30 @@ fn validate_workers(p: &Profile, src: &Source) -> Result<(), ConfigError> {
                     "at most {MAX_WORKERS} workers in all groups together"
                 )));
         }
-        if p.network.mode == NetworkMode::Host && total + 1 > MAX_HOST_MODE_NODES {
+        let placement = group.placement(p.head_host());
+        for host in &placement {
+            *per_host.entry(host).or_default() += 1;
+        }
+        if p.network.mode == NetworkMode::Host
+            && let Some((host, nodes)) = per_host
+                .iter()
+                .find(|(_, nodes)| **nodes > MAX_HOST_MODE_NODES)
+        {
+            let key = if group.count.is_some() {
+                "count"
+            } else {
+                "hosts"
+            };
+            let on = if p.hosts.is_empty() {
+                String::new()
+            } else {
+                format!(" on host {host}")
+            };
             return Err(src
                 .error_at(
-                    &at("count"),
+                    &at(key),
                     format!(
-                        "{} Ray nodes in host mode: their port blocks ({HOST_MODE_PORT_BLOCK} ports each from {HOST_MODE_PORT_BASE}) would pass 65535",
-                        total + 1
+                        "{nodes} Ray nodes{on} in host mode: their port blocks ({HOST_MODE_PORT_BLOCK} ports each from {HOST_MODE_PORT_BASE}) would pass 65535"
                     ),
                 )
                 .with_hint(format!(
@@ -268,13 +305,6 @@ fn validate_workers(p: &Profile, src: &Source) -> Result<(), ConfigError> {
             return Err(src
                 .error_at(&at("gpus"), format!("gpus is {}", group.gpus))
                 .with_hint(format!("0 to {MAX_GPUS_PER_WORKER} GPUs per worker")));
-        }
-        if let Some(host) = &group.docker_host
-            && Some(host) != p.docker.host.as_ref()
-        {
-            return Err(src
-                    .error_at(&at("docker_host"), "worker groups on another Docker endpoint (multi-host) are not yet supported")
-                    .with_hint("run `argus up` on each host with its own profile, in `network: {mode: host}`, or remove docker_host"));
         }
         validate_node(&group.node(), src, &yaml_path!["workers", g])?;
         match (group.gpu_mode, &group.device_ids) {
@@ -299,16 +329,16 @@ fn validate_workers(p: &Profile, src: &Source) -> Result<(), ConfigError> {
                         "real GPUs need explicit device_ids, one list per worker",
                     )
                     .with_hint(format!(
-                        "device_ids: a list of {} lists of {} GPU ids",
-                        group.count, group.gpus
+                        "device_ids: a list of {count} lists of {} GPU ids",
+                        group.gpus
                     )));
             }
             (_, Some(lists)) => {
-                if lists.len() != group.count as usize {
+                if lists.len() != count as usize {
                     return Err(src
                         .error_at(
                             &at("device_ids"),
-                            format!("{} lists for {} workers", lists.len(), group.count),
+                            format!("{} lists for {count} workers", lists.len()),
                         )
                         .with_hint(format!("one list of {} GPU ids per worker", group.gpus)));
                 }
@@ -325,15 +355,21 @@ fn validate_workers(p: &Profile, src: &Source) -> Result<(), ConfigError> {
                             )
                             .with_hint(format!("exactly {} ids", group.gpus)));
                     }
+                    let host = placement.get(w).copied().unwrap_or_default();
                     for (i, id) in ids.iter().enumerate() {
                         let here = format!("workers[{g}].device_ids[{w}][{i}]");
-                        if let Some(owner) = device_owner.insert(*id, here) {
+                        if let Some(owner) = device_owner.insert((host, *id), here) {
+                            let on = if p.hosts.is_empty() {
+                                String::new()
+                            } else {
+                                format!(" of host {host}")
+                            };
                             return Err(src
                                 .error_at(
                                     &yaml_path!["workers", g, "device_ids", w, i],
-                                    format!("GPU {id} is already used by {owner}"),
+                                    format!("GPU {id}{on} is already used by {owner}"),
                                 )
-                                .with_hint("each host GPU id at most once across all workers"));
+                                .with_hint("each GPU id of a host at most once across all workers on that host"));
                         }
                     }
                 }
@@ -341,6 +377,253 @@ fn validate_workers(p: &Profile, src: &Source) -> Result<(), ConfigError> {
         }
     }
     Ok(())
+}
+
+/// `hosts:`: unique names, endpoints and addresses; host networking across hosts; no
+/// single-host settings that would contradict them.
+fn validate_hosts(p: &Profile, src: &Source) -> Result<(), ConfigError> {
+    if p.hosts.is_empty() {
+        if p.head.host.is_some() {
+            return Err(src
+                .error_at(&yaml_path!["head", "host"], "names a host, but the profile has no hosts: list")
+                .with_hint("add hosts: [{name: a, docker: ssh://root@10.0.0.11, address: 10.0.0.11}, ...], or remove head.host"));
+        }
+        return Ok(());
+    }
+    if p.hosts.len() > MAX_HOSTS {
+        return Err(src
+            .error_at(
+                &yaml_path!["hosts", MAX_HOSTS],
+                format!("{} hosts", p.hosts.len()),
+            )
+            .with_hint(format!("at most {MAX_HOSTS} hosts")));
+    }
+    let mut names: HashMap<&str, usize> = HashMap::new();
+    let mut endpoints: HashMap<&str, usize> = HashMap::new();
+    let mut addresses: HashMap<NodeAddress, usize> = HashMap::new();
+    for (i, host) in p.hosts.iter().enumerate() {
+        let at = |key: &str| yaml_path!["hosts", i, key];
+        if !valid_name(&host.name) {
+            return Err(src
+                .error_at(&at("name"), format!("invalid host name {:?}", host.name))
+                .with_hint(NAME_RULE));
+        }
+        if let Some(first) = names.insert(&host.name, i) {
+            return Err(src.error_at(
+                &at("name"),
+                format!(
+                    "host name {:?} is already used by hosts[{first}]",
+                    host.name
+                ),
+            ));
+        }
+        if let Some(first) = endpoints.insert(host.docker.as_str(), i) {
+            return Err(src
+                .error_at(
+                    &at("docker"),
+                    format!(
+                        "endpoint {} is already hosts[{first}]'s: one engine is one host",
+                        host.docker
+                    ),
+                )
+                .with_hint("each host its own Docker endpoint"));
+        }
+        if let Some(first) = addresses.insert(host.address, i) {
+            return Err(src
+                .error_at(
+                    &at("address"),
+                    format!("address {} is already hosts[{first}]'s", host.address),
+                )
+                .with_hint(
+                    "each host the address its Ray nodes advertise; two hosts cannot share one",
+                ));
+        }
+        for (key, file) in host
+            .tls
+            .iter()
+            .flat_map(|t| [("ca", &t.ca), ("cert", &t.cert), ("key", &t.key)])
+        {
+            if let Some(file) = file {
+                match super::expand_path(file) {
+                    Ok(path) if path.is_absolute() => {}
+                    Ok(_) => {
+                        return Err(src
+                            .error_at(
+                                &yaml_path!["hosts", i, "tls", key],
+                                format!("{file:?} is not an absolute path"),
+                            )
+                            .with_hint("/etc/argus/tls/ca.pem, ~/.docker/ca.pem"));
+                    }
+                    Err(e) => return Err(src.error_at(&yaml_path!["hosts", i, "tls", key], e)),
+                }
+            }
+        }
+        if host.tls.is_some() && !matches!(host.docker.kind(), EndpointKind::Tcp { .. }) {
+            return Err(src
+                .error_at(
+                    &at("tls"),
+                    format!("TLS is for tcp:// endpoints, not {}", host.docker),
+                )
+                .with_hint("remove tls, or use tcp://HOST:2376"));
+        }
+    }
+    if p.docker.host.is_some() || p.docker.tls.is_some() {
+        return Err(src
+            .error_at(
+                &yaml_path!["docker"],
+                "with hosts:, each host names its own Docker endpoint",
+            )
+            .with_hint("move the endpoint into hosts[].docker and remove the docker: section"));
+    }
+    if p.hosts.len() > 1 && p.network.mode != NetworkMode::Host {
+        return Err(src
+            .error_at(
+                &yaml_path!["network", "mode"],
+                format!("{} hosts need host networking: Ray nodes on different hosts reach each other at their hosts' addresses", p.hosts.len()),
+            )
+            .with_hint("network: {mode: host}"));
+    }
+    if p.network.head_address.is_some() {
+        return Err(src
+            .error_at(
+                &yaml_path!["network", "head_address"],
+                "with hosts:, workers join the head at its host's address",
+            )
+            .with_hint("remove head_address; set hosts[].address of the head's host"));
+    }
+    if let Some(host) = &p.head.host
+        && !names.contains_key(host.as_str())
+    {
+        return Err(unknown_host(src, &yaml_path!["head", "host"], host, p));
+    }
+    // The Jobs API runs code for whoever reaches it: on the network only behind a token.
+    if let Ok(bind) = p.ray.dashboard_bind.parse::<std::net::IpAddr>()
+        && !bind.is_loopback()
+    {
+        if p.ray.auth != AuthMode::Token {
+            return Err(src
+                .error_at(
+                    &yaml_path!["ray", "dashboard_bind"],
+                    format!("the Jobs API on {bind} would run code for anyone who reaches the head host, without a token"),
+                )
+                .with_hint("dashboard_bind: 127.0.0.1 (argus reaches it through a tunnel over the head host's Docker endpoint), or ray.auth: token with an image of Ray >= 2.52"));
+        }
+        let head_address = p
+            .hosts
+            .iter()
+            .find(|h| h.name == p.head_host())
+            .map(|h| std::net::IpAddr::V4(h.address.0));
+        if !bind.is_unspecified() && Some(bind) != head_address {
+            return Err(src
+                .error_at(
+                    &yaml_path!["ray", "dashboard_bind"],
+                    format!(
+                        "{bind} is not an address of the head's host {}",
+                        p.head_host()
+                    ),
+                )
+                .with_hint("127.0.0.1, the head host's address, or 0.0.0.0"));
+        }
+    }
+    Ok(())
+}
+
+/// A worker group's `count`, `host` and `hosts`: they agree and name known hosts.
+fn validate_placement(p: &Profile, src: &Source, g: usize) -> Result<(), ConfigError> {
+    let group = &p.workers[g];
+    let at = |key: &str| yaml_path!["workers", g, key];
+    if p.hosts.is_empty() {
+        for (key, given) in [
+            ("host", group.host.is_some()),
+            ("hosts", group.hosts.is_some()),
+        ] {
+            if given {
+                return Err(src
+                    .error_at(&at(key), "names hosts, but the profile has no hosts: list")
+                    .with_hint("add a hosts: list, or remove it (the group runs on the one Docker endpoint)"));
+            }
+        }
+        if group.count.is_none() {
+            return Err(src
+                .error_at(&yaml_path!["workers", g], "count is missing")
+                .with_hint("count: the number of workers in the group"));
+        }
+        return Ok(());
+    }
+    match (&group.host, &group.hosts) {
+        (Some(_), Some(_)) => {
+            return Err(src
+                .error_at(
+                    &at("hosts"),
+                    "give host (all workers on one host) or hosts (workers per host), not both",
+                )
+                .with_hint("hosts: {b: 1, c: 1}"));
+        }
+        (Some(host), None) => {
+            if !p.hosts.iter().any(|h| &h.name == host) {
+                return Err(unknown_host(src, &at("host"), host, p));
+            }
+            if group.count.is_none() {
+                return Err(src.error_at(&at("host"), "count is missing").with_hint(
+                    "count: the number of workers on that host, or hosts: {NAME: COUNT, ...}",
+                ));
+            }
+        }
+        (None, Some(hosts)) => {
+            if hosts.0.is_empty() {
+                return Err(src
+                    .error_at(&at("hosts"), "no hosts")
+                    .with_hint("hosts: {b: 1, c: 1}"));
+            }
+            for (host, n) in &hosts.0 {
+                let here = yaml_path!["workers", g, "hosts", host.as_str()];
+                if !p.hosts.iter().any(|h| &h.name == host) {
+                    return Err(unknown_host(src, &here, host, p));
+                }
+                if *n < 1 {
+                    return Err(src
+                        .error_at(&here, format!("{n} workers on host {host}"))
+                        .with_hint("at least 1, or leave the host out"));
+                }
+            }
+            if let Some(count) = group.count
+                && count != hosts.total()
+            {
+                return Err(src
+                    .error_at(
+                        &at("count"),
+                        format!("count is {count}, but hosts adds up to {}", hosts.total()),
+                    )
+                    .with_hint("leave count out: it is the sum over hosts"));
+            }
+        }
+        (None, None) if p.hosts.len() > 1 => {
+            return Err(src
+                .error_at(
+                    &yaml_path!["workers", g],
+                    "which hosts its workers run on is missing",
+                )
+                .with_hint(format!(
+                    "hosts: {{{}: 1}} (workers per host) or host: {} with count",
+                    p.hosts[p.hosts.len() - 1].name,
+                    p.hosts[p.hosts.len() - 1].name
+                )));
+        }
+        (None, None) => {
+            if group.count.is_none() {
+                return Err(src
+                    .error_at(&yaml_path!["workers", g], "count is missing")
+                    .with_hint("count: the number of workers in the group"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn unknown_host(src: &Source, at: &[Seg], host: &str, p: &Profile) -> ConfigError {
+    let known: Vec<&str> = p.hosts.iter().map(|h| h.name.as_str()).collect();
+    src.error_at(at, format!("unknown host {host:?}"))
+        .with_hint(format!("one of the hosts: {}", known.join(", ")))
 }
 
 fn validate_submit(p: &Profile, src: &Source) -> Result<(), ConfigError> {

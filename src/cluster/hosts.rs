@@ -1,0 +1,123 @@
+//! The cluster's hosts: one Docker Engine each, all dialled at once, each under its own
+//! deadline, so one dead host costs one timeout, not one per host, and is named.
+
+use std::time::Duration;
+
+use bollard::Docker;
+use futures_util::future::join_all;
+use serde::Serialize;
+
+use super::Error;
+use super::docker;
+use crate::config::LoadedProfile;
+use crate::config::profile::ClusterHost;
+
+/// How long one engine may take to answer `GET /version` before its host counts as
+/// unreachable.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A host whose engine answered.
+#[derive(Clone)]
+pub struct Engine {
+    pub name: String,
+    pub endpoint: String,
+    pub docker: Docker,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("name", &self.name)
+            .field("endpoint", &self.endpoint)
+            .finish()
+    }
+}
+
+/// A host whose engine did not answer, and why.
+#[derive(Debug, Clone, Serialize)]
+pub struct Unreachable {
+    pub host: String,
+    pub endpoint: String,
+    pub reason: String,
+}
+
+impl std::fmt::Display for Unreachable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "host {} ({}): {}", self.host, self.endpoint, self.reason)
+    }
+}
+
+/// Every engine of the cluster, dialled in parallel: those that answered (in the hosts'
+/// order, the head's first) and those that did not.
+pub async fn connect_all(
+    hosts: &[ClusterHost],
+    timeout: Duration,
+) -> (Vec<Engine>, Vec<Unreachable>) {
+    let attempts = join_all(hosts.iter().map(|host| async move {
+        let outcome = tokio::time::timeout(timeout, docker::connect_host(host)).await;
+        let unreachable = |reason: String| Unreachable {
+            host: host.name.clone(),
+            endpoint: host.endpoint.to_string(),
+            reason,
+        };
+        match outcome {
+            Ok(Ok(docker)) => Ok(Engine {
+                name: host.name.clone(),
+                endpoint: host.endpoint.to_string(),
+                docker,
+            }),
+            Ok(Err(e)) => Err(unreachable(error_chain(&e))),
+            Err(_) => Err(unreachable(format!(
+                "no answer within {}s",
+                timeout.as_secs()
+            ))),
+        }
+    }))
+    .await;
+    let mut engines = Vec::new();
+    let mut unreachable = Vec::new();
+    for attempt in attempts {
+        match attempt {
+            Ok(engine) => engines.push(engine),
+            Err(u) => unreachable.push(u),
+        }
+    }
+    (engines, unreachable)
+}
+
+/// Every engine, or an error naming each host that did not answer (exit 4).
+pub async fn connect_every(loaded: &LoadedProfile) -> Result<Vec<Engine>, Error> {
+    let hosts = cluster_hosts(loaded)?;
+    let (engines, unreachable) = connect_all(&hosts, CONNECT_TIMEOUT).await;
+    if !unreachable.is_empty() {
+        return Err(Error::HostsUnreachable(unreachable));
+    }
+    Ok(engines)
+}
+
+/// The profile's hosts with their endpoints resolved (a malformed `DOCKER_HOST` was
+/// refused when the profile loaded; this repeats the check for library callers).
+pub fn cluster_hosts(loaded: &LoadedProfile) -> Result<Vec<ClusterHost>, Error> {
+    loaded
+        .cluster_hosts()
+        .map_err(|e| Error::BadEndpoint(e.message))
+}
+
+/// The engine of `host` among `engines`.
+pub fn engine<'a>(engines: &'a [Engine], host: &str) -> Option<&'a Engine> {
+    engines.iter().find(|e| e.name == host)
+}
+
+/// An error and its causes on one line (`a: b: c`), each cause once.
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut source = e.source();
+    while let Some(cause) = source {
+        let text = cause.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = cause.source();
+    }
+    parts.join(": ")
+}

@@ -1,0 +1,347 @@
+//! One cluster across several hosts, on real Docker Engines (`crate::hosts`: a network
+//! namespace and a `dockerd` per emulated host): the image brought to the hosts that lack
+//! it, Ray spanning them with each node at its own host's address, the Jobs API reached
+//! through a tunnel, and an unreachable host named and survived.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::harness::{TestContext, ensure_image, inspect};
+use crate::hosts::{Hosts, Options};
+
+const IMAGE: &str = "argus/ray:2.51.1";
+
+/// A profile with the head on `head` and one worker on each of `workers`; the endpoint of
+/// each host as `endpoint` picks it.
+fn profile(
+    ctx: &mut TestContext,
+    hosts: &Hosts,
+    names: &[(&str, &str)],
+    head: &str,
+    workers: &[&str],
+    extra: &str,
+) -> (String, PathBuf, PathBuf) {
+    let cluster = ctx.cluster("mh");
+    let shared = ctx.path("shared");
+    std::fs::create_dir_all(shared.join("code")).expect("shared");
+    let mut text = format!("name: {cluster}\nimage: {IMAGE}\nhosts:\n");
+    for (name, kind) in names {
+        let host = hosts.host(name);
+        let endpoint = match *kind {
+            "ssh" => host.ssh.clone().expect("the instance runs sshd"),
+            "tcp" => host.tcp.clone(),
+            _ => host.unix.clone(),
+        };
+        text.push_str(&format!(
+            "  - {{name: {name}, docker: '{endpoint}', address: {}}}\n",
+            host.ip
+        ));
+    }
+    let per_host: Vec<String> = workers.iter().map(|w| format!("{w}: 1")).collect();
+    text.push_str(&format!(
+        "network: {{mode: host}}\nshared: {{host_path: {}}}\nray: {{ready_timeout_s: 240}}\n{extra}head: {{host: {head}, cpus: 1, memory: 2g, shm_size: 256m, object_store_memory: 128m}}\nworkers:\n  - {{name: gpu, hosts: {{{}}}, gpus: 2, cpus: 1, memory: 2g, shm_size: 256m, object_store_memory: 128m}}\n",
+        shared.display(),
+        per_host.join(", ")
+    ));
+    let path = ctx.write("profile.yaml", &text);
+    (cluster, shared, path)
+}
+
+/// argus with the fixture's `ssh` (its key and known hosts) first on PATH.
+fn argus(ctx: &TestContext, hosts: &Hosts, profile: &Path) -> crate::harness::Argus {
+    let (key, value) = hosts.ssh_path_env();
+    // bollard's ssh transport keeps its ControlMaster sockets under XDG_STATE_HOME.
+    ctx.argus()
+        .env(&key, value)
+        .env("XDG_STATE_HOME", ctx.path("xdg-state"))
+        .profile(profile)
+}
+
+/// The ids of the cluster's containers on one host, by name.
+fn containers(hosts: &Hosts, host: &str, cluster: &str) -> BTreeMap<String, String> {
+    let out = hosts.docker_ok(
+        host,
+        &[
+            "ps",
+            "-a",
+            "--filter",
+            &format!("label=argus.cluster={cluster}"),
+            "--format",
+            "{{.Names}} {{.ID}}",
+        ],
+    );
+    out.lines()
+        .filter_map(|l| l.split_once(' '))
+        .map(|(name, id)| (name.to_string(), id.to_string()))
+        .collect()
+}
+
+/// ALIVE nodes from `status --json`: name -> ip.
+fn alive_nodes(status: &serde_json::Value) -> BTreeMap<String, String> {
+    status["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|n| n["state"] == "ALIVE")
+        .map(|n| {
+            (
+                n["node_name"].as_str().unwrap_or_default().to_string(),
+                n["node_ip"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_cluster_spans_three_hosts_and_survives_one_going_away() {
+    if TestContext::skip_docker("a_cluster_spans_three_hosts_and_survives_one_going_away") {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("mhlife");
+    let hosts = Hosts::up(
+        &ctx,
+        &["a", "b", "c"],
+        Options {
+            ssh: true,
+            registry: false,
+        },
+    );
+    // Every transport at once: the head's host over SSH, b over TCP, c over its socket.
+    let (cluster, shared, profile) = profile(
+        &mut ctx,
+        &hosts,
+        &[("a", "ssh"), ("b", "tcp"), ("c", "unix")],
+        "a",
+        &["b", "c"],
+        "",
+    );
+    let head = format!("{cluster}-head");
+    let (w0, w1) = (format!("{cluster}-gpu-0"), format!("{cluster}-gpu-1"));
+    let local_id = inspect(IMAGE)["Id"].as_str().expect("image id").to_string();
+    for h in ["a", "b", "c"] {
+        assert_eq!(
+            hosts.image_id(h, IMAGE),
+            None,
+            "host {h} starts without the image"
+        );
+    }
+
+    // up: the image is brought to every host, Ray spans them at their addresses.
+    let up = argus(&ctx, &hosts, &profile)
+        .args(["--json", "up"])
+        .run()
+        .code(0);
+    let report = up.json();
+    assert_eq!(report["changed"], true);
+    for h in ["a", "b", "c"] {
+        assert_eq!(
+            hosts.image_id(h, IMAGE).as_deref(),
+            Some(local_id.as_str()),
+            "image on {h}"
+        );
+    }
+    assert_eq!(
+        containers(&hosts, "a", &cluster).keys().collect::<Vec<_>>(),
+        [&head]
+    );
+    assert_eq!(
+        containers(&hosts, "b", &cluster).keys().collect::<Vec<_>>(),
+        [&w0]
+    );
+    assert_eq!(
+        containers(&hosts, "c", &cluster).keys().collect::<Vec<_>>(),
+        [&w1]
+    );
+    let status = argus(&ctx, &hosts, &profile)
+        .args(["--json", "status"])
+        .run()
+        .code(0)
+        .json();
+    let want: BTreeMap<String, String> = [
+        (head.clone(), hosts.host("a").ip.to_string()),
+        (w0.clone(), hosts.host("b").ip.to_string()),
+        (w1.clone(), hosts.host("c").ip.to_string()),
+    ]
+    .into_iter()
+    .collect();
+    assert_eq!(alive_nodes(&status), want, "each node from its own host");
+    for h in status["hosts"].as_array().expect("hosts") {
+        assert_eq!(h["reachable"], true, "{h}");
+        assert_eq!(h["image_id"].as_str(), Some(local_id.as_str()), "{h}");
+    }
+
+    // A job: its driver runs on a worker host and reads the shared storage there.
+    std::fs::write(shared.join("input.txt"), "shared-across-hosts").expect("input");
+    let spec = ctx.write(
+        "job.yaml",
+        "workload: custom\nsubmission_id: mh-job-1\ncode_path: /mnt/shared/code\nentrypoint: python3 -c \"import socket; print('DRIVER', socket.gethostname(), open('/mnt/shared/input.txt').read())\"\n",
+    );
+    argus(&ctx, &hosts, &profile)
+        .args(["submit", "--wait"])
+        .arg_path(&spec)
+        .run()
+        .code(0);
+    let log = argus(&ctx, &hosts, &profile)
+        .args(["job", "logs", "mh-job-1"])
+        .run()
+        .code(0)
+        .stdout;
+    assert!(
+        log.contains("DRIVER b shared-across-hosts")
+            || log.contains("DRIVER c shared-across-hosts"),
+        "the driver runs on a worker host and sees the shared file:\n{log}"
+    );
+    let job = argus(&ctx, &hosts, &profile)
+        .args(["--json", "job", "status", "mh-job-1"])
+        .run()
+        .code(0)
+        .json();
+    let driver = job["job"]["driver_node_id"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let driver_node = status["nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|n| n["node_id"] == driver.as_str())
+        .unwrap_or_else(|| panic!("driver node {driver} is one of the cluster's: {job}"));
+    assert_ne!(driver_node["node_name"], head.as_str(), "never on the head");
+
+    // A second up changes nothing.
+    let again = argus(&ctx, &hosts, &profile)
+        .args(["--json", "up"])
+        .run()
+        .code(0)
+        .json();
+    assert_eq!(again["changed"], false, "{again}");
+    let before: Vec<_> = ["a", "b", "c"]
+        .iter()
+        .map(|h| containers(&hosts, h, &cluster))
+        .collect();
+
+    // Host c's engine goes away: status names it, up refuses and changes nothing.
+    hosts.stop_engine("c");
+    let run = argus(&ctx, &hosts, &profile)
+        .args(["--json", "status"])
+        .run()
+        .code(4);
+    let status = run.json();
+    let c = status["hosts"]
+        .as_array()
+        .expect("hosts")
+        .iter()
+        .find(|h| h["name"] == "c")
+        .expect("host c")
+        .clone();
+    assert_eq!(c["reachable"], false, "{c}");
+    argus(&ctx, &hosts, &profile)
+        .args(["up"])
+        .run()
+        .code(4)
+        .stderr_has("host c (");
+    assert_eq!(
+        containers(&hosts, "a", &cluster),
+        before[0],
+        "nothing changed on a"
+    );
+    assert_eq!(
+        containers(&hosts, "b", &cluster),
+        before[1],
+        "nothing changed on b"
+    );
+
+    // c is back, its container lost: up repairs c alone.
+    hosts.start_engine("c");
+    hosts.docker_ok("c", &["rm", "-f", &w1]);
+    let repair = argus(&ctx, &hosts, &profile)
+        .args(["--json", "up"])
+        .run()
+        .code(0)
+        .json();
+    let acted: Vec<String> = repair["actions"]
+        .as_array()
+        .expect("actions")
+        .iter()
+        .filter(|a| a["action"] != "keep")
+        .map(|a| format!("{} {} {}", a["action"], a["name"], a["host"]))
+        .collect();
+    assert_eq!(acted, [format!("\"create\" \"{w1}\" \"c\"")], "{repair}");
+    assert_eq!(
+        containers(&hosts, "a", &cluster),
+        before[0],
+        "the head kept"
+    );
+    assert_eq!(
+        containers(&hosts, "b", &cluster),
+        before[1],
+        "b's worker kept"
+    );
+    let status = argus(&ctx, &hosts, &profile)
+        .args(["--json", "status"])
+        .run()
+        .code(0)
+        .json();
+    assert_eq!(alive_nodes(&status), want);
+
+    // c goes away again: down removes the rest and says what it could not reach.
+    hosts.stop_engine("c");
+    argus(&ctx, &hosts, &profile)
+        .args(["down"])
+        .run()
+        .code(4)
+        .stderr_has("host c (");
+    assert!(containers(&hosts, "a", &cluster).is_empty());
+    assert!(containers(&hosts, "b", &cluster).is_empty());
+    hosts.start_engine("c");
+    argus(&ctx, &hosts, &profile).args(["down"]).run().code(0);
+    assert!(containers(&hosts, "c", &cluster).is_empty());
+    assert!(
+        shared.join("input.txt").exists(),
+        "down keeps the shared data"
+    );
+}
+
+#[test]
+fn a_host_whose_shared_mount_differs_is_refused_before_ray_starts() {
+    if TestContext::skip_docker("a_host_whose_shared_mount_differs_is_refused_before_ray_starts") {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("mhshare");
+    let hosts = Hosts::up(&ctx, &["a", "b"], Options::default());
+    let (cluster, shared, profile) = profile(
+        &mut ctx,
+        &hosts,
+        &[("a", "tcp"), ("b", "tcp")],
+        "a",
+        &["b"],
+        "",
+    );
+    // Host b has an empty directory where the shared storage should be mounted.
+    let elsewhere = ctx.path("not-the-nfs-export");
+    std::fs::create_dir_all(&elsewhere).expect("dir");
+    hosts.bind_over("b", &shared, &elsewhere);
+    let run = argus(&ctx, &hosts, &profile)
+        .args(["up"])
+        .run()
+        .code(1)
+        .stderr_has("host b does not see the shared storage the head's host sees");
+    assert!(
+        run.stderr.contains("hint: mount the same storage"),
+        "{}",
+        run.stderr
+    );
+    for h in ["a", "b"] {
+        assert!(
+            containers(&hosts, h, &cluster).is_empty(),
+            "no Ray container on {h}"
+        );
+    }
+    // Nothing is left of the probe on the storage.
+    let probes: Vec<_> = std::fs::read_dir(shared.join(".argus/probe"))
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(probes.is_empty(), "{probes:?}");
+}
