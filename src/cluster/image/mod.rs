@@ -7,10 +7,12 @@
 //!
 //! `mod.rs` finds or pulls the image (`ensure`); `build` is the build policy and its
 //! steps; `apt` reads this machine's Debian mirror; `process` streams a step's output;
-//! `import` turns the rootfs into an image through the Docker API.
+//! `import` turns the rootfs into an image through the Docker API; `distribute` brings
+//! the image to every host of a cluster, pulling or streaming it between engines.
 
 mod apt;
 mod build;
+mod distribute;
 mod import;
 mod process;
 
@@ -27,6 +29,10 @@ use crate::ui::Reporter;
 
 pub use apt::debian_mirror;
 pub use build::{BuildReport, BuildSpec, build};
+pub use distribute::{
+    DistributeError, Distribution, Engine, HostFailure, HostImage, Outcome, distribute,
+    names_registry,
+};
 
 /// Bumped whenever the recipe below changes what ends up in the image.
 const RECIPE_VERSION: u32 = 2;

@@ -1,0 +1,942 @@
+//! The runtime image on every host of a cluster, with or without a registry.
+//!
+//! Observe first, every engine in parallel: the wanted image id is the one the reference
+//! has on argus's own engine, else on the first host that has it. A host whose reference
+//! already resolves to that id is left alone; one that holds the id under another name
+//! only gets the tag. A host that lacks it pulls when the reference names a registry;
+//! otherwise (or when the pull fails or brings another id) argus streams the image from an
+//! engine that has it: one `GET /images/{name}/get`, teed into every lacking host's
+//! `POST /images/load` through bounded channels, so the slowest host paces the export and
+//! memory stays bounded, and a host whose load fails is dropped without stopping the
+//! others. The id is verified on every host afterwards.
+//!
+//! `docker load` unpacks the whole archive before it registers the image and sets the tag,
+//! so a transfer cut short leaves no tag behind; whatever a failed attempt did tag (a pull
+//! that brought another id) is untagged, and the next run simply tries again.
+
+use std::fmt;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bollard::Docker;
+use bollard::query_parameters::{
+    CreateImageOptionsBuilder, ImportImageOptionsBuilder, RemoveImageOptionsBuilder,
+    TagImageOptionsBuilder,
+};
+use futures_util::future::join_all;
+use futures_util::{Stream, StreamExt};
+use serde::Serialize;
+use tokio::sync::{mpsc, oneshot};
+
+use super::super::docker::is_not_found;
+use super::short_id;
+use crate::exit::{Classify, Exit};
+use crate::ui::{Reporter, Task, human_bytes};
+
+/// Chunks of the export buffered per host: the tee waits for the slowest host beyond this,
+/// so memory stays at a few MiB per host however slow one is.
+const CHANNEL_CHUNKS: usize = 16;
+/// A load answers only once the whole archive is in: the request timeout must cover the
+/// transfer of a large image over a slow link, not just a round trip.
+const LOAD_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
+const PROGRESS_EVERY: Duration = Duration::from_millis(200);
+
+/// One Docker Engine and the name argus knows it by.
+#[derive(Clone, Copy)]
+pub struct Engine<'a> {
+    pub host: &'a str,
+    pub docker: &'a Docker,
+}
+
+/// What happened (or, in a dry run, would happen) on one host.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "how", rename_all = "snake_case")]
+pub enum Outcome {
+    /// The reference already named the wanted image.
+    Present,
+    /// The image was there under another name: only tagged.
+    Tagged,
+    /// Pulled from the registry the reference names.
+    Pulled,
+    /// Streamed from another engine (`from`), `bytes` sent (estimated in a dry run).
+    Streamed { from: String, bytes: u64 },
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct HostImage {
+    pub host: String,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+    pub image_id: String,
+    /// The id the reference named on this host before, when it was another image (the old
+    /// image stays on the host, untagged).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub replaced: Option<String>,
+    pub seconds: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Distribution {
+    pub image: String,
+    /// The id every host now has; empty in a dry run where only a pull would tell.
+    pub image_id: String,
+    pub dry_run: bool,
+    pub hosts: Vec<HostImage>,
+}
+
+/// One host and what went wrong there.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostFailure {
+    pub host: String,
+    pub reason: String,
+}
+
+impl fmt::Display for HostFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.host, self.reason)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DistributeError {
+    #[error("cannot look for image {image} on {}", list(hosts))]
+    Unreachable {
+        image: String,
+        hosts: Vec<HostFailure>,
+    },
+    #[error("image {image} is on no engine (looked on {}){}", tried.join(", "), pulls_text(pulls))]
+    ImageUnavailable {
+        image: String,
+        tried: Vec<String>,
+        /// The hosts that tried to pull it, and why each failed.
+        pulls: Vec<HostFailure>,
+    },
+    #[error("image {image} did not reach {}", list(failures))]
+    Transfer {
+        image: String,
+        failures: Vec<HostFailure>,
+        /// The hosts that do have it now.
+        done: Vec<HostImage>,
+    },
+}
+
+fn list(failures: &[HostFailure]) -> String {
+    failures
+        .iter()
+        .map(|f| format!("host {f}"))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+fn pulls_text(pulls: &[HostFailure]) -> String {
+    if pulls.is_empty() {
+        String::new()
+    } else {
+        format!(" and could not be pulled: {}", list(pulls))
+    }
+}
+
+impl Classify for DistributeError {
+    fn exit(&self) -> Exit {
+        match self {
+            DistributeError::Unreachable { .. } | DistributeError::ImageUnavailable { .. } => {
+                Exit::Unreachable
+            }
+            DistributeError::Transfer { .. } => Exit::Failed,
+        }
+    }
+
+    fn hint(&self) -> Option<String> {
+        match self {
+            DistributeError::Unreachable { hosts, .. } => Some(format!(
+                "is the Docker Engine of {} running and reachable?",
+                hosts
+                    .iter()
+                    .map(|h| h.host.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+            DistributeError::ImageUnavailable { image, .. } if !names_registry(image) => {
+                Some(format!(
+                    "build it here: argus image build{} (an image on Docker Hub is pulled only when named in full, e.g. docker.io/{image})",
+                    super::build_flags_for(image)
+                ))
+            }
+            DistributeError::ImageUnavailable { image, .. } => Some(format!(
+                "check that the registry serves {image}, or build it here: argus image build{}",
+                super::build_flags_for(image)
+            )),
+            DistributeError::Transfer { .. } => {
+                Some("run it again: a failed transfer leaves nothing behind and is retried".into())
+            }
+        }
+    }
+}
+
+/// True when `reference` names its registry (`registry.example.com/ray:1`,
+/// `localhost:5000/ray:1`), as Docker decides it: a first path component with a `.` or a
+/// `:`, `localhost`, or an upper-case letter. A bare `argus/ray:2.51.1` means Docker Hub
+/// implicitly and is never pulled here: a locally built image must not be swapped for a
+/// stranger's of the same name.
+pub fn names_registry(reference: &str) -> bool {
+    match reference.split_once('/') {
+        Some((first, _)) => {
+            first.contains(['.', ':'])
+                || first == "localhost"
+                || first.chars().any(|c| c.is_ascii_uppercase())
+        }
+        None => false,
+    }
+}
+
+/// Brings `image` to every host, with the same image id everywhere.
+///
+/// `local`: argus's own engine, which may hold the image without being a cluster host
+/// (None when it is unreachable or absent). `hosts`: every host of the cluster.
+/// `dry_run`: look only, and say what would happen.
+pub async fn distribute(
+    image: &str,
+    local: Option<Engine<'_>>,
+    hosts: &[Engine<'_>],
+    dry_run: bool,
+    reporter: &dyn Reporter,
+) -> Result<Distribution, DistributeError> {
+    let started = Instant::now();
+    let local_seen = async {
+        match local {
+            Some(engine) => match look(engine.docker, image).await {
+                Ok(found) => found,
+                Err(e) => {
+                    tracing::warn!(host = engine.host, "cannot inspect {image}: {}", chain(&e));
+                    None
+                }
+            },
+            None => None,
+        }
+    };
+    let (local_seen, seen) = futures_util::join!(
+        local_seen,
+        join_all(hosts.iter().map(|h| look(h.docker, image)))
+    );
+    let mut unreachable = Vec::new();
+    let mut before = Vec::with_capacity(hosts.len());
+    for (host, seen) in hosts.iter().zip(seen) {
+        match seen {
+            Ok(found) => before.push(found),
+            Err(e) => unreachable.push(HostFailure {
+                host: host.host.to_string(),
+                reason: chain(&e),
+            }),
+        }
+    }
+    if !unreachable.is_empty() {
+        return Err(DistributeError::Unreachable {
+            image: image.to_string(),
+            hosts: unreachable,
+        });
+    }
+    tracing::debug!(
+        image,
+        local = ?local_seen.as_ref().map(|f| short_id(&f.id)),
+        hosts = ?hosts.iter().zip(&before).map(|(h, f)| (h.host, f.as_ref().map(|f| short_id(&f.id)))).collect::<Vec<_>>(),
+        "observed"
+    );
+
+    // The source: argus's own engine when it has the image, else the first host that does.
+    let mut source = match (local, local_seen) {
+        (Some(engine), Some(found)) => Some(Source { engine, found }),
+        _ => hosts
+            .iter()
+            .zip(&before)
+            .find_map(|(h, f)| f.clone().map(|found| Source { engine: *h, found })),
+    };
+    let tried = || {
+        local
+            .iter()
+            .chain(hosts)
+            .map(|e| e.host.to_string())
+            .collect::<Vec<_>>()
+    };
+    let registry = names_registry(image);
+    if source.is_none() && !registry {
+        return Err(DistributeError::ImageUnavailable {
+            image: image.to_string(),
+            tried: tried(),
+            pulls: Vec::new(),
+        });
+    }
+
+    let mut results: Vec<Option<HostImage>> = vec![None; hosts.len()];
+    let wanted_id = source.as_ref().map(|s| s.found.id.clone());
+    let mut lacking = Vec::new();
+    for (i, found) in before.iter().enumerate() {
+        match (found, &wanted_id) {
+            (Some(f), Some(wanted)) if &f.id == wanted => {
+                results[i] = Some(host_image(
+                    hosts[i],
+                    Outcome::Present,
+                    wanted,
+                    None,
+                    started,
+                ));
+            }
+            _ => lacking.push(i),
+        }
+    }
+    let replaced = |i: usize| before[i].as_ref().map(|f| f.id.clone());
+
+    // The id may be there under another name (an image switched back to): a tag will do.
+    if let Some(wanted) = &wanted_id {
+        let has = join_all(lacking.iter().map(|&i| has_id(hosts[i].docker, wanted))).await;
+        let mut still = Vec::new();
+        for (i, has) in lacking.into_iter().zip(has) {
+            if has && (dry_run || retag(hosts[i], image, wanted).await) {
+                let outcome = Outcome::Tagged;
+                results[i] = Some(host_image(hosts[i], outcome, wanted, replaced(i), started));
+            } else {
+                still.push(i);
+            }
+        }
+        lacking = still;
+    }
+
+    if dry_run {
+        for &i in &lacking {
+            let outcome = match &source {
+                _ if registry => Outcome::Pulled,
+                Some(s) => Outcome::Streamed {
+                    from: s.engine.host.to_string(),
+                    bytes: s.found.size.unwrap_or(0),
+                },
+                None => continue, // no source and no registry was refused above
+            };
+            let id = wanted_id.clone().unwrap_or_default();
+            results[i] = Some(host_image(hosts[i], outcome, &id, replaced(i), started));
+        }
+        return Ok(Distribution {
+            image: image.to_string(),
+            image_id: wanted_id.unwrap_or_default(),
+            dry_run,
+            hosts: results.into_iter().flatten().collect(),
+        });
+    }
+
+    // A registry the hosts may reach: every lacking host pulls, in parallel.
+    let mut pull_failures = Vec::new();
+    let mut to_stream = Vec::new();
+    if registry && !lacking.is_empty() {
+        let pulled = join_all(lacking.iter().map(|&i| pull(hosts[i], image, reporter))).await;
+        let mut wanted = wanted_id.clone();
+        for (&i, result) in lacking.iter().zip(pulled) {
+            match result {
+                Ok(found) => {
+                    // Nobody had it before: the first host (in order) that pulled it decides.
+                    let wanted = wanted.get_or_insert_with(|| found.id.clone());
+                    if source.is_none() {
+                        source = Some(Source {
+                            engine: hosts[i],
+                            found: found.clone(),
+                        });
+                    }
+                    if &found.id == wanted {
+                        results[i] = Some(host_image(
+                            hosts[i],
+                            Outcome::Pulled,
+                            wanted,
+                            replaced(i),
+                            started,
+                        ));
+                    } else {
+                        reporter.note(&format!(
+                            "host {}: the registry's {image} is {}, the cluster's is {}: streaming the cluster's",
+                            hosts[i].host,
+                            short_id(&found.id),
+                            short_id(wanted)
+                        ));
+                        to_stream.push(i);
+                    }
+                }
+                Err(reason) => {
+                    pull_failures.push(HostFailure {
+                        host: hosts[i].host.to_string(),
+                        reason,
+                    });
+                    to_stream.push(i);
+                }
+            }
+        }
+    } else {
+        to_stream = lacking;
+    }
+    let Some(source) = source else {
+        return Err(DistributeError::ImageUnavailable {
+            image: image.to_string(),
+            tried: tried(),
+            pulls: pull_failures,
+        });
+    };
+    if !pull_failures.is_empty() {
+        tracing::debug!(?pull_failures, "pull failed: streaming instead");
+    }
+
+    let mut failures = Vec::new();
+    if !to_stream.is_empty() {
+        let targets: Vec<Engine<'_>> = to_stream.iter().map(|&i| hosts[i]).collect();
+        let streamed = stream(image, &source, &targets, reporter).await;
+        for (i, result) in to_stream.into_iter().zip(streamed) {
+            let host = hosts[i];
+            match result {
+                Ok(bytes) => {
+                    let from = source.engine.host.to_string();
+                    results[i] = Some(host_image(
+                        host,
+                        Outcome::Streamed { from, bytes },
+                        &source.found.id,
+                        replaced(i),
+                        started,
+                    ));
+                }
+                Err(reason) => {
+                    let previous = before[i].as_ref().map(|f| f.id.as_str());
+                    clean_up(host, image, &source.found.id, previous).await;
+                    failures.push(HostFailure {
+                        host: host.host.to_string(),
+                        reason,
+                    });
+                }
+            }
+        }
+    }
+    let hosts_done: Vec<HostImage> = results.into_iter().flatten().collect();
+    if !failures.is_empty() {
+        return Err(DistributeError::Transfer {
+            image: image.to_string(),
+            failures,
+            done: hosts_done,
+        });
+    }
+    Ok(Distribution {
+        image: image.to_string(),
+        image_id: source.found.id,
+        dry_run,
+        hosts: hosts_done,
+    })
+}
+
+#[derive(Debug, Clone)]
+struct Found {
+    id: String,
+    size: Option<u64>,
+}
+
+struct Source<'a> {
+    engine: Engine<'a>,
+    found: Found,
+}
+
+fn host_image(
+    engine: Engine<'_>,
+    outcome: Outcome,
+    id: &str,
+    replaced: Option<String>,
+    started: Instant,
+) -> HostImage {
+    HostImage {
+        host: engine.host.to_string(),
+        outcome,
+        image_id: id.to_string(),
+        replaced: replaced.filter(|old| old != id),
+        seconds: started.elapsed().as_secs_f64(),
+    }
+}
+
+/// The image `reference` names on one engine; None when it has none.
+async fn look(docker: &Docker, reference: &str) -> Result<Option<Found>, bollard::errors::Error> {
+    match docker.inspect_image(reference).await {
+        Ok(info) => Ok(info.id.map(|id| Found {
+            id,
+            size: info.size.and_then(|s| u64::try_from(s).ok()),
+        })),
+        Err(e) if is_not_found(&e) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// True when the engine has the image `id` (under any name or none).
+async fn has_id(docker: &Docker, id: &str) -> bool {
+    matches!(docker.inspect_image(id).await, Ok(info) if info.id.as_deref() == Some(id))
+}
+
+/// Tags the image `wanted`, already on the host, as `reference`.
+async fn retag(host: Engine<'_>, reference: &str, wanted: &str) -> bool {
+    let (repo, tag) = split_tag(reference);
+    let options = TagImageOptionsBuilder::new().repo(repo).tag(tag).build();
+    match host.docker.tag_image(wanted, Some(options)).await {
+        Ok(()) => {
+            tracing::debug!(
+                host = host.host,
+                "{} was there under another name: tagged {reference}",
+                short_id(wanted)
+            );
+            true
+        }
+        Err(e) => {
+            tracing::debug!(host = host.host, "tag {reference}: {}", chain(&e));
+            false
+        }
+    }
+}
+
+/// `repo:tag` split as Docker's tag API wants it (`latest` when there is none).
+fn split_tag(reference: &str) -> (&str, &str) {
+    let name = reference.split('@').next().unwrap_or(reference);
+    match name.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => (repo, tag),
+        _ => (name, "latest"),
+    }
+}
+
+/// Pulls `image` on one host, with the downloaded bytes as progress.
+async fn pull(engine: Engine<'_>, image: &str, reporter: &dyn Reporter) -> Result<Found, String> {
+    let task = reporter.task(&format!("image on {}", engine.host));
+    task.update(&format!("pulling {image}"));
+    let options = CreateImageOptionsBuilder::new().from_image(image).build();
+    let mut stream = engine.docker.create_image(Some(options), None, None);
+    let mut layers: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    let mut last = Instant::now();
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(info) => {
+                if let (Some(id), Some(detail)) = (info.id, info.progress_detail)
+                    && info.status.as_deref() == Some("Downloading")
+                {
+                    let size = |v: Option<i64>| v.and_then(|v| u64::try_from(v).ok()).unwrap_or(0);
+                    layers.insert(id, (size(detail.current), size(detail.total)));
+                }
+                if last.elapsed() >= PROGRESS_EVERY {
+                    let (done, total) = layers
+                        .values()
+                        .fold((0, 0), |(d, t), (ld, lt)| (d + ld, t + lt));
+                    task.progress(done, (total > 0).then_some(total.max(done)));
+                    last = Instant::now();
+                }
+            }
+            Err(e) => {
+                let reason = format!("pull: {}", chain(&e));
+                tracing::debug!(host = engine.host, "{reason}");
+                task.fail(&reason);
+                return Err(reason);
+            }
+        }
+    }
+    match look(engine.docker, image).await {
+        Ok(Some(found)) => {
+            task.done(&format!("pulled {}", short_id(&found.id)));
+            Ok(found)
+        }
+        Ok(None) => {
+            task.fail("pull ended without the image");
+            Err("the pull ended without the image".into())
+        }
+        Err(e) => {
+            let reason = format!("inspect after the pull: {}", chain(&e));
+            task.fail(&reason);
+            Err(reason)
+        }
+    }
+}
+
+/// Streams the image from `source` into every target in parallel, then verifies the id on
+/// each: the bytes each received, or why it did not get the image.
+async fn stream(
+    image: &str,
+    source: &Source<'_>,
+    targets: &[Engine<'_>],
+    reporter: &dyn Reporter,
+) -> Vec<Result<u64, String>> {
+    let from = source.engine.host;
+    let total = source.found.size;
+    let mut sinks = Vec::with_capacity(targets.len());
+    let mut loads = Vec::with_capacity(targets.len());
+    for target in targets {
+        let (tx, rx) = mpsc::channel(CHANNEL_CHUNKS);
+        let (guard, gone) = oneshot::channel();
+        sinks.push(Sink { tx, gone });
+        let sent = Arc::new(AtomicU64::new(0));
+        let body = receive(rx, sent.clone());
+        let task = reporter.task(&format!("image on {}", target.host));
+        task.update(&format!("streaming from {from}"));
+        tracing::debug!(host = target.host, from, image, "load");
+        let docker = target.docker.clone().with_timeout(LOAD_TIMEOUT);
+        loads.push(async move {
+            let options = ImportImageOptionsBuilder::new().quiet(false).build();
+            let response = docker.import_image_stream(options, body, None);
+            let loaded = drive_load(response, &sent, total, &*task, guard).await;
+            (task, loaded, sent.load(Ordering::Relaxed))
+        });
+    }
+    tracing::debug!(from, image, hosts = targets.len(), "export");
+    let export = source.engine.docker.export_image(image);
+    let (exported, loads) = futures_util::join!(tee(export, sinks), join_all(loads));
+    if let Err(e) = &exported {
+        tracing::debug!(from, "export failed: {e}");
+    }
+    join_all(
+        targets
+            .iter()
+            .zip(loads)
+            .map(|(target, (task, loaded, sent))| {
+                let exported = &exported;
+                async move {
+                    // The engine's own view decides: a load that errored after the whole image was in
+                    // is a success, and a "successful" one with another id is not.
+                    let now = look(target.docker, image).await;
+                    let result = match (&now, loaded) {
+                        (Ok(Some(found)), _) if found.id == source.found.id => Ok(sent),
+                        (Ok(Some(found)), Ok(())) => Err(format!(
+                            "loaded {image} is {}, not {}",
+                            short_id(&found.id),
+                            short_id(&source.found.id)
+                        )),
+                        (_, Err(e)) => Err(match exported {
+                            Err(export) => format!("export from {from} failed: {export}"),
+                            Ok(_) => format!("load: {e}"),
+                        }),
+                        (Ok(None), Ok(())) => Err(format!("the load ended without {image}")),
+                        (Err(e), Ok(())) => Err(format!("inspect after the load: {}", chain(e))),
+                    };
+                    match &result {
+                        Ok(bytes) => task.done(&format!("{} from {from}", human_bytes(*bytes))),
+                        Err(reason) => task.fail(reason),
+                    }
+                    tracing::debug!(host = target.host, ?result, "streamed");
+                    result
+                }
+            }),
+    )
+    .await
+}
+
+/// After a failed transfer: untag whatever this run left under the reference (a pulled or
+/// loaded image of another id); a host's own earlier image is left as it was.
+async fn clean_up(host: Engine<'_>, image: &str, wanted: &str, previous: Option<&str>) {
+    let Ok(Some(now)) = look(host.docker, image).await else {
+        return;
+    };
+    if now.id == wanted || Some(now.id.as_str()) == previous {
+        return;
+    }
+    let options = RemoveImageOptionsBuilder::new().build();
+    match host.docker.remove_image(image, Some(options), None).await {
+        Ok(_) => tracing::debug!(host = host.host, "untagged {image} ({})", short_id(&now.id)),
+        Err(e) => tracing::warn!(host = host.host, "cannot untag {image}: {}", chain(&e)),
+    }
+}
+
+/// Consumes the load's answer, reporting the bytes sent so far; `_guard` tells the tee this
+/// host is gone when the load ends, however it ends.
+async fn drive_load<R>(
+    response: R,
+    sent: &AtomicU64,
+    total: Option<u64>,
+    task: &dyn Task,
+    _guard: oneshot::Sender<()>,
+) -> Result<(), String>
+where
+    R: Stream<Item = Result<bollard::models::BuildInfo, bollard::errors::Error>>,
+{
+    let mut response = pin!(response);
+    let mut tick = tokio::time::interval(PROGRESS_EVERY);
+    loop {
+        tokio::select! {
+            item = response.next() => match item {
+                Some(Ok(info)) => {
+                    if let Some(line) = info.stream.as_deref().map(str::trim).filter(|l| !l.is_empty()) {
+                        tracing::debug!("load: {line}");
+                    }
+                }
+                Some(Err(e)) => return Err(chain(&e)),
+                None => return Ok(()),
+            },
+            _ = tick.tick() => {
+                let done = sent.load(Ordering::Relaxed);
+                task.progress(done, total.map(|t| t.max(done)));
+            }
+        }
+    }
+}
+
+/// One host's end of the tee, as a request body: counts what it hands on.
+fn receive<T>(
+    rx: mpsc::Receiver<Result<T, String>>,
+    sent: Arc<AtomicU64>,
+) -> impl Stream<Item = Result<T, std::io::Error>> + Send + 'static
+where
+    T: AsRef<[u8]> + Send + 'static,
+{
+    futures_util::stream::unfold(rx, move |mut rx| {
+        let sent = sent.clone();
+        async move {
+            let item = rx.recv().await?;
+            let item = item.map_err(std::io::Error::other);
+            if let Ok(chunk) = &item {
+                sent.fetch_add(chunk.as_ref().len() as u64, Ordering::Relaxed);
+            }
+            Some((item, rx))
+        }
+    })
+}
+
+/// One receiver of the tee: its channel, and a signal that fires when its consumer is gone.
+struct Sink<T> {
+    tx: mpsc::Sender<Result<T, String>>,
+    gone: oneshot::Receiver<()>,
+}
+
+impl<T> Sink<T> {
+    /// False when the consumer is gone (the sink is then dropped, never polled again).
+    async fn send(&mut self, item: Result<T, String>) -> bool {
+        tokio::select! {
+            sent = self.tx.send(item) => sent.is_ok(),
+            _ = &mut self.gone => false,
+        }
+    }
+}
+
+/// Feeds every chunk of `source` to every live sink, in order, reading the next chunk only
+/// once every live sink has taken this one (bounded channels: the slowest paces the source).
+/// A sink whose consumer is gone is dropped; the others go on. Returns the bytes read, or
+/// the source's error (also sent to every sink, so their loads fail rather than end short).
+async fn tee<T, E, S>(source: S, mut sinks: Vec<Sink<T>>) -> Result<u64, String>
+where
+    T: Clone + AsRef<[u8]>,
+    E: std::error::Error,
+    S: Stream<Item = Result<T, E>>,
+{
+    let mut source = pin!(source);
+    let mut read = 0u64;
+    while !sinks.is_empty() {
+        match source.next().await {
+            None => return Ok(read),
+            Some(Ok(chunk)) => {
+                read += chunk.as_ref().len() as u64;
+                let sent = join_all(sinks.iter_mut().map(|s| s.send(Ok(chunk.clone())))).await;
+                let before = sinks.len();
+                sinks = sinks
+                    .into_iter()
+                    .zip(sent)
+                    .filter_map(|(sink, ok)| ok.then_some(sink))
+                    .collect();
+                if sinks.len() < before {
+                    tracing::debug!(left = sinks.len(), "a receiver of the image left");
+                }
+            }
+            Some(Err(e)) => {
+                let reason = chain(&e);
+                join_all(sinks.iter_mut().map(|s| s.send(Err(reason.clone())))).await;
+                return Err(reason);
+            }
+        }
+    }
+    tracing::debug!(read, "no receiver left: export stopped");
+    Ok(read)
+}
+
+/// An error and its causes on one line.
+fn chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(c) = cause {
+        let next = c.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        cause = c.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::FutureExt;
+
+    #[test]
+    fn a_registry_is_named_by_the_first_component() {
+        for named in [
+            "registry.example.com/ray:1",
+            "localhost:5000/argus/ray:test",
+            "localhost/ray",
+            "10.251.3.1:5000/ray:2.51.1",
+            "docker.io/rayproject/ray:2.51.1",
+            "Registry/ray",
+            "[::1]:5000/ray:1",
+        ] {
+            assert!(names_registry(named), "{named}");
+        }
+        for bare in [
+            "argus/ray:2.51.1",
+            "ray:2.51.1",
+            "ubuntu",
+            "rayproject/ray@sha256:abc",
+            "a/b/c:1",
+        ] {
+            assert!(!names_registry(bare), "{bare}");
+        }
+    }
+
+    #[test]
+    fn tags_split_after_the_last_path_component() {
+        assert_eq!(split_tag("argus/ray:2.51.1"), ("argus/ray", "2.51.1"));
+        assert_eq!(
+            split_tag("localhost:5000/ray"),
+            ("localhost:5000/ray", "latest")
+        );
+        assert_eq!(
+            split_tag("localhost:5000/ray:t@sha256:ab"),
+            ("localhost:5000/ray", "t")
+        );
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("disk on fire")]
+    struct Broken;
+
+    type Chunks = mpsc::Receiver<Result<Vec<u8>, String>>;
+
+    fn sink() -> (Sink<Vec<u8>>, Chunks, oneshot::Sender<()>) {
+        let (tx, rx) = mpsc::channel(CHANNEL_CHUNKS);
+        let (guard, gone) = oneshot::channel();
+        (Sink { tx, gone }, rx, guard)
+    }
+
+    fn drain(rx: &mut Chunks, into: &mut Vec<u8>) {
+        while let Ok(item) = rx.try_recv() {
+            into.extend(item.expect("chunk"));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stalled_receiver_bounds_the_export_and_a_gone_one_is_dropped() {
+        let chunks = 1000usize;
+        let pulled = Arc::new(AtomicU64::new(0));
+        let counter = pulled.clone();
+        let source =
+            futures_util::stream::iter((0..chunks).map(|i| Ok::<_, Broken>(vec![i as u8; 3])))
+                .inspect(move |_| {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                });
+        let (fast, mut fast_rx, _fast_guard) = sink();
+        let (stalled, stalled_rx, stalled_guard) = sink();
+        let mut tee = pin!(tee(source, vec![fast, stalled]));
+        let mut got = Vec::new();
+        // The fast receiver drains everything it is given; the stalled one reads nothing.
+        for _ in 0..50 {
+            assert!(
+                tee.as_mut().now_or_never().is_none(),
+                "the tee waits for the stalled receiver"
+            );
+            drain(&mut fast_rx, &mut got);
+            // Back to the runtime: tokio's cooperative budget would otherwise stall the sends.
+            tokio::task::yield_now().await;
+        }
+        let read = pulled.load(Ordering::Relaxed) as usize;
+        assert!(
+            read <= CHANNEL_CHUNKS + 2,
+            "{read} chunks read from the source with a receiver stalled: memory would grow"
+        );
+        assert_eq!(
+            got.len(),
+            read * 3,
+            "the fast receiver got every chunk read so far"
+        );
+
+        // The stalled host's load ends (fails): the tee drops it and finishes for the other.
+        drop(stalled_guard);
+        let read = loop {
+            drain(&mut fast_rx, &mut got);
+            if let Some(result) = tee.as_mut().now_or_never() {
+                break result.expect("the source is fine");
+            }
+            tokio::task::yield_now().await;
+        };
+        drain(&mut fast_rx, &mut got);
+        assert_eq!(read, chunks as u64 * 3);
+        let want: Vec<u8> = (0..chunks).flat_map(|i| vec![i as u8; 3]).collect();
+        assert_eq!(got, want, "the remaining receiver got every byte, in order");
+        drop(stalled_rx);
+    }
+
+    #[tokio::test]
+    async fn every_receiver_gone_stops_the_export() {
+        let pulled = Arc::new(AtomicU64::new(0));
+        let counter = pulled.clone();
+        let source = futures_util::stream::iter((0..1000).map(|_| Ok::<_, Broken>(vec![0u8; 1])))
+            .inspect(move |_| {
+                counter.fetch_add(1, Ordering::Relaxed);
+            });
+        let (a, rx_a, guard_a) = sink();
+        drop((rx_a, guard_a));
+        let read = tee(source, vec![a]).await.expect("no source error");
+        assert!(read <= 1, "the export stopped at once: {read} bytes read");
+        assert!(pulled.load(Ordering::Relaxed) <= 1);
+    }
+
+    #[tokio::test]
+    async fn a_source_error_reaches_every_receiver() {
+        let source = futures_util::stream::iter(vec![Ok(vec![1u8, 2]), Err(Broken)]);
+        let (a, mut rx_a, _ga) = sink();
+        let (b, mut rx_b, _gb) = sink();
+        let result = tee(source, vec![a, b]).await;
+        assert_eq!(result, Err("disk on fire".to_string()));
+        for rx in [&mut rx_a, &mut rx_b] {
+            assert_eq!(rx.recv().await, Some(Ok(vec![1, 2])));
+            assert_eq!(rx.recv().await, Some(Err("disk on fire".to_string())));
+            assert_eq!(rx.recv().await, None, "the channel closes after the error");
+        }
+    }
+
+    #[test]
+    fn errors_name_the_hosts_and_classify() {
+        let failure = |host: &str, reason: &str| HostFailure {
+            host: host.into(),
+            reason: reason.into(),
+        };
+        let e = DistributeError::Transfer {
+            image: "argus/ray:2.51.1".into(),
+            failures: vec![failure("b", "load: connection reset")],
+            done: Vec::new(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "image argus/ray:2.51.1 did not reach host b: load: connection reset"
+        );
+        assert_eq!(e.exit(), Exit::Failed);
+        let e = DistributeError::ImageUnavailable {
+            image: "argus/ray:9.9.9".into(),
+            tried: vec!["local".into(), "a".into(), "b".into()],
+            pulls: Vec::new(),
+        };
+        assert_eq!(
+            e.to_string(),
+            "image argus/ray:9.9.9 is on no engine (looked on local, a, b)"
+        );
+        assert_eq!(e.exit(), Exit::Unreachable);
+        assert!(
+            e.hint()
+                .is_some_and(|h| h.contains("argus image build --ray-version 9.9.9"))
+        );
+        let e = DistributeError::ImageUnavailable {
+            image: "localhost:5000/ray:1".into(),
+            tried: vec!["a".into()],
+            pulls: vec![failure("a", "pull: connection refused")],
+        };
+        assert_eq!(
+            e.to_string(),
+            "image localhost:5000/ray:1 is on no engine (looked on a) and could not be pulled: host a: pull: connection refused"
+        );
+    }
+}
