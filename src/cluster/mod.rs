@@ -65,6 +65,8 @@ pub enum Error {
     },
     #[error(transparent)]
     Tunnel(#[from] tunnel::TunnelError),
+    #[error(transparent)]
+    Distribute(#[from] image::DistributeError),
 }
 
 fn unreachable_hosts(hosts: &[hosts::Unreachable]) -> String {
@@ -86,6 +88,7 @@ impl Classify for Error {
             | Error::HostsUnreachable(_) => Exit::Unreachable,
             Error::TokenMissing(_) | Error::BadEndpoint(_) => Exit::Usage,
             Error::Tunnel(e) => e.exit(),
+            Error::Distribute(e) => e.exit(),
             Error::Lock(e) => e.exit(),
             Error::Docker { .. }
             | Error::NameTaken { .. }
@@ -107,6 +110,7 @@ impl Classify for Error {
             Error::NotReady { .. } => Some("`argus status` shows the containers and nodes; `docker logs <container>` shows Ray's output".into()),
             Error::Lock(e) => e.hint(),
             Error::Tunnel(e) => e.hint(),
+            Error::Distribute(e) => e.hint(),
             _ => None,
         }
     }
