@@ -5,6 +5,7 @@
 //! builds or pulls the runtime image; `status` reports what is running.
 
 pub mod access;
+pub mod auth;
 pub mod docker;
 pub mod hosts;
 pub mod image;
@@ -65,6 +66,22 @@ pub enum Error {
     },
     #[error(transparent)]
     Tunnel(#[from] tunnel::TunnelError),
+    #[error(
+        "cluster {cluster} has ray.auth: token, but {var} is not set and there is no token file {path}"
+    )]
+    TokenNotFound {
+        cluster: String,
+        var: String,
+        path: String,
+    },
+    #[error("refusing the Ray auth token file {path}: {problem}")]
+    TokenFile { path: String, problem: String },
+    #[error("cannot read or write the Ray auth token file {path}")]
+    TokenIo {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 fn unreachable_hosts(hosts: &[hosts::Unreachable]) -> String {
@@ -84,7 +101,11 @@ impl Classify for Error {
             Error::DockerUnreachable { .. }
             | Error::ImageUnavailable { .. }
             | Error::HostsUnreachable(_) => Exit::Unreachable,
-            Error::TokenMissing(_) | Error::BadEndpoint(_) => Exit::Usage,
+            Error::TokenMissing(_)
+            | Error::BadEndpoint(_)
+            | Error::TokenNotFound { .. }
+            | Error::TokenFile { .. } => Exit::Usage,
+            Error::TokenIo { .. } => Exit::Failed,
             Error::Tunnel(e) => e.exit(),
             Error::Lock(e) => e.exit(),
             Error::Docker { .. }
@@ -107,6 +128,8 @@ impl Classify for Error {
             Error::NotReady { .. } => Some("`argus status` shows the containers and nodes; `docker logs <container>` shows Ray's output".into()),
             Error::Lock(e) => e.hint(),
             Error::Tunnel(e) => e.hint(),
+            Error::TokenNotFound { var, .. } => Some(format!("run `argus up` on the machine that made the cluster (it keeps the token there), or export {var}=<the cluster's token>")),
+            Error::TokenFile { path, .. } => Some(format!("the token file must be a regular file of yours that only you can read: chmod 600 {path}, or remove it and run `argus up` to make a new one (then `argus up` recreates the containers with it)")),
             _ => None,
         }
     }
