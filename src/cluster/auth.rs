@@ -59,6 +59,19 @@ pub fn cluster_token(loaded: &LoadedProfile, create: bool) -> Result<Option<Stri
     Ok(Some(token))
 }
 
+/// What a dry run of `up` plans with when the token does not exist yet (a dry run makes
+/// nothing; the real `up` will make it).
+pub const PLANNED_TOKEN: &str = "(made by argus up)";
+
+/// `up`'s token: made when absent, except in a dry run, which only looks and plans with
+/// [`PLANNED_TOKEN`] instead.
+pub fn token_for_up(loaded: &LoadedProfile, dry_run: bool) -> Result<Option<String>, Error> {
+    match cluster_token(loaded, !dry_run) {
+        Err(Error::TokenNotFound { .. }) if dry_run => Ok(Some(PLANNED_TOKEN.to_string())),
+        other => other,
+    }
+}
+
 /// `<config>/argus/tokens/<cluster>.token`. Cluster names are validated ids; this checks
 /// again that the name cannot leave the directory (a RayConfig names no cluster).
 pub fn token_path(config: &Path, cluster: &str) -> Result<PathBuf, Error> {

@@ -233,7 +233,7 @@ pub async fn up(
 ) -> Result<UpReport, Error> {
     let started = Instant::now();
     let profile = &loaded.profile;
-    let token = super::auth::cluster_token(loaded, true)?;
+    let token = super::auth::token_for_up(loaded, options.dry_run)?;
     let engines = hosts::connect_every(loaded).await?;
     let image_id = image_on_hosts(&engines, &profile.image, options.dry_run, reporter).await?;
     let plan = plan::plan(

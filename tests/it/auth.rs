@@ -104,8 +104,11 @@ fn token_auth_on_ray_2_60_refuses_strangers_and_lets_argus_in() {
             .profile(&profile)
     };
 
-    argus().args(["up"]).run().code(0);
+    // A dry run makes nothing, not even the token.
     let token_file = config.join(format!("argus/tokens/{name}.token"));
+    argus().args(["up", "--dry-run"]).run().code(0);
+    assert!(!token_file.exists(), "a dry run made the token file");
+    argus().args(["up"]).run().code(0);
     assert_eq!(mode(&token_file), 0o600);
     assert_eq!(mode(token_file.parent().expect("dir")), 0o700);
     let token = std::fs::read_to_string(&token_file).expect("token file");
