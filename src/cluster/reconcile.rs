@@ -25,7 +25,6 @@ use super::ready::{self, Readiness};
 use super::{Error, access, image};
 use crate::config::LoadedProfile;
 use crate::config::layout::{self, Layout};
-use crate::config::profile::AuthMode;
 use crate::lock;
 use crate::ray::{RayClient, RayNode};
 use crate::ui::Reporter;
@@ -188,15 +187,9 @@ pub struct UpOptions {
     pub timeout: Duration,
 }
 
+/// The cluster's token for any command but `up` (which makes it when absent): see `auth`.
 pub(crate) fn token(loaded: &LoadedProfile) -> Result<Option<String>, Error> {
-    let ray = &loaded.profile.ray;
-    if ray.auth != AuthMode::Token {
-        return Ok(None);
-    }
-    match std::env::var(&ray.token_env) {
-        Ok(token) if !token.is_empty() => Ok(Some(token)),
-        _ => Err(Error::TokenMissing(ray.token_env.clone())),
-    }
+    super::auth::cluster_token(loaded, false)
 }
 
 /// Where a cluster's lock lives: on the shared storage when this host sees it (so `up`
@@ -243,7 +236,7 @@ pub async fn up(
 ) -> Result<UpReport, Error> {
     let started = Instant::now();
     let profile = &loaded.profile;
-    let token = token(loaded)?;
+    let token = super::auth::token_for_up(loaded, options.dry_run)?;
     let engines = hosts::connect_every(loaded).await?;
     let (image_id, images) = image_on_hosts(loaded, &engines, options.dry_run, reporter).await?;
     let plan = plan::plan(

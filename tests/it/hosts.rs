@@ -327,6 +327,11 @@ impl Hosts {
     /// `("PATH", "<state>/bin:$PATH")`: argus's `ssh` then is the fixture's shim (its key, its
     /// known hosts), so `ssh://root@<ip>` endpoints work. Panics without `Options::ssh`.
     #[track_caller]
+    /// With `ssh`: the directory of the `ssh` shim.
+    pub fn ssh_path(&self) -> Option<&Path> {
+        self.ssh_path.as_deref()
+    }
+
     /// With `tls`: the client's `ca.pem`, `cert.pem` and `key.pem` (a DOCKER_CERT_PATH).
     pub fn tls_certs(&self) -> Option<&Path> {
         self.tls_certs.as_deref()

@@ -58,12 +58,18 @@ fn profile(
 
 /// argus with the fixture's `ssh` (its key and known hosts) first on PATH.
 fn argus(ctx: &TestContext, hosts: &Hosts, profile: &Path) -> crate::harness::Argus {
-    let (key, value) = hosts.ssh_path_env();
     // bollard's ssh transport keeps its ControlMaster sockets under XDG_STATE_HOME.
-    ctx.argus()
-        .env(&key, value)
+    let argus = ctx
+        .argus()
         .env("XDG_STATE_HOME", ctx.path("xdg-state"))
-        .profile(profile)
+        .profile(profile);
+    match hosts.ssh_path() {
+        Some(_) => {
+            let (key, value) = hosts.ssh_path_env();
+            argus.env(&key, value)
+        }
+        None => argus,
+    }
 }
 
 /// The ids of the cluster's containers on one host, by name.
