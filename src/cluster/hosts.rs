@@ -66,7 +66,7 @@ pub async fn connect_all(
                 endpoint: host.endpoint.to_string(),
                 docker,
             }),
-            Ok(Err(e)) => Err(unreachable(error_chain(&e))),
+            Ok(Err(e)) => Err(unreachable(crate::exit::one_line(&e))),
             Err(_) => Err(unreachable(format!(
                 "no answer within {}s",
                 timeout.as_secs()
@@ -106,18 +106,4 @@ pub fn cluster_hosts(loaded: &LoadedProfile) -> Result<Vec<ClusterHost>, Error> 
 /// The engine of `host` among `engines`.
 pub fn engine<'a>(engines: &'a [Engine], host: &str) -> Option<&'a Engine> {
     engines.iter().find(|e| e.name == host)
-}
-
-/// An error and its causes on one line (`a: b: c`), each cause once.
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        source = cause.source();
-    }
-    parts.join(": ")
 }
