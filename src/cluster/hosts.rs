@@ -88,6 +88,25 @@ pub async fn connect_all(
 /// Every engine, or an error naming each host that did not answer (exit 4).
 pub async fn connect_every(loaded: &LoadedProfile) -> Result<Vec<Engine>, Error> {
     let hosts = cluster_hosts(loaded)?;
+    if !loaded.has_hosts()
+        && let [only] = hosts.as_slice()
+    {
+        // One engine, no `hosts:`: its own error and hint, as on a single host.
+        let docker = tokio::time::timeout(CONNECT_TIMEOUT, docker::connect_host(only))
+            .await
+            .map_err(|_| {
+                Error::HostsUnreachable(vec![Unreachable {
+                    host: only.name.clone(),
+                    endpoint: only.endpoint.to_string(),
+                    reason: format!("no answer within {}s", CONNECT_TIMEOUT.as_secs()),
+                }])
+            })??;
+        return Ok(vec![Engine {
+            name: only.name.clone(),
+            endpoint: only.endpoint.to_string(),
+            docker,
+        }]);
+    }
     let (engines, unreachable) = connect_all(&hosts, CONNECT_TIMEOUT).await;
     if !unreachable.is_empty() {
         return Err(Error::HostsUnreachable(unreachable));

@@ -852,15 +852,14 @@ pub async fn down(
     reporter: &dyn Reporter,
 ) -> Result<DownReport, Error> {
     let cluster = loaded.profile.name.clone();
-    let all_hosts = hosts::cluster_hosts(loaded)?;
-    let (engines, unreachable) = hosts::connect_all(&all_hosts, hosts::CONNECT_TIMEOUT).await;
-    if engines.is_empty()
-        && let [one] = unreachable.as_slice()
-        && !loaded.has_hosts()
-    {
-        // One host, and it does not answer: nothing was removed.
-        return Err(Error::HostsUnreachable(vec![one.clone()]));
-    }
+    // One host that does not answer is an error (nothing was removed); of several, those
+    // that answer are taken down and the others reported.
+    let (engines, unreachable) = if loaded.has_hosts() {
+        let all_hosts = hosts::cluster_hosts(loaded)?;
+        hosts::connect_all(&all_hosts, hosts::CONNECT_TIMEOUT).await
+    } else {
+        (hosts::connect_every(loaded).await?, Vec::new())
+    };
     let _lock = if dry_run {
         None
     } else {
