@@ -50,6 +50,12 @@ pub struct Engine<'a> {
     pub docker: &'a Docker,
 }
 
+impl<'a> Engine<'a> {
+    pub fn new(host: &'a str, docker: &'a Docker) -> Self {
+        Self { host, docker }
+    }
+}
+
 /// What happened (or, in a dry run, would happen) on one host.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "how", rename_all = "snake_case")]
@@ -289,10 +295,14 @@ pub async fn distribute(
 
     // The id may be there under another name (an image switched back to): a tag will do.
     if let Some(wanted) = &wanted_id {
-        let has = join_all(lacking.iter().map(|&i| has_id(hosts[i].docker, wanted))).await;
+        let tagged = join_all(lacking.iter().map(|&i| async move {
+            has_id(hosts[i].docker, wanted).await
+                && (dry_run || retag(hosts[i], image, wanted).await)
+        }))
+        .await;
         let mut still = Vec::new();
-        for (i, has) in lacking.into_iter().zip(has) {
-            if has && (dry_run || retag(hosts[i], image, wanted).await) {
+        for (i, tagged) in lacking.into_iter().zip(tagged) {
+            if tagged {
                 let outcome = Outcome::Tagged;
                 results[i] = Some(host_image(hosts[i], outcome, wanted, replaced(i), started));
             } else {
@@ -649,7 +659,11 @@ where
 {
     let mut response = pin!(response);
     let mut tick = tokio::time::interval(PROGRESS_EVERY);
-    loop {
+    let progress = || {
+        let done = sent.load(Ordering::Relaxed);
+        task.progress(done, total.map(|t| t.max(done)));
+    };
+    let result = loop {
         tokio::select! {
             item = response.next() => match item {
                 Some(Ok(info)) => {
@@ -657,15 +671,14 @@ where
                         tracing::debug!("load: {line}");
                     }
                 }
-                Some(Err(e)) => return Err(chain(&e)),
-                None => return Ok(()),
+                Some(Err(e)) => break Err(chain(&e)),
+                None => break Ok(()),
             },
-            _ = tick.tick() => {
-                let done = sent.load(Ordering::Relaxed);
-                task.progress(done, total.map(|t| t.max(done)));
-            }
+            _ = tick.tick() => progress(),
         }
-    }
+    };
+    progress();
+    result
 }
 
 /// One host's end of the tee, as a request body: counts what it hands on.
