@@ -581,7 +581,7 @@ async fn stream(
         tracing::debug!(host = target.host, from, image, "load");
         let docker = target.docker.clone().with_timeout(LOAD_TIMEOUT);
         loads.push(async move {
-            let options = ImportImageOptionsBuilder::new().quiet(false).build();
+            let options = ImportImageOptionsBuilder::new().quiet(true).build();
             let response = docker.import_image_stream(options, body, None);
             let loaded = drive_load(response, &sent, total, &*task, guard).await;
             (task, loaded, sent.load(Ordering::Relaxed))
@@ -593,30 +593,15 @@ async fn stream(
     if let Err(e) = &exported {
         tracing::debug!(from, "export failed: {e}");
     }
+    let export_failed = exported.err();
     join_all(
         targets
             .iter()
             .zip(loads)
             .map(|(target, (task, loaded, sent))| {
-                let exported = &exported;
+                let export_failed = export_failed.as_deref();
                 async move {
-                    // The engine's own view decides: a load that errored after the whole image was in
-                    // is a success, and a "successful" one with another id is not.
-                    let now = look(target.docker, image).await;
-                    let result = match (&now, loaded) {
-                        (Ok(Some(found)), _) if found.id == source.found.id => Ok(sent),
-                        (Ok(Some(found)), Ok(())) => Err(format!(
-                            "loaded {image} is {}, not {}",
-                            short_id(&found.id),
-                            short_id(&source.found.id)
-                        )),
-                        (_, Err(e)) => Err(match exported {
-                            Err(export) => format!("export from {from} failed: {export}"),
-                            Ok(_) => format!("load: {e}"),
-                        }),
-                        (Ok(None), Ok(())) => Err(format!("the load ended without {image}")),
-                        (Err(e), Ok(())) => Err(format!("inspect after the load: {}", chain(e))),
-                    };
+                    let result = verify(*target, image, source, loaded, sent, export_failed).await;
                     match &result {
                         Ok(bytes) => task.done(&format!("{} from {from}", human_bytes(*bytes))),
                         Err(reason) => task.fail(reason),
@@ -627,6 +612,33 @@ async fn stream(
             }),
     )
     .await
+}
+
+/// The engine's own view decides how a load went: one that errored after the whole image was
+/// in is a success, and one that "succeeded" with another id is not.
+async fn verify(
+    target: Engine<'_>,
+    image: &str,
+    source: &Source<'_>,
+    loaded: Result<(), String>,
+    sent: u64,
+    export_failed: Option<&str>,
+) -> Result<u64, String> {
+    let wanted = &source.found.id;
+    match (look(target.docker, image).await, loaded) {
+        (Ok(Some(found)), _) if &found.id == wanted => Ok(sent),
+        (Ok(Some(found)), Ok(())) => Err(format!(
+            "loaded {image} is {}, not {}",
+            short_id(&found.id),
+            short_id(wanted)
+        )),
+        (_, Err(e)) => Err(match export_failed {
+            Some(export) => format!("export from {} failed: {export}", source.engine.host),
+            None => format!("load: {e}"),
+        }),
+        (Ok(None), Ok(())) => Err(format!("the load ended without {image}")),
+        (Err(e), Ok(())) => Err(format!("inspect after the load: {}", chain(&e))),
+    }
 }
 
 /// After a failed transfer: untag whatever this run left under the reference (a pulled or
