@@ -33,3 +33,19 @@ pub trait Classify {
         None
     }
 }
+
+/// An error and its causes on one line (`a: b: c`), a cause that repeats what came before
+/// left out: for reports that list several failures (one per host).
+pub fn one_line(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut cause = err.source();
+    while let Some(c) = cause {
+        let next = c.to_string();
+        if !text.contains(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        cause = c.source();
+    }
+    text
+}

@@ -66,7 +66,7 @@ pub async fn connect_all(
                 endpoint: host.endpoint.to_string(),
                 docker,
             }),
-            Ok(Err(e)) => Err(unreachable(error_chain(&e))),
+            Ok(Err(e)) => Err(unreachable(crate::exit::one_line(&e))),
             Err(_) => Err(unreachable(format!(
                 "no answer within {}s",
                 timeout.as_secs()
@@ -88,6 +88,25 @@ pub async fn connect_all(
 /// Every engine, or an error naming each host that did not answer (exit 4).
 pub async fn connect_every(loaded: &LoadedProfile) -> Result<Vec<Engine>, Error> {
     let hosts = cluster_hosts(loaded)?;
+    if !loaded.has_hosts()
+        && let [only] = hosts.as_slice()
+    {
+        // One engine, no `hosts:`: its own error and hint, as on a single host.
+        let docker = tokio::time::timeout(CONNECT_TIMEOUT, docker::connect_host(only))
+            .await
+            .map_err(|_| {
+                Error::HostsUnreachable(vec![Unreachable {
+                    host: only.name.clone(),
+                    endpoint: only.endpoint.to_string(),
+                    reason: format!("no answer within {}s", CONNECT_TIMEOUT.as_secs()),
+                }])
+            })??;
+        return Ok(vec![Engine {
+            name: only.name.clone(),
+            endpoint: only.endpoint.to_string(),
+            docker,
+        }]);
+    }
     let (engines, unreachable) = connect_all(&hosts, CONNECT_TIMEOUT).await;
     if !unreachable.is_empty() {
         return Err(Error::HostsUnreachable(unreachable));
@@ -106,18 +125,4 @@ pub fn cluster_hosts(loaded: &LoadedProfile) -> Result<Vec<ClusterHost>, Error> 
 /// The engine of `host` among `engines`.
 pub fn engine<'a>(engines: &'a [Engine], host: &str) -> Option<&'a Engine> {
     engines.iter().find(|e| e.name == host)
-}
-
-/// An error and its causes on one line (`a: b: c`), each cause once.
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut source = e.source();
-    while let Some(cause) = source {
-        let text = cause.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        source = cause.source();
-    }
-    parts.join(": ")
 }

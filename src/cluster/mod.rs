@@ -5,6 +5,7 @@
 //! builds or pulls the runtime image; `status` reports what is running.
 
 pub mod access;
+pub mod auth;
 pub mod docker;
 pub mod hosts;
 pub mod image;
@@ -39,8 +40,6 @@ pub enum Error {
     },
     #[error("a container named {name} exists but does not belong to cluster {cluster}")]
     NameTaken { name: String, cluster: String },
-    #[error("the Ray auth token variable {0} is not set (the profile has ray.auth: token)")]
-    TokenMissing(String),
     #[error("cannot prepare the shared storage at {path}")]
     SharedStorage {
         path: String,
@@ -65,6 +64,24 @@ pub enum Error {
     },
     #[error(transparent)]
     Tunnel(#[from] tunnel::TunnelError),
+    #[error(transparent)]
+    Distribute(#[from] image::DistributeError),
+    #[error(
+        "cluster {cluster} has ray.auth: token, but {var} is not set and there is no token file {path}"
+    )]
+    TokenNotFound {
+        cluster: String,
+        var: String,
+        path: String,
+    },
+    #[error("refusing the Ray auth token file {path}: {problem}")]
+    TokenFile { path: String, problem: String },
+    #[error("cannot read or write the Ray auth token file {path}")]
+    TokenIo {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 fn unreachable_hosts(hosts: &[hosts::Unreachable]) -> String {
@@ -84,8 +101,12 @@ impl Classify for Error {
             Error::DockerUnreachable { .. }
             | Error::ImageUnavailable { .. }
             | Error::HostsUnreachable(_) => Exit::Unreachable,
-            Error::TokenMissing(_) | Error::BadEndpoint(_) => Exit::Usage,
+            Error::BadEndpoint(_) | Error::TokenNotFound { .. } | Error::TokenFile { .. } => {
+                Exit::Usage
+            }
+            Error::TokenIo { .. } => Exit::Failed,
             Error::Tunnel(e) => e.exit(),
+            Error::Distribute(e) => e.exit(),
             Error::Lock(e) => e.exit(),
             Error::Docker { .. }
             | Error::NameTaken { .. }
@@ -101,12 +122,14 @@ impl Classify for Error {
             Error::DockerUnreachable { .. } => Some("is the Docker daemon running? The endpoint comes from the profile's docker.host, else DOCKER_HOST, else /var/run/docker.sock".into()),
             Error::ImageUnavailable { image, .. } => Some(format!("build it here without a registry: argus image build{}", image::build_flags_for(image))),
             Error::NameTaken { name, .. } => Some(format!("remove or rename that container (docker rm -f {name}), or give the profile another name")),
-            Error::TokenMissing(var) => Some(format!("export {var}=<token> before running argus")),
             Error::HostsUnreachable(_) => Some("each host's Docker Engine must answer at its endpoint (hosts[].docker): is it running, and can this machine reach it (ssh keys, TLS certificates, firewall)? Nothing was changed on any host".into()),
             Error::SharedStorageDiffers { .. } => Some("mount the same storage (e.g. the NFS export) at shared.host_path on every host, or use shared.nfs so that Docker mounts it everywhere".into()),
             Error::NotReady { .. } => Some("`argus status` shows the containers and nodes; `docker logs <container>` shows Ray's output".into()),
             Error::Lock(e) => e.hint(),
             Error::Tunnel(e) => e.hint(),
+            Error::Distribute(e) => e.hint(),
+            Error::TokenNotFound { var, .. } => Some(format!("run `argus up` on the machine that made the cluster (it keeps the token there), or export {var}=<the cluster's token>")),
+            Error::TokenFile { path, .. } => Some(format!("the token file must be a regular file of yours that only you can read: chmod 600 {path}, or remove it and run `argus up` to make a new one (then `argus up` recreates the containers with it)")),
             _ => None,
         }
     }

@@ -436,18 +436,14 @@ fn host_plans(p: &Profile) -> Vec<HostPlan> {
             containers: Vec::new(),
         }];
     }
-    let head = p.head_host();
-    let mut hosts: Vec<HostPlan> = p
-        .hosts
-        .iter()
+    p.hosts_head_first()
+        .into_iter()
         .map(|h| HostPlan {
             name: h.name.clone(),
             address: Some(h.address.to_string()),
             containers: Vec::new(),
         })
-        .collect();
-    hosts.sort_by_key(|h| h.name != head);
-    hosts
+        .collect()
 }
 
 impl ClusterPlan {

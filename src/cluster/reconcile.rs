@@ -25,7 +25,6 @@ use super::ready::{self, Readiness};
 use super::{Error, access, image};
 use crate::config::LoadedProfile;
 use crate::config::layout::{self, Layout};
-use crate::config::profile::AuthMode;
 use crate::lock;
 use crate::ray::{RayClient, RayNode};
 use crate::ui::Reporter;
@@ -170,6 +169,9 @@ pub struct UpReport {
     pub dashboard_url: String,
     pub image: String,
     pub image_id: String,
+    /// With `hosts:`: how the image reached each host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub images: Option<image::Distribution>,
     pub actions: Vec<Action>,
     pub changed: bool,
     pub dry_run: bool,
@@ -185,15 +187,9 @@ pub struct UpOptions {
     pub timeout: Duration,
 }
 
+/// The cluster's token for any command but `up` (which makes it when absent): see `auth`.
 pub(crate) fn token(loaded: &LoadedProfile) -> Result<Option<String>, Error> {
-    let ray = &loaded.profile.ray;
-    if ray.auth != AuthMode::Token {
-        return Ok(None);
-    }
-    match std::env::var(&ray.token_env) {
-        Ok(token) if !token.is_empty() => Ok(Some(token)),
-        _ => Err(Error::TokenMissing(ray.token_env.clone())),
-    }
+    super::auth::cluster_token(loaded, false)
 }
 
 /// Where a cluster's lock lives: on the shared storage when this host sees it (so `up`
@@ -240,9 +236,9 @@ pub async fn up(
 ) -> Result<UpReport, Error> {
     let started = Instant::now();
     let profile = &loaded.profile;
-    let token = token(loaded)?;
+    let token = super::auth::token_for_up(loaded, options.dry_run)?;
     let engines = hosts::connect_every(loaded).await?;
-    let image_id = image_on_hosts(&engines, &profile.image, options.dry_run, reporter).await?;
+    let (image_id, images) = image_on_hosts(loaded, &engines, options.dry_run, reporter).await?;
     let plan = plan::plan(
         loaded,
         &PlanInputs {
@@ -264,6 +260,7 @@ pub async fn up(
         dashboard_url: plan.dashboard_url.clone(),
         image: profile.image.clone(),
         image_id,
+        images,
         actions: actions.clone(),
         changed,
         dry_run: options.dry_run,
@@ -348,21 +345,42 @@ fn host_engine<'a>(engines: &'a [Engine], host: &str) -> Result<&'a Engine, Erro
     })
 }
 
-/// The image's id, the same on every host: found (or pulled) on a single host; brought
-/// to each host that lacks it on several.
+/// The image's id, the same on every host: found (or pulled) on a single host; on several,
+/// brought to each host that lacks it from this machine's engine or a host that has it.
 async fn image_on_hosts(
+    loaded: &LoadedProfile,
     engines: &[Engine],
-    image: &str,
     dry_run: bool,
     reporter: &dyn Reporter,
-) -> Result<String, Error> {
-    let ids = try_join_all(
-        engines
-            .iter()
-            .map(|e| image::ensure(&e.docker, image, dry_run, reporter)),
-    )
-    .await?;
-    Ok(ids.into_iter().next().unwrap_or_default())
+) -> Result<(String, Option<image::Distribution>), Error> {
+    let reference = &loaded.profile.image;
+    if !loaded.has_hosts() {
+        let engine = host_engine(engines, crate::config::profile::LOCAL_HOST)?;
+        let id = image::ensure(&engine.docker, reference, dry_run, reporter).await?;
+        return Ok((id, None));
+    }
+    // This machine's own engine may hold the image (where `argus image build` made it)
+    // without being a host of the cluster; it is only a source, and may be absent.
+    let local = match docker::connect(None).await {
+        Ok(local) => Some(local),
+        Err(e) => {
+            tracing::debug!("no local engine to copy the image from: {e}");
+            None
+        }
+    };
+    let local = local.as_ref().map(|docker| image::Engine {
+        host: "this machine",
+        docker,
+    });
+    let targets: Vec<image::Engine> = engines
+        .iter()
+        .map(|e| image::Engine {
+            host: &e.name,
+            docker: &e.docker,
+        })
+        .collect();
+    let distribution = image::distribute(reference, local, &targets, dry_run, reporter).await?;
+    Ok((distribution.image_id.clone(), Some(distribution)))
 }
 
 /// The containers of the cluster on every host.
@@ -834,15 +852,14 @@ pub async fn down(
     reporter: &dyn Reporter,
 ) -> Result<DownReport, Error> {
     let cluster = loaded.profile.name.clone();
-    let all_hosts = hosts::cluster_hosts(loaded)?;
-    let (engines, unreachable) = hosts::connect_all(&all_hosts, hosts::CONNECT_TIMEOUT).await;
-    if engines.is_empty()
-        && let [one] = unreachable.as_slice()
-        && !loaded.has_hosts()
-    {
-        // One host, and it does not answer: nothing was removed.
-        return Err(Error::HostsUnreachable(vec![one.clone()]));
-    }
+    // One host that does not answer is an error (nothing was removed); of several, those
+    // that answer are taken down and the others reported.
+    let (engines, unreachable) = if loaded.has_hosts() {
+        let all_hosts = hosts::cluster_hosts(loaded)?;
+        hosts::connect_all(&all_hosts, hosts::CONNECT_TIMEOUT).await
+    } else {
+        (hosts::connect_every(loaded).await?, Vec::new())
+    };
     let _lock = if dry_run {
         None
     } else {

@@ -57,7 +57,13 @@ pub async fn status(loaded: &LoadedProfile) -> Result<StatusReport, Error> {
     let cluster = loaded.profile.name.clone();
     let image = loaded.profile.image.clone();
     let all_hosts = hosts::cluster_hosts(loaded)?;
-    let (engines, unreachable) = hosts::connect_all(&all_hosts, hosts::CONNECT_TIMEOUT).await;
+    // One host that does not answer is an error, as it always was; of several, each is
+    // reported for what it is.
+    let (engines, unreachable) = if loaded.has_hosts() {
+        hosts::connect_all(&all_hosts, hosts::CONNECT_TIMEOUT).await
+    } else {
+        (hosts::connect_every(loaded).await?, Vec::new())
+    };
     let host_statuses = join_all(all_hosts.iter().map(|h| {
         let engine = hosts::engine(&engines, &h.name);
         let why = unreachable
@@ -102,7 +108,8 @@ pub async fn status(loaded: &LoadedProfile) -> Result<StatusReport, Error> {
     }))
     .await;
     let head_host = loaded.profile.head_host();
-    let (nodes, ray_error, ray_version) = if containers.is_empty() {
+    let head_unreachable = hosts::engine(&engines, head_host).is_none();
+    let (nodes, ray_error, ray_version) = if containers.is_empty() && !head_unreachable {
         (
             Vec::new(),
             Some("no containers: the cluster is down".to_string()),

@@ -9,7 +9,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub const DEFAULT_SOCKET: &str = "unix:///var/run/docker.sock";
 
-pub const VALID_ENDPOINTS: &str = "unix:///var/run/docker.sock, tcp://HOST:2375 or http://HOST:2375 (TLS: tcp://HOST:2376 with DOCKER_TLS_VERIFY=1 or tls: in the profile), ssh://[USER@]HOST[:PORT] (HOST: an IP address or a host name)";
+pub const VALID_ENDPOINTS: &str = "unix:///var/run/docker.sock, tcp://HOST:2375 or http://HOST:2375 (TLS: tcp://HOST:2376 with DOCKER_TLS_VERIFY=1 or tls: in the profile), ssh://[USER@]HOST (port and key in ~/.ssh/config; HOST: an IP address or a host name)";
 
 /// A Docker Engine endpoint argus can dial.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,7 +18,7 @@ pub fn owned_in_containers(name: &str) -> Option<&'static str> {
             "argus sets RAY_AUTH_MODE in every container from ray.auth (newer Ray turns token auth on by itself otherwise); set ray.auth instead",
         ),
         "RAY_AUTH_TOKEN" => Some(
-            "argus passes the token from the variable ray.token_env names, and never writes it into a file; export it there instead",
+            "argus passes the cluster's token into every container: from the variable ray.token_env names, else from the token file `argus up` keeps on this machine (never in a profile or on the shared storage)",
         ),
         "HF_HOME" => Some(
             "argus sets HF_HOME to <mount>/common/hf so every node shares the cache `argus prepare` fills",

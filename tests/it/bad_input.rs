@@ -90,7 +90,7 @@ fn cases(good: &str) -> Vec<Case> {
             up,
             with("network: {mode: host, head_address: 'head; rm -rf /'}\n"),
             &[
-                ":11:37: network.head_address: \"head; rm -rf /\" is not an IP address (valid: the head host's IPv4 address",
+                ":11:37: network.head_address: \"head; rm -rf /\" is not an IP address (valid: the host's IPv4 address",
             ],
         ),
         case(
@@ -541,6 +541,35 @@ fn cases(good: &str) -> Vec<Case> {
             &["-p", "{profile}", "run", "{job}", "--lock", "{file}"],
             Some("format: 1\n".into()),
             &["--lock does not apply to `argus run`"],
+        ),
+        // Several hosts (issue 11): refused before any engine is dialled.
+        case(
+            "hosts: an unknown worker host",
+            up,
+            Some(
+                good.replace("    count: 1\n", "    hosts: {z: 1}\n")
+                    + "network: {mode: host}\nhosts:\n  - {name: a, docker: 'tcp://127.0.0.1:9', address: 127.0.0.1}\n",
+            ),
+            &[
+                ":9:16: workers[0].hosts.z: unknown host \"z\"",
+                "valid: one of the hosts: a",
+            ],
+        ),
+        case(
+            "hosts: an ssh endpoint with an option for a user",
+            up,
+            with(
+                "hosts:\n  - {name: a, docker: 'ssh://-oProxyCommand=touch@x', address: 10.0.0.1}\n",
+            ),
+            &[":12:23: hosts[0].docker", "the user must be"],
+        ),
+        case(
+            "hosts: two hosts on a bridge network",
+            up,
+            with(
+                "hosts:\n  - {name: a, docker: 'tcp://10.0.0.1:2375', address: 10.0.0.1}\n  - {name: b, docker: 'tcp://10.0.0.2:2375', address: 10.0.0.2}\n",
+            ),
+            &["2 hosts need host networking"],
         ),
         case(
             "up --timeout 0",

@@ -37,6 +37,8 @@ pub struct Options {
     pub ssh: bool,
     /// A registry (Debian's docker-registry) every engine trusts over plain HTTP.
     pub registry: bool,
+    /// TCP endpoints with TLS and client certificates (`tcp://<ip>:2376`) instead of plain.
+    pub tls: bool,
 }
 
 /// An instance of the fixture, owned by one test.
@@ -48,6 +50,7 @@ pub struct Hosts {
     registry: Option<String>,
     uplink: Ipv4Addr,
     ssh_path: Option<PathBuf>,
+    tls_certs: Option<PathBuf>,
 }
 
 fn script() -> PathBuf {
@@ -111,6 +114,9 @@ impl Hosts {
         if options.registry {
             args.push("--registry");
         }
+        if options.tls {
+            args.push("--tls");
+        }
         args.extend(["--owner", owner.as_str()]);
         let output = fixture(&args);
         let env = parse_env(&String::from_utf8_lossy(&output.stdout));
@@ -143,6 +149,7 @@ impl Hosts {
             registry: non_empty(env.get("MH_REGISTRY")),
             uplink: ip("MH_UPLINK"),
             ssh_path: non_empty(env.get("MH_SSH_PATH")).map(PathBuf::from),
+            tls_certs: non_empty(env.get("MH_TLS_CERTS")).map(PathBuf::from),
         }
     }
 
@@ -320,6 +327,16 @@ impl Hosts {
     /// `("PATH", "<state>/bin:$PATH")`: argus's `ssh` then is the fixture's shim (its key, its
     /// known hosts), so `ssh://root@<ip>` endpoints work. Panics without `Options::ssh`.
     #[track_caller]
+    /// With `ssh`: the directory of the `ssh` shim.
+    pub fn ssh_path(&self) -> Option<&Path> {
+        self.ssh_path.as_deref()
+    }
+
+    /// With `tls`: the client's `ca.pem`, `cert.pem` and `key.pem` (a DOCKER_CERT_PATH).
+    pub fn tls_certs(&self) -> Option<&Path> {
+        self.tls_certs.as_deref()
+    }
+
     pub fn ssh_path_env(&self) -> (String, String) {
         let bin = self
             .ssh_path

@@ -2,6 +2,7 @@
 //!
 //! Docker tests run by default; `ARGUS_TEST_SKIP_DOCKER=1` skips them (and says so).
 
+mod auth;
 mod bad_input;
 mod cluster;
 mod code_snapshot;

@@ -29,11 +29,20 @@ fn profile(
         let host = hosts.host(name);
         let endpoint = match *kind {
             "ssh" => host.ssh.clone().expect("the instance runs sshd"),
-            "tcp" => host.tcp.clone(),
+            "tcp" | "tls" => host.tcp.clone(),
             _ => host.unix.clone(),
         };
+        // "tls": the client's files named in the profile ("tcp" on a TLS instance takes them
+        // from DOCKER_TLS_VERIFY / DOCKER_CERT_PATH).
+        let tls = match (*kind, hosts.tls_certs()) {
+            ("tls", Some(dir)) => format!(
+                ", tls: {{ca: {0}/ca.pem, cert: {0}/cert.pem, key: {0}/key.pem}}",
+                dir.display()
+            ),
+            _ => String::new(),
+        };
         text.push_str(&format!(
-            "  - {{name: {name}, docker: '{endpoint}', address: {}}}\n",
+            "  - {{name: {name}, docker: '{endpoint}', address: {}{tls}}}\n",
             host.ip
         ));
     }
@@ -49,12 +58,18 @@ fn profile(
 
 /// argus with the fixture's `ssh` (its key and known hosts) first on PATH.
 fn argus(ctx: &TestContext, hosts: &Hosts, profile: &Path) -> crate::harness::Argus {
-    let (key, value) = hosts.ssh_path_env();
     // bollard's ssh transport keeps its ControlMaster sockets under XDG_STATE_HOME.
-    ctx.argus()
-        .env(&key, value)
+    let argus = ctx
+        .argus()
         .env("XDG_STATE_HOME", ctx.path("xdg-state"))
-        .profile(profile)
+        .profile(profile);
+    match hosts.ssh_path() {
+        Some(_) => {
+            let (key, value) = hosts.ssh_path_env();
+            argus.env(&key, value)
+        }
+        None => argus,
+    }
 }
 
 /// The ids of the cluster's containers on one host, by name.
@@ -104,14 +119,16 @@ fn a_cluster_spans_three_hosts_and_survives_one_going_away() {
         &["a", "b", "c"],
         Options {
             ssh: true,
-            registry: false,
+            tls: true,
+            ..Options::default()
         },
     );
-    // Every transport at once: the head's host over SSH, b over TCP, c over its socket.
+    // Every transport at once: the head's host over SSH, b over TCP with TLS (client
+    // certificates named in the profile), c over its socket.
     let (cluster, shared, profile) = profile(
         &mut ctx,
         &hosts,
-        &[("a", "ssh"), ("b", "tcp"), ("c", "unix")],
+        &[("a", "ssh"), ("b", "tls"), ("c", "unix")],
         "a",
         &["b", "c"],
         "",
@@ -310,7 +327,15 @@ fn a_host_whose_shared_mount_differs_is_refused_before_ray_starts() {
     }
     ensure_image();
     let mut ctx = TestContext::new("mhshare");
-    let hosts = Hosts::up(&ctx, &["a", "b"], Options::default());
+    let hosts = Hosts::up(
+        &ctx,
+        &["a", "b"],
+        Options {
+            tls: true,
+            ..Options::default()
+        },
+    );
+    // Both engines on TCP with TLS, the client's certificates found the Docker CLI's way.
     let (cluster, shared, profile) = profile(
         &mut ctx,
         &hosts,
@@ -319,11 +344,26 @@ fn a_host_whose_shared_mount_differs_is_refused_before_ray_starts() {
         &["b"],
         "",
     );
+    let certs = hosts.tls_certs().expect("TLS instance").to_path_buf();
+    let tls_argus = |certs: &Path| {
+        argus(&ctx, &hosts, &profile)
+            .env("DOCKER_TLS_VERIFY", "1")
+            .env("DOCKER_CERT_PATH", certs)
+    };
+    // Without the client's certificate no engine answers: both are named, nothing is made.
+    let strangers = ctx.path("no-certs");
+    std::fs::create_dir_all(&strangers).expect("dir");
+    let run = tls_argus(&strangers).args(["up"]).run().code(4);
+    assert!(
+        run.stderr.contains("host a (") && run.stderr.contains("host b ("),
+        "{}",
+        run.stderr
+    );
     // Host b has an empty directory where the shared storage should be mounted.
     let elsewhere = ctx.path("not-the-nfs-export");
     std::fs::create_dir_all(&elsewhere).expect("dir");
     hosts.bind_over("b", &shared, &elsewhere);
-    let run = argus(&ctx, &hosts, &profile)
+    let run = tls_argus(&certs)
         .args(["up"])
         .run()
         .code(1)

@@ -177,17 +177,23 @@ fn absent_image_that_cannot_be_pulled_creates_nothing() {
     );
 }
 
+/// Only `up` makes a token; any other command without one (no variable, no token file on
+/// this machine) is a usage error that says where the token lives.
 #[test]
 fn token_auth_without_a_token_is_a_usage_error() {
     let ctx = TestContext::new("token");
     let text = "name: x\nimage: i\nshared: {host_path: /tmp/x}\nray: {auth: token, token_env: ARGUS_TEST_NO_SUCH_TOKEN}\nworkers:\n  - name: a\n    count: 1\n";
     let path = ctx.write("p.yaml", text);
     ctx.argus()
+        .env("XDG_CONFIG_HOME", ctx.path("config"))
         .profile(&path)
-        .args(["up"])
+        .args(["job", "list"])
         .run()
         .code(2)
-        .stderr_has("ARGUS_TEST_NO_SUCH_TOKEN is not set");
+        .stderr_has("ARGUS_TEST_NO_SUCH_TOKEN is not set and there is no token file")
+        .stderr_has("argus/tokens/x.token")
+        .stderr_has("run `argus up` on the machine that made the cluster");
+    assert!(!ctx.path("config/argus/tokens/x.token").exists());
 }
 
 #[test]

@@ -16,6 +16,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::harness::{self, TestContext, ensure_image, inspect};
+use crate::hosts::{Hosts, Options};
 
 const IMAGE: &str = "argus/ray:2.51.1";
 
@@ -76,8 +77,14 @@ fn sha256(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// A container running the servers with `network` (`none`, or `bridge` plus `publish`).
-fn start_servers(ctx: &mut TestContext, network: &str, publish: Option<u16>) -> String {
+/// A container running the servers with `network` (`none`, or `bridge` plus `publish`), on
+/// the engine at `engine` (None: this machine's).
+fn start_servers(
+    ctx: &mut TestContext,
+    engine: Option<&str>,
+    network: &str,
+    publish: Option<u16>,
+) -> String {
     let srv = ctx.path("srv");
     std::fs::create_dir_all(&srv).expect("srv");
     std::fs::write(srv.join("blob"), random_bytes(3 << 20)).expect("blob");
@@ -85,7 +92,10 @@ fn start_servers(ctx: &mut TestContext, network: &str, publish: Option<u16>) -> 
     std::fs::write(srv.join("servers.py"), SERVERS).expect("servers.py");
     let name = ctx.container("srv");
     let volume = format!("{}:/srv:ro", srv.display());
-    let mut args = vec![
+    let mut args: Vec<String> = engine
+        .map(|e| vec!["-H".to_string(), e.to_string()])
+        .unwrap_or_default();
+    args.extend([
         "run".to_string(),
         "-d".into(),
         "--init".into(),
@@ -97,7 +107,7 @@ fn start_servers(ctx: &mut TestContext, network: &str, publish: Option<u16>) -> 
         volume,
         "-w".into(),
         "/srv".into(),
-    ];
+    ]);
     if let Some(port) = publish {
         args.extend(["-p".into(), format!("127.0.0.1:{port}:8001")]);
     }
@@ -129,9 +139,14 @@ fn start_servers(ctx: &mut TestContext, network: &str, publish: Option<u16>) -> 
 
 /// Opens a tunnel once the port inside accepts (servers take a moment to start).
 async fn open_when_ready(container: &str, port: u16) -> Tunnel {
+    open_on_when_ready(None, container, port).await
+}
+
+/// The same through the engine at `engine`.
+async fn open_on_when_ready(engine: Option<&str>, container: &str, port: u16) -> Tunnel {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
-        let docker = docker::connect(None).await.expect("docker");
+        let docker = docker::connect(engine).await.expect("docker");
         match Tunnel::open(docker, container, port).await {
             Ok(tunnel) => return tunnel,
             Err(TunnelError::Refused { .. }) if Instant::now() < deadline => {
@@ -184,7 +199,7 @@ async fn tunnel_carries_http_into_a_container_that_has_no_network() {
     ensure_image();
     tls();
     let mut ctx = TestContext::new("tunnel");
-    let container = start_servers(&mut ctx, "none", None);
+    let container = start_servers(&mut ctx, None, "none", None);
     let files = open_when_ready(&container, 8000).await;
     let echo = open_when_ready(&container, 8001).await;
     let raw = open_when_ready(&container, 8002).await;
@@ -411,7 +426,7 @@ async fn tunnel_measure() {
     tls();
     let mut ctx = TestContext::new("tunnelmeasure");
     let port = harness::free_port();
-    let container = start_servers(&mut ctx, "bridge", Some(port));
+    let container = start_servers(&mut ctx, None, "bridge", Some(port));
     let tunnel = open_when_ready(&container, 8001).await;
     let direct = format!("http://127.0.0.1:{port}");
     let fresh = || {
@@ -466,4 +481,125 @@ async fn tunnel_measure() {
     let tunnel_mbs = throughput(&pooled, &format!("{}/blob", tunnel.url()), 10).await;
     eprintln!("3 MB GET throughput: direct {direct_mbs:.0} MB/s, tunnel {tunnel_mbs:.0} MB/s");
     assert!(Path::new(&ctx.path("srv/blob")).exists());
+}
+
+/// GET, POST and a half-close through `tunnel` to the servers (8001 HTTP, 8002 raw echo
+/// through `echo`); returns (fresh-connection, keep-alive) latency of a small GET.
+async fn exercise(ctx: &TestContext, http: &Tunnel, echo: &Tunnel) -> (Duration, Duration) {
+    let small = std::fs::read(ctx.path("srv/small")).expect("small");
+    let pooled = reqwest::Client::new();
+    let started = Instant::now();
+    let got = pooled
+        .get(format!("{}/small", http.url()))
+        .send()
+        .await
+        .expect("GET")
+        .bytes()
+        .await
+        .expect("body");
+    let fresh = started.elapsed();
+    assert_eq!(sha256(&got), sha256(&small));
+    let started = Instant::now();
+    for _ in 0..20 {
+        let got = pooled
+            .get(format!("{}/small", http.url()))
+            .send()
+            .await
+            .expect("GET")
+            .bytes()
+            .await
+            .expect("body");
+        assert_eq!(sha256(&got), sha256(&small));
+    }
+    let kept = started.elapsed() / 20;
+    let body = random_bytes(1 << 20);
+    let back = pooled
+        .post(format!("{}/echo", http.url()))
+        .body(body.clone())
+        .send()
+        .await
+        .expect("POST")
+        .bytes()
+        .await
+        .expect("POST body");
+    assert_eq!(sha256(&back), sha256(&body));
+    let mut stream = tokio::net::TcpStream::connect(echo.local_addr())
+        .await
+        .expect("connect");
+    let sent = random_bytes(100 << 10);
+    stream.write_all(&sent).await.expect("write");
+    stream.shutdown().await.expect("half-close");
+    let mut back = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut back))
+        .await
+        .expect("the half-close reached the server")
+        .expect("read");
+    assert_eq!(sha256(&back), sha256(&sent));
+    (fresh, kept)
+}
+
+/// The same tunnel into a container on another host (an emulated host with its own
+/// engine, `tests/fixtures/multihost.sh`), through each kind of endpoint: its unix socket,
+/// its plain `tcp://`, and `ssh://` (the exec stream rides the SSH connection).
+#[test]
+fn tunnel_reaches_a_container_on_another_host_over_unix_tcp_and_ssh() {
+    let test = "tunnel_reaches_a_container_on_another_host_over_unix_tcp_and_ssh";
+    if TestContext::skip_docker(test) {
+        return;
+    }
+    ensure_image();
+    tls();
+    let mut ctx = TestContext::new("tunnelhosts");
+    let hosts = Hosts::up(
+        &ctx,
+        &["a"],
+        Options {
+            ssh: true,
+            ..Options::default()
+        },
+    );
+    // argus reaches ssh:// endpoints with the system `ssh`: the fixture's shim (its key and
+    // known hosts) goes first on PATH.
+    let (key, path) = hosts.ssh_path_env();
+    // SAFETY: set before this test starts any thread (its runtime is built below); nextest
+    // runs every test in a process of its own.
+    unsafe { std::env::set_var(key, path) };
+    hosts.load_image("a", IMAGE);
+    let host = hosts.host("a");
+    let container = start_servers(&mut ctx, Some(&host.unix), "none", None);
+    let ssh = host.ssh.clone().expect("ssh endpoint");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        for endpoint in [host.unix.as_str(), host.tcp.as_str(), ssh.as_str()] {
+            let http = open_on_when_ready(Some(endpoint), &container, 8001).await;
+            let echo = open_on_when_ready(Some(endpoint), &container, 8002).await;
+            let (fresh, kept) = exercise(&ctx, &http, &echo).await;
+            eprintln!(
+                "{endpoint}: small GET {:.1} ms on a fresh connection, {:.2} ms kept alive",
+                fresh.as_secs_f64() * 1000.0,
+                kept.as_secs_f64() * 1000.0
+            );
+            let refused = Tunnel::open(
+                docker::connect(Some(endpoint)).await.expect("docker"),
+                &container,
+                8009,
+            )
+            .await;
+            assert!(
+                matches!(refused, Err(TunnelError::Refused { port: 8009, .. })),
+                "{endpoint}: {refused:?}"
+            );
+        }
+    });
+    // The container is on host a only: this machine's engine has no such container.
+    assert!(
+        harness::docker(&["ps", "-aq", "--filter", &format!("name={container}")])
+            .trim()
+            .is_empty()
+    );
+    drop(runtime);
 }

@@ -771,17 +771,7 @@ where
 
 /// An error and its causes on one line.
 fn chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut cause = err.source();
-    while let Some(c) = cause {
-        let next = c.to_string();
-        if !text.contains(&next) {
-            text.push_str(": ");
-            text.push_str(&next);
-        }
-        cause = c.source();
-    }
-    text
+    crate::exit::one_line(err)
 }
 
 #[cfg(test)]

@@ -159,19 +159,15 @@ impl LoadedProfile {
                 tls,
             }]);
         }
-        let head = p.head_host();
-        let mut hosts: Vec<ClusterHost> = p
-            .hosts
-            .iter()
+        Ok(p.hosts_head_first()
+            .into_iter()
             .map(|h| ClusterHost {
                 name: h.name.clone(),
                 endpoint: h.docker.clone(),
                 address: Some(h.address),
                 tls: TlsPaths::resolve(&h.docker, h.tls.as_ref()),
             })
-            .collect();
-        hosts.sort_by_key(|h| h.name != head);
-        Ok(hosts)
+            .collect())
     }
 
     /// The Jobs API / dashboard URL as seen from this host.

@@ -288,6 +288,16 @@ impl Profile {
     }
 }
 
+impl Profile {
+    /// `hosts:` with the head's host first, the others in the order written.
+    pub fn hosts_head_first(&self) -> Vec<&HostSpec> {
+        let head = self.head_host();
+        let mut hosts: Vec<&HostSpec> = self.hosts.iter().collect();
+        hosts.sort_by_key(|h| h.name != head);
+        hosts
+    }
+}
+
 /// The one host of a profile without `hosts:`: the engine of `docker:`.
 pub const LOCAL_HOST: &str = "local";
 
