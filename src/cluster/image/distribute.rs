@@ -32,7 +32,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::super::docker::is_not_found;
 use super::short_id;
-use crate::exit::{Classify, Exit};
+use crate::exit::{Classify, Exit, one_line};
 use crate::ui::{Reporter, Task, human_bytes};
 
 /// Chunks of the export buffered per host: the tee waits for the slowest host beyond this,
@@ -215,7 +215,11 @@ pub async fn distribute(
             Some(engine) => match look(engine.docker, image).await {
                 Ok(found) => found,
                 Err(e) => {
-                    tracing::warn!(host = engine.host, "cannot inspect {image}: {}", chain(&e));
+                    tracing::warn!(
+                        host = engine.host,
+                        "cannot inspect {image}: {}",
+                        one_line(&e)
+                    );
                     None
                 }
             },
@@ -233,7 +237,7 @@ pub async fn distribute(
             Ok(found) => before.push(found),
             Err(e) => unreachable.push(HostFailure {
                 host: host.host.to_string(),
-                reason: chain(&e),
+                reason: one_line(&e),
             }),
         }
     }
@@ -493,7 +497,7 @@ async fn retag(host: Engine<'_>, reference: &str, wanted: &str) -> bool {
             true
         }
         Err(e) => {
-            tracing::debug!(host = host.host, "tag {reference}: {}", chain(&e));
+            tracing::debug!(host = host.host, "tag {reference}: {}", one_line(&e));
             false
         }
     }
@@ -534,7 +538,7 @@ async fn pull(engine: Engine<'_>, image: &str, reporter: &dyn Reporter) -> Resul
                 }
             }
             Err(e) => {
-                let reason = format!("pull: {}", chain(&e));
+                let reason = format!("pull: {}", one_line(&e));
                 tracing::debug!(host = engine.host, "{reason}");
                 task.fail(&reason);
                 return Err(reason);
@@ -551,7 +555,7 @@ async fn pull(engine: Engine<'_>, image: &str, reporter: &dyn Reporter) -> Resul
             Err("the pull ended without the image".into())
         }
         Err(e) => {
-            let reason = format!("inspect after the pull: {}", chain(&e));
+            let reason = format!("inspect after the pull: {}", one_line(&e));
             task.fail(&reason);
             Err(reason)
         }
@@ -637,7 +641,7 @@ async fn verify(
             None => format!("load: {e}"),
         }),
         (Ok(None), Ok(())) => Err(format!("the load ended without {image}")),
-        (Err(e), Ok(())) => Err(format!("inspect after the load: {}", chain(&e))),
+        (Err(e), Ok(())) => Err(format!("inspect after the load: {}", one_line(&e))),
     }
 }
 
@@ -653,7 +657,7 @@ async fn clean_up(host: Engine<'_>, image: &str, wanted: &str, previous: Option<
     let options = RemoveImageOptionsBuilder::new().build();
     match host.docker.remove_image(image, Some(options), None).await {
         Ok(_) => tracing::debug!(host = host.host, "untagged {image} ({})", short_id(&now.id)),
-        Err(e) => tracing::warn!(host = host.host, "cannot untag {image}: {}", chain(&e)),
+        Err(e) => tracing::warn!(host = host.host, "cannot untag {image}: {}", one_line(&e)),
     }
 }
 
@@ -683,7 +687,7 @@ where
                         tracing::debug!("load: {line}");
                     }
                 }
-                Some(Err(e)) => break Err(chain(&e)),
+                Some(Err(e)) => break Err(one_line(&e)),
                 None => break Ok(()),
             },
             _ = tick.tick() => progress(),
@@ -759,7 +763,7 @@ where
                 }
             }
             Some(Err(e)) => {
-                let reason = chain(&e);
+                let reason = one_line(&e);
                 join_all(sinks.iter_mut().map(|s| s.send(Err(reason.clone())))).await;
                 return Err(reason);
             }
@@ -767,11 +771,6 @@ where
     }
     tracing::debug!(read, "no receiver left: export stopped");
     Ok(read)
-}
-
-/// An error and its causes on one line.
-fn chain(err: &dyn std::error::Error) -> String {
-    crate::exit::one_line(err)
 }
 
 #[cfg(test)]
