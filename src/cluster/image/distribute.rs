@@ -35,9 +35,10 @@ use super::short_id;
 use crate::exit::{Classify, Exit, one_line};
 use crate::ui::{Reporter, Task, human_bytes};
 
-/// Chunks of the export buffered per host: the tee waits for the slowest host beyond this,
-/// so memory stays at a few MiB per host however slow one is.
-const CHANNEL_CHUNKS: usize = 16;
+/// Chunks of the export buffered per host (the engine sends about 32 KiB at a time, so some
+/// 8 MiB): enough slack that one host's hiccup does not stall the others at once, and the
+/// bound beyond which the tee waits for the slowest host, however slow it is.
+const CHANNEL_CHUNKS: usize = 256;
 /// A load answers only once the whole archive is in: the request timeout must cover the
 /// transfer of a large image over a slow link, not just a round trip.
 const LOAD_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
