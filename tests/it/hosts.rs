@@ -39,6 +39,9 @@ pub struct Options {
     pub registry: bool,
     /// TCP endpoints with TLS and client certificates (`tcp://<ip>:2376`) instead of plain.
     pub tls: bool,
+    /// A stand-in `nvidia-container-runtime-hook` on every engine's PATH: the engines accept
+    /// NVIDIA device requests, and the container sees `NVIDIA_VISIBLE_DEVICES=<the ids>`.
+    pub nvidia: bool,
 }
 
 /// An instance of the fixture, owned by one test.
@@ -60,14 +63,21 @@ fn script() -> PathBuf {
 /// Runs the fixture script; panics with its output when it fails.
 #[track_caller]
 fn fixture(args: &[&str]) -> Output {
-    let output = Command::new(script())
+    run_script(&script(), args)
+}
+
+/// Runs a fixture script (tests/fixtures/*.sh); panics with its output when it fails.
+#[track_caller]
+pub fn run_script(script: &Path, args: &[&str]) -> Output {
+    let name = script.file_name().unwrap_or_default().to_string_lossy();
+    let output = Command::new(script)
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .expect("run tests/fixtures/multihost.sh");
+        .unwrap_or_else(|e| panic!("run {}: {e}", script.display()));
     assert!(
         output.status.success(),
-        "multihost.sh {} failed\n--- stdout\n{}\n--- stderr\n{}",
+        "{name} {} failed\n--- stdout\n{}\n--- stderr\n{}",
         args.join(" "),
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
@@ -75,8 +85,26 @@ fn fixture(args: &[&str]) -> Output {
     output
 }
 
-/// The `KEY=VALUE` lines `multihost.sh up` prints.
-fn parse_env(text: &str) -> BTreeMap<String, String> {
+/// Runs a fixture script where a failure is reported but not fatal (gc, down in a Drop).
+pub fn run_script_reporting(script: &Path, args: &[&str]) {
+    let name = script.file_name().unwrap_or_default().to_string_lossy();
+    match Command::new(script)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+    {
+        Ok(out) if out.status.success() => {}
+        Ok(out) => eprintln!(
+            "{name} {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(e) => eprintln!("{name} {}: {e}", args.join(" ")),
+    }
+}
+
+/// The `KEY=VALUE` lines a fixture script's `up` prints.
+pub fn parse_env(text: &str) -> BTreeMap<String, String> {
     text.lines()
         .filter_map(|line| line.split_once('='))
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -93,18 +121,7 @@ impl Hosts {
     pub fn up(ctx: &TestContext, names: &[&str], options: Options) -> Hosts {
         // Instances whose test process died without dropping them (a failure there is theirs:
         // this test goes on).
-        match Command::new(script())
-            .arg("gc")
-            .stdin(Stdio::null())
-            .output()
-        {
-            Ok(out) if out.status.success() => {}
-            Ok(out) => eprintln!(
-                "multihost.sh gc failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ),
-            Err(e) => eprintln!("multihost.sh gc: {e}"),
-        }
+        run_script_reporting(&script(), &["gc"]);
         let owner = std::process::id().to_string();
         let mut args = vec!["up", ctx.prefix.as_str()];
         args.extend_from_slice(names);
@@ -116,6 +133,9 @@ impl Hosts {
         }
         if options.tls {
             args.push("--tls");
+        }
+        if options.nvidia {
+            args.push("--nvidia");
         }
         args.extend(["--owner", owner.as_str()]);
         let output = fixture(&args);
@@ -359,19 +379,7 @@ impl Hosts {
 
 impl Drop for Hosts {
     fn drop(&mut self) {
-        let out = Command::new(script())
-            .args(["down", &self.instance])
-            .stdin(Stdio::null())
-            .output();
-        match out {
-            Ok(out) if out.status.success() => {}
-            Ok(out) => eprintln!(
-                "multihost.sh down {} failed: {}",
-                self.instance,
-                String::from_utf8_lossy(&out.stderr)
-            ),
-            Err(e) => eprintln!("multihost.sh down {}: {e}", self.instance),
-        }
+        run_script_reporting(&script(), &["down", &self.instance]);
     }
 }
 
