@@ -172,6 +172,11 @@ impl RunFiles {
     pub fn batch(&self) -> PathBuf {
         self.dir.join("slurm/batch.json")
     }
+    /// Written by the batch step when the node steps are to end (srun, told SIGTERM,
+    /// kills its tasks outright: they would leave their containers).
+    pub fn stop(&self) -> PathBuf {
+        self.dir.join("slurm/stop")
+    }
     /// The batch step's output (`%j`: the job id).
     pub fn output(&self) -> PathBuf {
         self.dir.join("slurm-%j.out")

@@ -101,12 +101,20 @@ pub async fn run(
         ));
         Ok::<_, Error>(())
     };
+    let stop = files.stop();
+    let told_to_stop = async {
+        while !stop.exists() {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    };
+    tokio::pin!(told_to_stop);
     let outcome = tokio::select! {
         r = work => match r {
             Ok(()) => {
                 tokio::select! {
                     _ = term.recv() => {}
                     _ = tokio::signal::ctrl_c() => {}
+                    _ = &mut told_to_stop => {}
                 }
                 Ok(())
             }
@@ -114,6 +122,7 @@ pub async fn run(
         },
         _ = term.recv() => Ok(()),
         _ = tokio::signal::ctrl_c() => Ok(()),
+        _ = &mut told_to_stop => Ok(()),
     };
     let removed = engine::remove_cluster(&docker, &cluster.profile.name).await;
     match &removed {

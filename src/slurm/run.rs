@@ -52,6 +52,7 @@ pub async fn run(
         .await
         .map_err(|e| Error::Allocation(e.to_string()))??
     };
+    let _ = std::fs::remove_file(files.stop());
     super::write_json(&files.alloc(), &alloc)?;
     let cluster = cluster_profile(loaded, &alloc);
     let mut report = BatchReport {
@@ -81,7 +82,7 @@ pub async fn run(
         _ = term.recv() => Err(Error::Allocation("Slurm ended the batch step (scancel or the time limit)".into())),
     };
     // The node steps remove their containers when they end.
-    stop_node_steps(&mut nodes).await;
+    stop_node_steps(&files, &mut nodes).await;
     ports::release(&slots, job_id, &names);
     match &outcome {
         Ok((status, _)) => {
@@ -140,16 +141,14 @@ fn start_node_steps(
         })
 }
 
-/// Tells the node steps to end (srun passes SIGTERM to every task) and waits for them.
-async fn stop_node_steps(child: &mut tokio::process::Child) {
+/// Tells the node steps to end and waits for them: through a file on the shared storage,
+/// since srun, told SIGTERM, kills its tasks outright (they would leave their containers).
+async fn stop_node_steps(files: &RunFiles, child: &mut tokio::process::Child) {
     if let Ok(Some(_)) = child.try_wait() {
         return;
     }
-    if let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) {
-        // SAFETY: kill(2) on our own child's pid, which has not been reaped yet.
-        unsafe {
-            libc::kill(pid, libc::SIGTERM);
-        }
+    if let Err(e) = crate::fsx::write_atomic(&files.stop(), b"stop\n") {
+        eprintln!("argus: cannot tell the node steps to stop: {e}");
     }
     if tokio::time::timeout(NODE_STOP_GRACE, child.wait())
         .await

@@ -1,0 +1,196 @@
+//! `argus slurm` end to end on a real Slurm (`crate::slurm_hosts`: slurm-wlm 22.05 on
+//! emulated hosts, each with its own Docker Engine and 2 fake GPUs as GRES).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::harness::{TestContext, ensure_image};
+use crate::slurm_hosts::Slurm;
+
+const IMAGE: &str = "argus/ray:2.51.1";
+
+/// What the job's driver runs: the ALIVE Ray nodes, then on every GPU node a task holding
+/// one GPU that prints the devices its container was given.
+const PROBE: &str = r#"
+import json, os, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init()
+nodes = [n for n in ray.nodes() if n["Alive"]]
+for n in nodes:
+    print("NODE", n["NodeManagerAddress"], int(n["Resources"].get("GPU", 0)), flush=True)
+
+@ray.remote(num_gpus=1)
+def devices():
+    return os.environ.get("NVIDIA_VISIBLE_DEVICES", "unset")
+
+for n in nodes:
+    if n["Resources"].get("GPU", 0) >= 1:
+        strategy = NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+        print("GPU", n["NodeManagerAddress"], ray.get(devices.options(scheduling_strategy=strategy).remote()), flush=True)
+if os.environ.get("PROBE_SLEEP"):
+    import time
+    time.sleep(float(os.environ["PROBE_SLEEP"]))
+print("PROBE DONE", flush=True)
+"#;
+
+/// A profile for Slurm: NVIDIA workers (the hosts' engines have the stand-in hook), the
+/// shared storage a path every emulated host sees.
+fn profile(ctx: &mut TestContext) -> (PathBuf, PathBuf) {
+    let name = ctx.cluster("sl");
+    let shared = ctx.path("shared");
+    std::fs::create_dir_all(shared.join("code")).expect("shared");
+    std::fs::write(shared.join("code/probe.py"), PROBE).expect("probe");
+    let text = format!(
+        "name: {name}\nimage: {IMAGE}\nshared: {{host_path: {}}}\nray: {{ready_timeout_s: 240}}\nslurm: {{nodes: 3, gpus_per_node: 1}}\nhead: {{cpus: 1, memory: 2g, shm_size: 256m, object_store_memory: 128m}}\nworkers:\n  - {{name: gpu, count: 1, gpus: 1, gpu_mode: nvidia, cpus: 1, memory: 2g, shm_size: 256m, object_store_memory: 128m}}\n",
+        shared.display()
+    );
+    (ctx.write("profile.yaml", &text), shared)
+}
+
+fn jobspec(ctx: &TestContext, name: &str, env: &str) -> PathBuf {
+    ctx.write(
+        &format!("{name}.yaml"),
+        &format!(
+            "workload: custom\ncode_path: /mnt/shared/code\nentrypoint: python3 /mnt/shared/code/probe.py\n{env}"
+        ),
+    )
+}
+
+fn argus(ctx: &TestContext, slurm: &Slurm, profile: &Path) -> crate::harness::Argus {
+    let mut argus = ctx.argus().profile(profile);
+    for (key, value) in slurm.env() {
+        argus = argus.env(&key, value);
+    }
+    argus
+}
+
+/// argus's containers on each host (name list), Slurm jobs' or not.
+fn argus_containers(slurm: &Slurm, hosts: &[&str]) -> BTreeMap<String, Vec<String>> {
+    hosts
+        .iter()
+        .map(|h| {
+            let out = slurm.hosts().docker_ok(
+                h,
+                &[
+                    "ps",
+                    "-a",
+                    "--filter",
+                    "label=argus.cluster",
+                    "--format",
+                    "{{.Names}}",
+                ],
+            );
+            (
+                h.to_string(),
+                out.lines().map(str::to_string).collect::<Vec<_>>(),
+            )
+        })
+        .filter(|(_, names)| !names.is_empty())
+        .collect()
+}
+
+/// The lines of the probe: NODE <ip> <gpus>, GPU <ip> <devices>.
+fn probe_lines<'a>(out: &'a str, kind: &str) -> BTreeMap<&'a str, &'a str> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix(kind)?.trim().split_once(' '))
+        .collect()
+}
+
+#[test]
+fn a_submitted_run_comes_up_on_three_nodes_with_slurms_gpus_and_leaves_nothing() {
+    let test = "a_submitted_run_comes_up_on_three_nodes_with_slurms_gpus_and_leaves_nothing";
+    if TestContext::skip_docker(test) {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("slurmrun");
+    let slurm = Slurm::up(&ctx, &["a", "b", "c"], 2);
+    let (profile, shared) = profile(&mut ctx);
+    // Another job holds GPU 0 on every node: argus's job must get index 1 everywhere.
+    let holder = slurm.sbatch(&[
+        "-N3",
+        "--gres=gpu:1",
+        &format!("--chdir={}", shared.display()),
+        "-o",
+        "/dev/null",
+        "--wrap",
+        "sleep 600",
+    ]);
+    slurm.wait_state(&holder, &["RUNNING"], Duration::from_secs(30));
+
+    let spec = jobspec(&ctx, "probe", "");
+    let dry = argus(&ctx, &slurm, &profile)
+        .args(["slurm", "submit", "--dry-run"])
+        .arg_path(&spec)
+        .run()
+        .code(0)
+        .stdout_has("#SBATCH --nodes=3")
+        .stdout_has("#SBATCH --gres=gpu:1");
+    assert!(dry.stdout.contains(" slurm run run-"), "{}", dry.stdout);
+
+    let started = Instant::now();
+    let run = argus(&ctx, &slurm, &profile)
+        .args(["slurm", "submit", "--follow"])
+        .arg_path(&spec)
+        .run();
+    eprintln!("measure: slurm submit --follow in {:?}", started.elapsed());
+    let run = run.code(0);
+    let out = format!("{}\n{}", run.stdout, run.stderr);
+    assert!(out.contains("PROBE DONE"), "{out}");
+
+    // Three ALIVE Ray nodes' worth of hosts, each at its host's address.
+    let nodes = probe_lines(&out, "NODE");
+    let ip = |h: &str| slurm.hosts().host(h).ip.to_string();
+    let addresses: std::collections::BTreeSet<&str> = nodes.keys().copied().collect();
+    let want: std::collections::BTreeSet<String> = ["a", "b", "c"].iter().map(|h| ip(h)).collect();
+    assert_eq!(
+        addresses,
+        want.iter().map(String::as_str).collect(),
+        "{out}"
+    );
+    // Each worker's devices: exactly the index Slurm gave the job on that node (1: the
+    // holder has 0).
+    let gpus = probe_lines(&out, "GPU");
+    for h in ["a", "b", "c"] {
+        assert_eq!(gpus.get(ip(h).as_str()), Some(&"1"), "{h}: {out}");
+    }
+    slurm.run_ok(&["scancel", &holder]);
+    // The run's record says how the Slurm job ended.
+    let runs = shared.join("runs");
+    let run_dir = std::fs::read_dir(&runs)
+        .expect("runs")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.join("slurm.json").exists())
+        .expect("a Slurm run");
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("slurm.json")).expect("record"))
+            .expect("json");
+    assert_eq!(record["slurm_state"], "COMPLETED", "{record}");
+    let batch: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(run_dir.join("slurm/batch.json")).expect("batch"),
+    )
+    .expect("json");
+    assert_eq!(batch["job_status"], "SUCCEEDED", "{batch}");
+    eprintln!(
+        "measure: allocation start to 3+1 Ray nodes ALIVE: {}s",
+        batch["seconds_to_ready"]
+    );
+    // Nothing is left on any host.
+    assert_nothing_left(&slurm, &out);
+}
+
+/// No argus container on any host (the node steps removed theirs when they ended).
+#[track_caller]
+fn assert_nothing_left(slurm: &Slurm, out: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = argus_containers(slurm, &["a", "b", "c"]);
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "left: {left:?}\n{out}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
