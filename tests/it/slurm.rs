@@ -194,3 +194,197 @@ fn assert_nothing_left(slurm: &Slurm, out: &str) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// `argus slurm submit` without --follow: (run id, Slurm job id).
+fn submit(
+    ctx: &TestContext,
+    slurm: &Slurm,
+    profile: &Path,
+    spec: &Path,
+    flags: &[&str],
+) -> (String, String) {
+    let run = argus(ctx, slurm, profile)
+        .args(["slurm", "submit"])
+        .args(flags)
+        .arg_path(spec)
+        .run()
+        .code(0);
+    let (run_id, job) = run
+        .stdout
+        .trim()
+        .split_once(' ')
+        .unwrap_or_else(|| panic!("submit printed {:?}", run.stdout));
+    (run_id.to_string(), job.to_string())
+}
+
+/// The batch step's report, once it is in `stage`.
+#[track_caller]
+fn wait_stage(shared: &Path, run_id: &str, stage: &str, timeout: Duration) -> serde_json::Value {
+    let path = shared.join("runs").join(run_id).join("slurm/batch.json");
+    let deadline = Instant::now() + timeout;
+    loop {
+        let batch: Option<serde_json::Value> = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        if let Some(b) = batch.filter(|b| b["stage"] == stage) {
+            return b;
+        }
+        let output = std::fs::read_dir(shared.join("runs").join(run_id))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().ends_with(".out"))
+            .and_then(|e| std::fs::read_to_string(e.path()).ok())
+            .unwrap_or_default();
+        assert!(
+            Instant::now() < deadline,
+            "batch step not in stage {stage} after {timeout:?}\n{output}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `argus slurm status --json`, polled until Slurm's state is final; returns the record's.
+#[track_caller]
+fn final_state(ctx: &TestContext, slurm: &Slurm, profile: &Path, run_id: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = argus(ctx, slurm, profile)
+            .args(["--json", "slurm", "status", run_id])
+            .run()
+            .code(0)
+            .json();
+        if let Some(state) = status["run"]["slurm_state"].as_str() {
+            return state.to_string();
+        }
+        assert!(Instant::now() < deadline, "{status}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_cancelled_run_leaves_no_container_within_killwait_and_says_cancelled() {
+    let test = "a_cancelled_run_leaves_no_container_within_killwait_and_says_cancelled";
+    if TestContext::skip_docker(test) {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("slurmcancel");
+    let slurm = Slurm::up(&ctx, &["a", "b", "c"], 2);
+    let (profile, shared) = profile(&mut ctx);
+    let spec = jobspec(&ctx, "sleepy", "env_vars: {PROBE_SLEEP: '600'}\n");
+    let (run_id, _job) = submit(&ctx, &slurm, &profile, &spec, &[]);
+    wait_stage(&shared, &run_id, "wait", Duration::from_secs(240));
+    assert_eq!(argus_containers(&slurm, &["a", "b", "c"]).len(), 3);
+
+    let started = Instant::now();
+    argus(&ctx, &slurm, &profile)
+        .args(["slurm", "cancel", &run_id])
+        .run()
+        .code(0);
+    assert_nothing_left(&slurm, "after cancel");
+    let gone = started.elapsed();
+    eprintln!("measure: cancel to no container on any host: {gone:?}");
+    assert!(gone < Duration::from_secs(5), "{gone:?} (KillWait is 5 s)");
+    assert_eq!(final_state(&ctx, &slurm, &profile, &run_id), "CANCELLED");
+}
+
+#[test]
+fn a_killed_node_step_leaves_containers_that_the_epilog_removes() {
+    let test = "a_killed_node_step_leaves_containers_that_the_epilog_removes";
+    if TestContext::skip_docker(test) {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("slurmepilog");
+    let slurm = Slurm::up(&ctx, &["a", "b", "c"], 2);
+    let (profile, shared) = profile(&mut ctx);
+    let spec = jobspec(&ctx, "sleepy", "env_vars: {PROBE_SLEEP: '600'}\n");
+    let (run_id, job) = submit(&ctx, &slurm, &profile, &spec, &[]);
+    wait_stage(&shared, &run_id, "wait", Duration::from_secs(240));
+
+    // The node step on b, killed outright: nothing removes b's container.
+    let step = node_step_pid("b", &run_id).expect("the node step on b");
+    // SAFETY: kill(2) of a process this test's job started.
+    assert_eq!(unsafe { libc::kill(step as i32, libc::SIGKILL) }, 0);
+    slurm.run_ok(&["scancel", &job]);
+    slurm.wait_state(&job, &["CANCELLED", "PURGED"], Duration::from_secs(30));
+    // a and c removed theirs; b's is left.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let left = loop {
+        let left = argus_containers(&slurm, &["a", "b", "c"]);
+        if left.keys().all(|h| h == "b") || Instant::now() > deadline {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(left.keys().collect::<Vec<_>>(), ["b"], "{left:?}");
+
+    let removed = argus(&ctx, &slurm, &profile)
+        .args(["--json", "slurm", "epilog", "--engine"])
+        .args([slurm.hosts().host("b").unix.as_str()])
+        .run()
+        .code(0)
+        .json();
+    assert_eq!(
+        removed["removed"].as_array().map(Vec::len),
+        Some(1),
+        "{removed}"
+    );
+    assert_nothing_left(&slurm, "after the epilog");
+}
+
+/// The pid of `argus slurm node <run_id>` on `host` (the emulated hosts share this pid
+/// namespace; a step's environment names its node).
+fn node_step_pid(host: &str, run_id: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        let words: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let is_step = words
+            .windows(3)
+            .any(|w| w[0] == b"slurm" && w[1] == b"node" && w[2] == run_id.as_bytes());
+        let environ = std::fs::read(e.path().join("environ")).ok()?;
+        let on_host = environ
+            .split(|b| *b == 0)
+            .any(|v| v == format!("SLURMD_NODENAME={host}").as_bytes());
+        (is_step && on_host).then_some(pid)
+    })
+}
+
+#[test]
+fn a_binary_the_nodes_cannot_see_is_refused_before_anything_starts() {
+    let test = "a_binary_the_nodes_cannot_see_is_refused_before_anything_starts";
+    if TestContext::skip_docker(test) {
+        return;
+    }
+    let mut ctx = TestContext::new("slurmbin");
+    let slurm = Slurm::up(&ctx, &["a", "b"], 1);
+    let (profile, shared) = profile(&mut ctx);
+    let spec = jobspec(&ctx, "probe", "");
+    argus(&ctx, &slurm, &profile)
+        .args([
+            "slurm",
+            "submit",
+            "--nodes",
+            "2",
+            "--argus",
+            "/nonexistent/argus",
+        ])
+        .arg_path(&spec)
+        .run()
+        .code(2)
+        .stderr_has("/nonexistent/argus is not visible on the compute nodes")
+        .stderr_has("hint:");
+    // Nothing was written or queued.
+    assert!(
+        !shared.join("runs").exists()
+            || std::fs::read_dir(shared.join("runs"))
+                .expect("runs")
+                .next()
+                .is_none()
+    );
+    // (The check's own `srun test -x` may still be completing.)
+    let queued = slurm.run_ok(&["squeue", "-h", "-o", "%j"]);
+    assert!(!queued.contains("argus"), "{queued}");
+}
