@@ -178,15 +178,15 @@ fn a_submitted_run_comes_up_on_three_nodes_with_slurms_gpus_and_leaves_nothing()
         batch["seconds_to_ready"]
     );
     // Nothing is left on any host.
-    assert_nothing_left(&slurm, &out);
+    assert_nothing_left(&slurm, &["a", "b", "c"], &out);
 }
 
 /// No argus container on any host (the node steps removed theirs when they ended).
 #[track_caller]
-fn assert_nothing_left(slurm: &Slurm, out: &str) {
+fn assert_nothing_left(slurm: &Slurm, hosts: &[&str], out: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let left = argus_containers(slurm, &["a", "b", "c"]);
+        let left = argus_containers(slurm, hosts);
         if left.is_empty() {
             return;
         }
@@ -282,7 +282,7 @@ fn a_cancelled_run_leaves_no_container_within_killwait_and_says_cancelled() {
         .args(["slurm", "cancel", &run_id])
         .run()
         .code(0);
-    assert_nothing_left(&slurm, "after cancel");
+    assert_nothing_left(&slurm, &["a", "b", "c"], "after cancel");
     let gone = started.elapsed();
     eprintln!("measure: cancel to no container on any host: {gone:?}");
     assert!(gone < Duration::from_secs(5), "{gone:?} (KillWait is 5 s)");
@@ -331,7 +331,7 @@ fn a_killed_node_step_leaves_containers_that_the_epilog_removes() {
         Some(1),
         "{removed}"
     );
-    assert_nothing_left(&slurm, "after the epilog");
+    assert_nothing_left(&slurm, &["a", "b", "c"], "after the epilog");
 }
 
 /// The pid of `argus slurm node <run_id>` on `host` (the emulated hosts share this pid
@@ -387,4 +387,88 @@ fn a_binary_the_nodes_cannot_see_is_refused_before_anything_starts() {
     // (The check's own `srun test -x` may still be completing.)
     let queued = slurm.run_ok(&["squeue", "-h", "-o", "%j"]);
     assert!(!queued.contains("argus"), "{queued}");
+}
+
+#[test]
+fn a_run_past_its_time_limit_leaves_nothing_and_says_timeout() {
+    let test = "a_run_past_its_time_limit_leaves_nothing_and_says_timeout";
+    if TestContext::skip_docker(test) {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("slurmtime");
+    let slurm = Slurm::up(&ctx, &["a", "b", "c"], 2);
+    let (profile, _shared) = profile(&mut ctx);
+    let spec = jobspec(&ctx, "sleepy", "env_vars: {PROBE_SLEEP: '600'}\n");
+    let run = argus(&ctx, &slurm, &profile)
+        .args(["slurm", "submit", "--follow", "--time", "1"])
+        .arg_path(&spec)
+        .run();
+    let out = format!("{}\n{}", run.stdout, run.stderr);
+    // Stopped by Slurm: exit 3, as a STOPPED job.
+    assert_eq!(run.code, 3, "{out}");
+    assert!(out.contains("TIMEOUT"), "{out}");
+    assert_nothing_left(&slurm, &["a", "b", "c"], &out);
+}
+
+#[test]
+fn two_runs_sharing_two_nodes_get_disjoint_gpus_ports_and_names() {
+    let test = "two_runs_sharing_two_nodes_get_disjoint_gpus_ports_and_names";
+    if TestContext::skip_docker(test) {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("slurmtwo");
+    let slurm = Slurm::up(&ctx, &["a", "b"], 2);
+    let (profile, shared) = profile(&mut ctx);
+    // Each job holds its cluster until the other's is up too (both on the same nodes at once).
+    let spec = jobspec(&ctx, "probe", "env_vars: {PROBE_SLEEP: '20'}\n");
+    let children: Vec<_> = (0..2)
+        .map(|i| {
+            let mut argus = argus(&ctx, &slurm, &profile).args([
+                "slurm",
+                "submit",
+                "--follow",
+                "--nodes",
+                "2",
+                "--gpus-per-node",
+                "1",
+            ]);
+            argus = argus.arg_path(&spec);
+            let (out, err) = (ctx.path(&format!("out{i}")), ctx.path(&format!("err{i}")));
+            (argus.spawn_to(&out, &err), out, err)
+        })
+        .collect();
+    let mut outputs = Vec::new();
+    for (mut child, out, err) in children {
+        let status = child.wait().expect("wait");
+        let text = format!(
+            "{}\n{}",
+            std::fs::read_to_string(&out).unwrap_or_default(),
+            std::fs::read_to_string(&err).unwrap_or_default()
+        );
+        assert!(status.success(), "{text}");
+        assert!(text.contains("PROBE DONE"), "{text}");
+        outputs.push(text);
+    }
+    // Disjoint GPUs on each node.
+    for h in ["a", "b"] {
+        let ip = slurm.hosts().host(h).ip.to_string();
+        let held: Vec<&str> = outputs
+            .iter()
+            .map(|o| *probe_lines(o, "GPU").get(ip.as_str()).expect("a GPU line"))
+            .collect();
+        assert_ne!(held[0], held[1], "{h}: {held:?}");
+    }
+    // Different port slots (and so ports), different cluster names.
+    let batches: Vec<serde_json::Value> = std::fs::read_dir(shared.join("runs"))
+        .expect("runs")
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("slurm/batch.json")).ok())
+        .map(|t| serde_json::from_str(&t).expect("json"))
+        .collect();
+    assert_eq!(batches.len(), 2);
+    assert_ne!(batches[0]["slot"], batches[1]["slot"]);
+    assert_ne!(batches[0]["cluster"], batches[1]["cluster"]);
+    assert_nothing_left(&slurm, &["a", "b"], &outputs.join("\n"));
 }
