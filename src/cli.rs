@@ -318,6 +318,11 @@ pub struct RunArgs {
     /// (--set overrides.trainer.logger=[console]). Repeatable; part of what the run is.
     #[arg(long = "set", value_name = "KEY=VALUE", conflicts_with = "lock")]
     pub sets: Vec<String>,
+
+    /// Run on the Slurm allocation this shell holds (`salloc`): the containers on its
+    /// nodes, as `argus slurm submit` would (see `argus slurm submit --help`).
+    #[arg(long, conflicts_with_all = ["lock", "resume", "down_after", "new"])]
+    pub slurm: bool,
 }
 
 #[derive(Debug, Args)]

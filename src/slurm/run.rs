@@ -116,29 +116,45 @@ fn start_node_steps(
     })?;
     let profile = loaded.source.origin.clone();
     let n = nodes.to_string();
-    tokio::process::Command::new("srun")
-        .args([
-            "--overlap",
-            "--nodes",
-            &n,
-            "--ntasks",
-            &n,
-            "--ntasks-per-node=1",
-            "--kill-on-bad-exit=0",
-            "--job-name=argus-node",
-        ])
-        .arg(argus)
-        .arg("--no-progress")
-        .arg("-p")
-        .arg(profile)
-        .args(["slurm", "node", run_id])
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|source| Error::Spawn {
-            program: "srun".into(),
-            source,
-        })
+    let mut srun = tokio::process::Command::new("srun");
+    // Inside a step (`argus run --slurm`), the step's own sizes must not narrow this one.
+    if std::env::var_os("SLURM_STEP_ID").is_some() {
+        for var in [
+            "SLURM_NTASKS",
+            "SLURM_NPROCS",
+            "SLURM_NNODES",
+            "SLURM_NODELIST",
+            "SLURM_TASKS_PER_NODE",
+            "SLURM_STEP_NODELIST",
+            "SLURM_STEP_NUM_NODES",
+            "SLURM_STEP_NUM_TASKS",
+            "SLURM_STEP_TASKS_PER_NODE",
+        ] {
+            srun.env_remove(var);
+        }
+    }
+    srun.args([
+        "--overlap",
+        "--nodes",
+        &n,
+        "--ntasks",
+        &n,
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=0",
+        "--job-name=argus-node",
+    ])
+    .arg(argus)
+    .arg("--no-progress")
+    .arg("-p")
+    .arg(profile)
+    .args(["slurm", "node", run_id])
+    .stdin(Stdio::null())
+    .kill_on_drop(true)
+    .spawn()
+    .map_err(|source| Error::Spawn {
+        program: "srun".into(),
+        source,
+    })
 }
 
 /// Tells the node steps to end and waits for them: through a file on the shared storage,

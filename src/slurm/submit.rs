@@ -83,12 +83,55 @@ async fn check_binary(argus: &Path, allocation: &Allocation) -> Result<(), Error
     .await
 }
 
+/// A run staged on the shared storage, ready for its batch step.
+pub struct Staged {
+    pub files: RunFiles,
+    pub record: SlurmRecord,
+    pub submitted: Submitted,
+}
+
 pub async fn submit(
     loaded: &LoadedProfile,
-    mut job: LoadedJobSpec,
+    job: LoadedJobSpec,
     options: &SubmitOptions,
     reporter: &dyn Reporter,
 ) -> Result<Submitted, Error> {
+    let Some(Staged {
+        files,
+        mut record,
+        mut submitted,
+    }) = stage(loaded, job, options, None, reporter).await?
+    else {
+        return Err(Error::Invalid("nothing staged".into()));
+    };
+    if options.dry_run {
+        return Ok(submitted);
+    }
+    let script = files.script().display().to_string();
+    let out = blocking(move || slurm_command("sbatch", &["--parsable", &script])).await?;
+    let job_id: u64 = out
+        .trim()
+        .split(';')
+        .next()
+        .and_then(|id| id.parse().ok())
+        .ok_or_else(|| Error::Allocation(format!("sbatch answered {out:?}, not a job id")))?;
+    record.slurm_job_id = Some(job_id);
+    record.output = record.output.replace("%j", &job_id.to_string());
+    super::write_json(&files.record(), &record)?;
+    submitted.slurm_job_id = Some(job_id);
+    Ok(submitted)
+}
+
+/// Everything `submit` does before `sbatch`: checks, the binary on the nodes, the inputs,
+/// the image archive, the run's files. `inside`: the allocation the run will use when it
+/// already exists (`argus run --slurm`). A dry run checks and returns the script only.
+pub async fn stage(
+    loaded: &LoadedProfile,
+    mut job: LoadedJobSpec,
+    options: &SubmitOptions,
+    inside: Option<u64>,
+    reporter: &dyn Reporter,
+) -> Result<Option<Staged>, Error> {
     let layout = loaded.host_layout()?;
     let p = &loaded.profile;
     job.check_on_shared(p.submit.shared_root.as_deref().unwrap_or(&p.shared.mount))?;
@@ -128,7 +171,11 @@ pub async fn submit(
         submission_id: submission_id.clone(),
     };
     if options.dry_run {
-        return Ok(submitted);
+        return Ok(Some(Staged {
+            files,
+            record: SlurmRecord::default(),
+            submitted,
+        }));
     }
     check_binary(&argus, &allocation).await?;
 
@@ -167,21 +214,22 @@ pub async fn submit(
         slurm_state: None,
     };
     super::write_json(&files.record(), &record)?;
-    crate::fsx::write_atomic(&files.script(), text.as_bytes()).map_err(io(files.script()))?;
+    if inside.is_none() {
+        crate::fsx::write_atomic(&files.script(), text.as_bytes()).map_err(io(files.script()))?;
+    }
 
-    let script = files.script().display().to_string();
-    let out = blocking(move || slurm_command("sbatch", &["--parsable", &script])).await?;
-    let job_id: u64 = out
-        .trim()
-        .split(';')
-        .next()
-        .and_then(|id| id.parse().ok())
-        .ok_or_else(|| Error::Allocation(format!("sbatch answered {out:?}, not a job id")))?;
-    record.slurm_job_id = Some(job_id);
-    record.output = record.output.replace("%j", &job_id.to_string());
-    super::write_json(&files.record(), &record)?;
-    submitted.slurm_job_id = Some(job_id);
-    Ok(submitted)
+    if let Some(job_id) = inside {
+        record.slurm_job_id = Some(job_id);
+        record.output = String::new();
+        record.script = String::new();
+        super::write_json(&files.record(), &record)?;
+        submitted.slurm_job_id = Some(job_id);
+    }
+    Ok(Some(Staged {
+        files,
+        record,
+        submitted,
+    }))
 }
 
 /// A Slurm job as `scontrol` shows it.
@@ -357,4 +405,55 @@ mod tests {
         assert!(!is_final("COMPLETING"));
         assert!(!is_final("PENDING"));
     }
+}
+
+/// `argus run --slurm`: the run inside the allocation this process already holds
+/// (`salloc`): staged as `submit` stages it, then its batch step on the allocation's first
+/// node through `srun`; the exit code is the job's.
+pub async fn run_inside(
+    loaded: &LoadedProfile,
+    job: LoadedJobSpec,
+    reporter: &dyn Reporter,
+) -> Result<(Submitted, Exit), Error> {
+    let job_id = alloc::job_id_from_env()?;
+    let options = SubmitOptions {
+        flags: AllocationFlags::default(),
+        dry_run: false,
+        argus: None,
+    };
+    let Some(staged) = stage(loaded, job, &options, Some(job_id), reporter).await? else {
+        return Err(Error::Invalid("nothing staged".into()));
+    };
+    let argus = std::env::current_exe().map_err(|source| Error::Spawn {
+        program: "argus (its own path)".into(),
+        source,
+    })?;
+    let status = tokio::process::Command::new("srun")
+        .args([
+            "--overlap",
+            "--nodes=1",
+            "--ntasks=1",
+            "--relative=0",
+            "--job-name=argus-batch",
+        ])
+        .arg(argus)
+        .arg("--no-progress")
+        .arg("-p")
+        .arg(staged.files.profile())
+        .args(["slurm", "run", &staged.submitted.run_id])
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .status()
+        .await
+        .map_err(|source| Error::Spawn {
+            program: "srun".into(),
+            source,
+        })?;
+    let batch = super::read_json::<BatchReport>(&staged.files.batch()).ok();
+    let exit = match (status.code(), batch.as_ref().and_then(|b| b.exit_code)) {
+        (_, Some(_)) => exit_of(batch.as_ref(), None),
+        (Some(0), None) => Exit::Success,
+        _ => Exit::Failed,
+    };
+    Ok((staged.submitted, exit))
 }

@@ -472,3 +472,39 @@ fn two_runs_sharing_two_nodes_get_disjoint_gpus_ports_and_names() {
     assert_ne!(batches[0]["cluster"], batches[1]["cluster"]);
     assert_nothing_left(&slurm, &["a", "b"], &outputs.join("\n"));
 }
+
+#[test]
+fn run_slurm_inside_an_salloc_uses_that_allocation() {
+    let test = "run_slurm_inside_an_salloc_uses_that_allocation";
+    if TestContext::skip_docker(test) {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("slurmsalloc");
+    let slurm = Slurm::up(&ctx, &["a", "b"], 2);
+    let (profile, _shared) = profile(&mut ctx);
+    let spec = jobspec(&ctx, "probe", "");
+    let argus = env!("CARGO_BIN_EXE_argus");
+    let out = slurm.run(&[
+        "salloc",
+        "-N2",
+        "--gres=gpu:1",
+        argus,
+        "--no-progress",
+        "-p",
+        &profile.to_string_lossy(),
+        "run",
+        "--slurm",
+        &spec.to_string_lossy(),
+    ]);
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("PROBE DONE"), "{text}");
+    let gpus = probe_lines(&text, "GPU");
+    assert_eq!(gpus.len(), 2, "{text}");
+    assert_nothing_left(&slurm, &["a", "b"], &text);
+}
