@@ -386,27 +386,6 @@ pub async fn cancel(record: &SlurmRecord) -> Result<(), Error> {
     blocking(move || slurm_command("scancel", &[&job_id.to_string()]).map(|_| ())).await
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exit_codes_follow_the_job_then_slurm() {
-        let batch = |code| BatchReport {
-            exit_code: Some(code),
-            ..Default::default()
-        };
-        assert_eq!(exit_of(Some(&batch(0)), Some("COMPLETED")), Exit::Success);
-        assert_eq!(exit_of(Some(&batch(1)), Some("FAILED")), Exit::Failed);
-        assert_eq!(exit_of(None, Some("CANCELLED")), Exit::Stopped);
-        assert_eq!(exit_of(None, Some("TIMEOUT")), Exit::Stopped);
-        assert_eq!(exit_of(None, Some("NODE_FAIL")), Exit::Failed);
-        assert!(is_final("CANCELLED"));
-        assert!(!is_final("COMPLETING"));
-        assert!(!is_final("PENDING"));
-    }
-}
-
 /// `argus run --slurm`: the run inside the allocation this process already holds
 /// (`salloc`): staged as `submit` stages it, then its batch step on the allocation's first
 /// node through `srun`; the exit code is the job's.
@@ -456,4 +435,25 @@ pub async fn run_inside(
         _ => Exit::Failed,
     };
     Ok((staged.submitted, exit))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_follow_the_job_then_slurm() {
+        let batch = |code| BatchReport {
+            exit_code: Some(code),
+            ..Default::default()
+        };
+        assert_eq!(exit_of(Some(&batch(0)), Some("COMPLETED")), Exit::Success);
+        assert_eq!(exit_of(Some(&batch(1)), Some("FAILED")), Exit::Failed);
+        assert_eq!(exit_of(None, Some("CANCELLED")), Exit::Stopped);
+        assert_eq!(exit_of(None, Some("TIMEOUT")), Exit::Stopped);
+        assert_eq!(exit_of(None, Some("NODE_FAIL")), Exit::Failed);
+        assert!(is_final("CANCELLED"));
+        assert!(!is_final("COMPLETING"));
+        assert!(!is_final("PENDING"));
+    }
 }
