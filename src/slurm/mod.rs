@@ -208,16 +208,16 @@ pub fn cluster_name(profile: &str, job_id: u64) -> String {
 /// simulated GPUs of the same count when the profile's worker group is simulated), host
 /// networking with the job's port slot. The first worker group of the profile is the
 /// template for the workers' resources.
-pub fn cluster_profile(loaded: &LoadedProfile, alloc: &alloc::Alloc) -> LoadedProfile {
+pub fn cluster_profile(
+    loaded: &LoadedProfile,
+    alloc: &alloc::Alloc,
+) -> Result<LoadedProfile, Error> {
     let mut p = loaded.profile.clone();
-    let engine = p
-        .slurm
-        .as_ref()
-        .and_then(|s| s.engine_socket.clone())
-        .unwrap_or_else(|| {
-            crate::config::docker::DockerEndpoint::parse(DEFAULT_ENGINE_SOCKET)
-                .unwrap_or_else(|_| unreachable_endpoint())
-        });
+    let engine = match p.slurm.as_ref().and_then(|s| s.engine_socket.clone()) {
+        Some(engine) => engine,
+        None => crate::config::docker::DockerEndpoint::parse(DEFAULT_ENGINE_SOCKET)
+            .map_err(Error::Invalid)?,
+    };
     p.name = cluster_name(&p.name, alloc.job_id);
     p.hosts = alloc
         .nodes
@@ -273,17 +273,9 @@ pub fn cluster_profile(loaded: &LoadedProfile, alloc: &alloc::Alloc) -> LoadedPr
     p.ray.dashboard_bind = "127.0.0.1".into();
     // The batch step runs on the head's node: the dashboard is on its loopback.
     p.submit.address = Some(format!("http://127.0.0.1:{dashboard}"));
-    LoadedProfile {
+    Ok(LoadedProfile {
         profile: p,
         source: loaded.source.clone(),
-    }
-}
-
-fn unreachable_endpoint() -> crate::config::docker::DockerEndpoint {
-    // DEFAULT_ENGINE_SOCKET parses; this is never reached.
-    crate::config::docker::DockerEndpoint::resolve(None).unwrap_or_else(|_| {
-        crate::config::docker::DockerEndpoint::parse("unix:///run/docker.sock")
-            .unwrap_or_else(|_| unreachable!())
     })
 }
 
@@ -359,7 +351,7 @@ mod tests {
 
     #[test]
     fn the_allocation_becomes_a_cluster_with_the_nodes_gpus() {
-        let cluster = cluster_profile(&profile("nvidia"), &alloc(1));
+        let cluster = cluster_profile(&profile("nvidia"), &alloc(1)).unwrap();
         let plan = plan(&cluster, &plan_inputs(&alloc(1), "sha256:i"));
         assert_eq!(plan.cluster, "s-j42");
         let hosts: Vec<_> = plan.containers.iter().map(|c| c.host.as_str()).collect();
@@ -403,7 +395,7 @@ mod tests {
 
     #[test]
     fn simulated_workers_get_as_many_gpus_as_slurm_gave() {
-        let cluster = cluster_profile(&profile("simulated"), &alloc(0));
+        let cluster = cluster_profile(&profile("simulated"), &alloc(0)).unwrap();
         let plan = plan(&cluster, &plan_inputs(&alloc(0), "sha256:i"));
         assert_eq!(plan.containers[1].gpu, GpuAttach::Simulated { count: 1 });
         assert_eq!(plan.containers[1].expect.gpus, 1);
@@ -415,10 +407,10 @@ mod tests {
         let mut other = alloc(1);
         other.job_id = 43;
         let a = plan(
-            &cluster_profile(&loaded, &alloc(0)),
+            &cluster_profile(&loaded, &alloc(0)).unwrap(),
             &plan_inputs(&alloc(0), "i"),
         );
-        let b = plan(&cluster_profile(&loaded, &other), &plan_inputs(&other, "i"));
+        let b = plan(&cluster_profile(&loaded, &other).unwrap(), &plan_inputs(&other, "i"));
         let ports = |p: &crate::cluster::plan::ClusterPlan| -> Vec<String> {
             p.containers
                 .iter()

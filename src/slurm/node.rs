@@ -70,7 +70,7 @@ pub async fn run(
     let alloc: Alloc = super::read_json(&files.alloc())?;
     let record: SlurmRecord = super::read_json(&files.record())?;
     let me = node_name()?;
-    let cluster = cluster_profile(loaded, &alloc);
+    let cluster = cluster_profile(loaded, &alloc)?;
     let docker = connect(&cluster).await?;
 
     // Slurm may end the step at any moment from here: listen before creating anything.

@@ -54,7 +54,7 @@ pub async fn run(
     };
     let _ = std::fs::remove_file(files.stop());
     super::write_json(&files.alloc(), &alloc)?;
-    let cluster = cluster_profile(loaded, &alloc);
+    let cluster = cluster_profile(loaded, &alloc)?;
     let mut report = BatchReport {
         slurm_job_id: job_id,
         cluster: cluster.profile.name.clone(),
