@@ -67,14 +67,24 @@ pub enum Commands {
     /// dashboard until exactly the expected nodes are ALIVE with their GPUs and resources.
     /// Idempotent: a converged cluster is left alone; a container whose spec changed, or
     /// that is missing or exited, is recreated; nothing else is touched.
+    ///
+    /// With `hosts:` in the profile (several Docker Engines: unix://, tcp:// with or
+    /// without TLS, ssh://), every engine is dialled first and nothing changes anywhere if
+    /// one does not answer (exit 4); the image is copied to the hosts that lack it; the
+    /// shared storage is proven the same on every host before Ray starts.
     Up(UpArgs),
 
     /// Remove the cluster's containers and network; the shared data is kept.
     ///
-    /// Only containers and networks labelled as this cluster's are removed.
+    /// Only containers and networks labelled as this cluster's are removed. With
+    /// `hosts:`, on every host that answers; the others are named (exit 4).
     Down(DownArgs),
 
-    /// Show the cluster's containers (state, restarts) and Ray nodes (alive, resources).
+    /// Show each host's engine, the cluster's containers (state, restarts) and Ray nodes
+    /// (alive, address, resources).
+    ///
+    /// Exit 4 when a host does not answer, 1 when the cluster has containers but Ray does
+    /// not answer.
     Status,
 
     /// Build or inspect the runtime image.

@@ -50,6 +50,29 @@ pub async fn connect_host(host: &ClusterHost) -> Result<Docker, Error> {
         source,
     };
     const TIMEOUT_S: u64 = 600;
+    if let EndpointKind::Ssh { user, host: name } = host.endpoint.kind() {
+        ssh_host_key_known(endpoint, user.as_deref(), name).await?;
+    }
+    if let Some(tls) = &host.tls {
+        for file in [&tls.ca, &tls.cert, &tls.key] {
+            if !file.is_file() {
+                return Err(Error::BadEndpoint(format!(
+                    "{endpoint}: TLS file {} does not exist (from tls: in the profile, else DOCKER_CERT_PATH or ~/.docker)",
+                    file.display()
+                )));
+            }
+        }
+    }
+    // Docker's own default ports: tcp://HOST means HOST:2375, or HOST:2376 with TLS.
+    let with_port;
+    let endpoint = match host.endpoint.kind() {
+        EndpointKind::Tcp { port: None, .. } => {
+            let port = if host.tls.is_some() { 2376 } else { 2375 };
+            with_port = format!("{}:{port}", endpoint.trim_end_matches('/'));
+            with_port.as_str()
+        }
+        _ => endpoint,
+    };
     let docker = match (host.endpoint.kind(), &host.tls) {
         (EndpointKind::Ssh { .. }, _) => {
             Docker::connect_with_ssh(endpoint, TIMEOUT_S, bollard::API_DEFAULT_VERSION, None)
@@ -67,6 +90,85 @@ pub async fn connect_host(host: &ClusterHost) -> Result<Docker, Error> {
     .map_err(unreachable)?
     .with_timeout(Duration::from_secs(TIMEOUT_S));
     docker.negotiate_version().await.map_err(unreachable)
+}
+
+/// Refuses an `ssh://` host whose key this machine does not know yet. bollard's ssh
+/// transport runs `ssh -o StrictHostKeyChecking=accept-new`, which would trust (and record)
+/// whatever key an unknown host shows: argus dials only hosts already in a known-hosts file
+/// that `ssh` itself would read for them (`ssh -G` says which files and which name).
+async fn ssh_host_key_known(endpoint: &str, user: Option<&str>, host: &str) -> Result<(), Error> {
+    let refused = |detail: String| Error::SshHostKey {
+        endpoint: endpoint.to_string(),
+        detail,
+    };
+    let destination = match user {
+        Some(user) => format!("{user}@{host}"),
+        None => host.to_string(),
+    };
+    let config = tokio::process::Command::new("ssh")
+        .arg("-G")
+        .arg("--")
+        .arg(&destination)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await
+        .map_err(|e| refused(format!("cannot run ssh -G: {e}")))?;
+    if !config.status.success() {
+        return Err(refused(format!(
+            "ssh -G {destination} failed: {}",
+            String::from_utf8_lossy(&config.stderr).trim()
+        )));
+    }
+    let text = String::from_utf8_lossy(&config.stdout);
+    let value = |key: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(' '))
+            .map(str::to_string)
+    };
+    let name = value("hostkeyalias")
+        .or_else(|| value("hostname"))
+        .unwrap_or_else(|| host.to_string());
+    let key = match value("port").as_deref() {
+        None | Some("22") => name,
+        Some(port) => format!("[{name}]:{port}"),
+    };
+    let home = dirs::home_dir().unwrap_or_default();
+    let files: Vec<std::path::PathBuf> = ["userknownhostsfile", "globalknownhostsfile"]
+        .iter()
+        .filter_map(|k| value(k))
+        .flat_map(|v| v.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+        .map(|f| match f.strip_prefix("~/") {
+            Some(rest) => home.join(rest),
+            None => std::path::PathBuf::from(f),
+        })
+        .filter(|f| f.is_file())
+        .collect();
+    for file in &files {
+        let found = tokio::process::Command::new("ssh-keygen")
+            .arg("-F")
+            .arg(&key)
+            .arg("-f")
+            .arg(file)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .await
+            .map_err(|e| refused(format!("cannot run ssh-keygen -F: {e}")))?;
+        if found.status.success() && !found.stdout.is_empty() {
+            return Ok(());
+        }
+    }
+    Err(refused(format!(
+        "the host key of {key} is in none of the known-hosts files ssh reads for it ({})",
+        if files.is_empty() {
+            "none exists".to_string()
+        } else {
+            files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    )))
 }
 
 /// True when bollard's error is Docker saying 404.
@@ -258,45 +360,42 @@ pub async fn tail_logs(docker: &Docker, name: &str, lines: usize) -> String {
 }
 
 /// Runs a short-lived container to its end: its exit code and what it printed. The
-/// container is removed afterwards, also when waiting for it fails.
+/// container is created unnamed (Docker names it), so it can never take or remove
+/// somebody else's container, and it is removed by its id afterwards, also when waiting
+/// for it fails.
 pub async fn run_to_end(
     docker: &Docker,
-    name: &str,
     body: ContainerCreateBody,
 ) -> Result<(i64, String), Error> {
-    use bollard::query_parameters::{
-        CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder, WaitContainerOptions,
-    };
-    let remove = || async {
-        let options = RemoveContainerOptionsBuilder::new().force(true).build();
-        let _ = docker.remove_container(name, Some(options)).await;
-    };
-    remove().await;
-    let options = CreateContainerOptionsBuilder::new().name(name).build();
-    docker
-        .create_container(Some(options), body)
+    use bollard::query_parameters::{RemoveContainerOptionsBuilder, WaitContainerOptions};
+    let created = docker
+        .create_container(
+            None::<bollard::query_parameters::CreateContainerOptions>,
+            body,
+        )
         .await
-        .map_err(docker_err(format!("create container {name}")))?;
+        .map_err(docker_err("create a short-lived container"))?;
+    let id = created.id;
     let outcome = async {
         docker
             .start_container(
-                name,
+                &id,
                 None::<bollard::query_parameters::StartContainerOptions>,
             )
             .await
-            .map_err(docker_err(format!("start container {name}")))?;
-        let mut waits = docker.wait_container(name, None::<WaitContainerOptions>);
+            .map_err(docker_err(format!("start container {id}")))?;
+        let mut waits = docker.wait_container(&id, None::<WaitContainerOptions>);
         let mut code = -1;
         while let Some(item) = waits.next().await {
             match item {
                 Ok(response) => code = response.status_code,
                 // A non-zero exit comes back as an error carrying the code.
                 Err(bollard::errors::Error::DockerContainerWaitError { code: c, .. }) => code = c,
-                Err(e) => return Err(docker_err(format!("wait for container {name}"))(e)),
+                Err(e) => return Err(docker_err(format!("wait for container {id}"))(e)),
             }
         }
         let options = LogsOptionsBuilder::new().stdout(true).stderr(true).build();
-        let mut logs = docker.logs(name, Some(options));
+        let mut logs = docker.logs(&id, Some(options));
         let mut text = String::new();
         while let Some(Ok(chunk)) = logs.next().await {
             text.push_str(&chunk.to_string());
@@ -304,6 +403,7 @@ pub async fn run_to_end(
         Ok((code, text))
     }
     .await;
-    remove().await;
+    let options = RemoveContainerOptionsBuilder::new().force(true).build();
+    let _ = docker.remove_container(&id, Some(options)).await;
     outcome
 }

@@ -126,3 +126,27 @@ pub fn cluster_hosts(loaded: &LoadedProfile) -> Result<Vec<ClusterHost>, Error> 
 pub fn engine<'a>(engines: &'a [Engine], host: &str) -> Option<&'a Engine> {
     engines.iter().find(|e| e.name == host)
 }
+
+/// Refuses two hosts that are one engine under two spellings of its endpoint
+/// (`tcp://h:2375` and `http://h:2375`, a socket and its TCP port): their containers
+/// would land on one machine while Ray is told they are on two. Compares the engines' IDs.
+pub async fn check_distinct(engines: &[Engine]) -> Result<(), Error> {
+    if engines.len() < 2 {
+        return Ok(());
+    }
+    let ids = join_all(engines.iter().map(|e| e.docker.info())).await;
+    let mut seen: Vec<(String, &str)> = Vec::new();
+    for (engine, info) in engines.iter().zip(ids) {
+        let Some(id) = info.ok().and_then(|i| i.id).filter(|id| !id.is_empty()) else {
+            continue;
+        };
+        if let Some((_, first)) = seen.iter().find(|(seen_id, _)| *seen_id == id) {
+            return Err(Error::BadEndpoint(format!(
+                "hosts {first} and {} are one Docker Engine (ID {id}) under two endpoints: one engine is one host",
+                engine.name
+            )));
+        }
+        seen.push((id, &engine.name));
+    }
+    Ok(())
+}

@@ -55,6 +55,12 @@ pub enum Error {
     HostsUnreachable(Vec<hosts::Unreachable>),
     #[error("{0}")]
     BadEndpoint(String),
+    #[error(
+        "image {image} has Ray {version}, which has no token auth (ray.auth: token): the cluster would start open to anyone"
+    )]
+    NoTokenAuth { image: String, version: String },
+    #[error("refusing to dial {endpoint}: {detail}")]
+    SshHostKey { endpoint: String, detail: String },
     #[error("host {host} does not see the shared storage the head's host sees: {detail}")]
     SharedStorageDiffers { host: String, detail: String },
     #[error("container {name} stopped while starting Ray (exit code {exit_code}):\n{logs}")]
@@ -101,10 +107,12 @@ impl Classify for Error {
         match self {
             Error::DockerUnreachable { .. }
             | Error::ImageUnavailable { .. }
-            | Error::HostsUnreachable(_) => Exit::Unreachable,
-            Error::BadEndpoint(_) | Error::TokenNotFound { .. } | Error::TokenFile { .. } => {
-                Exit::Usage
-            }
+            | Error::HostsUnreachable(_)
+            | Error::SshHostKey { .. } => Exit::Unreachable,
+            Error::BadEndpoint(_)
+            | Error::NoTokenAuth { .. }
+            | Error::TokenNotFound { .. }
+            | Error::TokenFile { .. } => Exit::Usage,
             Error::TokenIo { .. } => Exit::Failed,
             Error::Tunnel(e) => e.exit(),
             Error::Distribute(e) => e.exit(),
@@ -123,7 +131,8 @@ impl Classify for Error {
             Error::DockerUnreachable { .. } => Some("is the Docker daemon running? The endpoint comes from the profile's docker.host, else DOCKER_HOST, else /var/run/docker.sock".into()),
             Error::ImageUnavailable { image, .. } => Some(format!("build it here without a registry: argus image build{}", image::build_flags_for(image))),
             Error::NameTaken { name, .. } => Some(format!("remove or rename that container (docker rm -f {name}), or give the profile another name")),
-            Error::HostsUnreachable(_) => Some("each host's Docker Engine must answer at its endpoint (hosts[].docker): is it running, and can this machine reach it (ssh keys, TLS certificates, firewall)? Nothing was changed on any host".into()),
+            Error::SshHostKey { .. } => Some("argus never trusts a host key it is shown for the first time: check the host's key fingerprint and add it to known_hosts (connect once with ssh, or ssh-keyscan HOST >> ~/.ssh/known_hosts after checking it)".into()),
+            Error::HostsUnreachable(_) => Some("each host's Docker Engine must answer at its endpoint (hosts[].docker): is it running, and can this machine reach it (ssh keys and known hosts, TLS certificates, firewall)? Nothing was changed on any host".into()),
             Error::SharedStorageDiffers { .. } => Some("mount the same storage (e.g. the NFS export) at shared.host_path on every host, or use shared.nfs so that Docker mounts it everywhere".into()),
             Error::NotReady { .. } => Some("`argus status` shows the containers and nodes; `docker logs <container>` shows Ray's output".into()),
             Error::Lock(e) => e.hint(),

@@ -267,7 +267,12 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
             .and_then(|h| h.address.clone())
     };
     // Where nodes advertise themselves: only where the profile names each host's address.
-    let advertised = |host: &str| (!p.hosts.is_empty()).then(|| address_of(host)).flatten();
+    // (On a bridge network a node's address is its container's, never its host's.)
+    let advertised = |host: &str| {
+        (host_mode && !p.hosts.is_empty())
+            .then(|| address_of(host))
+            .flatten()
+    };
     let head_host = p.head_host().to_string();
     let head_address = if host_mode {
         address_of(&head_host).unwrap_or_else(|| "127.0.0.1".to_string())
@@ -317,8 +322,8 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
     let block = next_block(&head_host);
     if host_mode {
         command.extend(host_mode_ports(block));
-        // The head's Ray client server (10001 by default) would collide with another head
-        // on the host: it takes a port of the head's block.
+        // The Ray client server (10001 by default) listens on every interface of the
+        // head's host: inside the head's own block, so two heads on a host never collide.
         command.push(format!(
             "--ray-client-server-port={}",
             block_base(block) + HEAD_CLIENT_PORT_OFFSET

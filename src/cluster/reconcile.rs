@@ -238,7 +238,9 @@ pub async fn up(
     let profile = &loaded.profile;
     let token = super::auth::token_for_up(loaded, options.dry_run)?;
     let engines = hosts::connect_every(loaded).await?;
+    hosts::check_distinct(&engines).await?;
     let (image_id, images) = image_on_hosts(loaded, &engines, options.dry_run, reporter).await?;
+    check_token_auth(loaded, &engines, &image_id).await?;
     let plan = plan::plan(
         loaded,
         &PlanInputs {
@@ -382,6 +384,38 @@ async fn image_on_hosts(
         .collect();
     let distribution = image::distribute(reference, local, &targets, dry_run, reporter).await?;
     Ok((distribution.image_id.clone(), Some(distribution)))
+}
+
+/// `ray.auth: token` with an image whose Ray has no token auth would start a cluster open
+/// to anyone: refused before anything starts. The profile check reads argus's own tags;
+/// this one reads the version argus's images carry as a label, whatever their name.
+async fn check_token_auth(
+    loaded: &LoadedProfile,
+    engines: &[Engine],
+    image_id: &str,
+) -> Result<(), Error> {
+    if loaded.profile.ray.auth != crate::config::profile::AuthMode::Token || image_id.is_empty() {
+        return Ok(());
+    }
+    let Some(engine) = engines.first() else {
+        return Ok(());
+    };
+    let Ok(info) = engine.docker.inspect_image(image_id).await else {
+        return Ok(());
+    };
+    let version = info
+        .config
+        .and_then(|c| c.labels)
+        .and_then(|l| l.get(image::LABEL_RAY_VERSION).cloned());
+    if let Some(version) = version
+        && crate::config::profile::token_auth_supported(&version) == Some(false)
+    {
+        return Err(Error::NoTokenAuth {
+            image: loaded.profile.image.clone(),
+            version,
+        });
+    }
+    Ok(())
 }
 
 /// The containers of the cluster on every host.

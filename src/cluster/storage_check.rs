@@ -44,7 +44,7 @@ pub async fn check_shared_storage(
     let Some(head_engine) = engine(&head.host) else {
         return Ok(());
     };
-    let probe = |host: &str, script: &str, args: &[&str]| {
+    let probe = |script: &str, args: &[&str]| {
         let mut cmd = vec![
             "sh".to_string(),
             "-c".to_string(),
@@ -66,15 +66,14 @@ pub async fn check_shared_storage(
             }),
             ..Default::default()
         };
-        (format!("{}-probe-{host}", plan.cluster), body)
+        body
     };
 
-    let (name, body) = probe(
-        &head.host,
+    let body = probe(
         r#"mkdir -p "$1" && printf %s "$3" > "$2""#,
         &[&dir, &file, &token],
     );
-    let (code, output) = docker::run_to_end(&head_engine.docker, &name, body).await?;
+    let (code, output) = docker::run_to_end(&head_engine.docker, body).await?;
     if code != 0 {
         task.fail("cannot write");
         return Err(Error::SharedStorage {
@@ -86,18 +85,33 @@ pub async fn check_shared_storage(
         });
     }
     let others: Vec<&Engine> = engines.iter().filter(|e| e.name != head.host).collect();
+    // Each other host reads the token back, then proves it can write there too (a read-only
+    // mount would fail every job that writes its records or checkpoints).
     let reads = try_join_all(others.iter().map(|e| {
-        let (name, body) = probe(&e.name, r#"cat "$1" 2>&1 || true"#, &[&file]);
+        let body = probe(
+            r#"cat "$1" 2>&1 || exit 0; printf %s "$2" > "$1.$2" 2>/dev/null || echo "
+WRITE-FAILED""#,
+            &[&file, &e.name],
+        );
         async move {
-            let (_, output) = docker::run_to_end(&e.docker, &name, body).await?;
+            let (_, output) = docker::run_to_end(&e.docker, body).await?;
             Ok::<_, Error>((e.name.clone(), output))
         }
     }))
     .await;
-    // The probe goes whatever the outcome.
-    let (name, body) = probe(&head.host, r#"rm -f "$1""#, &[&file]);
-    let _ = docker::run_to_end(&head_engine.docker, &name, body).await;
+    // The probes go whatever the outcome.
+    let body = probe(r#"rm -f "$1" "$1".*"#, &[&file]);
+    let _ = docker::run_to_end(&head_engine.docker, body).await;
     for (host, output) in reads? {
+        if let Some(read) = output.strip_suffix("\nWRITE-FAILED\n")
+            && read == token
+        {
+            task.fail(&format!("host {host} cannot write"));
+            return Err(Error::SharedStorageDiffers {
+                host,
+                detail: format!("it sees the storage at {mount}, but read-only"),
+            });
+        }
         if output != token {
             task.fail(&format!("host {host} differs"));
             let seen = output.trim();

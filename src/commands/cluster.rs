@@ -136,10 +136,14 @@ pub async fn status(loaded: &LoadedProfile, printer: &Printer) -> Result<Exit> {
     let report = status::status(loaded)
         .await
         .with_context(|| format!("cannot read the status of cluster {}", loaded.profile.name))?;
-    let exit = if report.unreachable().next().is_none() {
-        Exit::Success
-    } else {
+    // 4: a host did not answer; 1: the cluster has containers but Ray does not answer
+    // (a dead head, a frozen dashboard), so a script can tell a sick cluster from a well one.
+    let exit = if report.unreachable().next().is_some() {
         Exit::Unreachable
+    } else if report.ray_error.is_some() && !report.containers.is_empty() {
+        Exit::Failed
+    } else {
+        Exit::Success
     };
     if printer.json {
         printer.json(&serde_json::to_value(&report)?);

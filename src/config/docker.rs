@@ -63,6 +63,11 @@ impl DockerEndpoint {
                 }
                 let (host, port) =
                     split_host_port(authority).ok_or_else(|| malformed("expected [USER@]HOST"))?;
+                if host.contains(':') {
+                    return Err(format!(
+                        "Docker endpoint {text:?}: an IPv6 address in ssh:// is not supported; name the host in ~/.ssh/config (Host NAME / HostName {host})"
+                    ));
+                }
                 if port.is_some() {
                     // bollard hands `ssh` the authority as one destination, which ssh
                     // would read as a host name ending in `:PORT`.
@@ -226,6 +231,10 @@ mod tests {
             ("ssh://me@host:2222", "a port in ssh:// is not supported"),
             ("ssh://me@host/path", "expected [USER@]HOST"),
             ("ssh://Me@host", "the user must be"),
+            (
+                "ssh://root@[::1]",
+                "an IPv6 address in ssh:// is not supported",
+            ),
         ] {
             let err = DockerEndpoint::parse(bad).unwrap_err();
             assert!(err.contains(why), "{bad}: {err}");

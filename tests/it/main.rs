@@ -13,6 +13,7 @@ mod hostile_hub;
 mod hosts;
 mod hub;
 mod hydra;
+mod image_distribution;
 mod multihost;
 mod prepare;
 mod profiles;

@@ -72,6 +72,10 @@ fn argus(ctx: &TestContext, hosts: &Hosts, profile: &Path) -> crate::harness::Ar
     }
 }
 
+fn dirs_home() -> PathBuf {
+    std::env::var_os("HOME").map_or_else(|| PathBuf::from("/root"), PathBuf::from)
+}
+
 /// The ids of the cluster's containers on one host, by name.
 fn containers(hosts: &Hosts, host: &str, cluster: &str) -> BTreeMap<String, String> {
     let out = hosts.docker_ok(
@@ -143,6 +147,29 @@ fn a_cluster_spans_three_hosts_and_survives_one_going_away() {
             "host {h} starts without the image"
         );
     }
+
+    // Without the fixture's ssh configuration (root's own, which has never seen host a)
+    // argus refuses to trust a's host key: it never dials, nothing is recorded anywhere.
+    let known_hosts = dirs_home().join(".ssh/known_hosts");
+    let before = std::fs::read(&known_hosts).ok();
+    let run = ctx
+        .argus()
+        .env("XDG_STATE_HOME", ctx.path("xdg-state"))
+        .profile(&profile)
+        .args(["up"])
+        .run()
+        .code(4);
+    assert!(
+        run.stderr.contains("host a (") && run.stderr.contains("known-hosts files"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        std::fs::read(&known_hosts).ok(),
+        before,
+        "known_hosts untouched"
+    );
+    assert_eq!(hosts.image_id("b", IMAGE), None, "nothing was done");
 
     // up: the image is brought to every host, Ray spans them at their addresses.
     let up = argus(&ctx, &hosts, &profile)
@@ -350,9 +377,14 @@ fn a_host_whose_shared_mount_differs_is_refused_before_ray_starts() {
             .env("DOCKER_TLS_VERIFY", "1")
             .env("DOCKER_CERT_PATH", certs)
     };
-    // Without the client's certificate no engine answers: both are named, nothing is made.
-    let strangers = ctx.path("no-certs");
+    // With a client certificate the engines' CA did not sign (here: the client's own
+    // certificate posing as the CA) no engine answers: both are named, nothing is made.
+    let strangers = ctx.path("wrong-ca");
     std::fs::create_dir_all(&strangers).expect("dir");
+    for file in ["cert.pem", "key.pem"] {
+        std::fs::copy(certs.join(file), strangers.join(file)).expect("copy");
+    }
+    std::fs::copy(certs.join("cert.pem"), strangers.join("ca.pem")).expect("copy");
     let run = tls_argus(&strangers).args(["up"]).run().code(4);
     assert!(
         run.stderr.contains("host a (") && run.stderr.contains("host b ("),

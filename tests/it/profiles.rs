@@ -69,7 +69,7 @@ fn unknown_key_names_file_line_column_and_valid_keys() {
             "{}:7:5: workers[0]: unknown field `gpuz`",
             path.display()
         ))
-        .stderr_has("expected one of `name`, `count`, `gpus`");
+        .stderr_has("expected one of `name`, `count`, `host`, `hosts`, `gpus`");
 }
 
 #[test]

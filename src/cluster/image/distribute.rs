@@ -32,12 +32,13 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::super::docker::is_not_found;
 use super::short_id;
-use crate::exit::{Classify, Exit};
+use crate::exit::{Classify, Exit, one_line};
 use crate::ui::{Reporter, Task, human_bytes};
 
-/// Chunks of the export buffered per host: the tee waits for the slowest host beyond this,
-/// so memory stays at a few MiB per host however slow one is.
-const CHANNEL_CHUNKS: usize = 16;
+/// Chunks of the export buffered per host (the engine sends about 32 KiB at a time, so some
+/// 8 MiB): enough slack that one host's hiccup does not stall the others at once, and the
+/// bound beyond which the tee waits for the slowest host, however slow it is.
+const CHANNEL_CHUNKS: usize = 256;
 /// A load answers only once the whole archive is in: the request timeout must cover the
 /// transfer of a large image over a slow link, not just a round trip.
 const LOAD_TIMEOUT: Duration = Duration::from_secs(6 * 3600);
@@ -48,6 +49,12 @@ const PROGRESS_EVERY: Duration = Duration::from_millis(200);
 pub struct Engine<'a> {
     pub host: &'a str,
     pub docker: &'a Docker,
+}
+
+impl<'a> Engine<'a> {
+    pub fn new(host: &'a str, docker: &'a Docker) -> Self {
+        Self { host, docker }
+    }
 }
 
 /// What happened (or, in a dry run, would happen) on one host.
@@ -209,7 +216,11 @@ pub async fn distribute(
             Some(engine) => match look(engine.docker, image).await {
                 Ok(found) => found,
                 Err(e) => {
-                    tracing::warn!(host = engine.host, "cannot inspect {image}: {}", chain(&e));
+                    tracing::warn!(
+                        host = engine.host,
+                        "cannot inspect {image}: {}",
+                        one_line(&e)
+                    );
                     None
                 }
             },
@@ -227,7 +238,7 @@ pub async fn distribute(
             Ok(found) => before.push(found),
             Err(e) => unreachable.push(HostFailure {
                 host: host.host.to_string(),
-                reason: chain(&e),
+                reason: one_line(&e),
             }),
         }
     }
@@ -289,10 +300,14 @@ pub async fn distribute(
 
     // The id may be there under another name (an image switched back to): a tag will do.
     if let Some(wanted) = &wanted_id {
-        let has = join_all(lacking.iter().map(|&i| has_id(hosts[i].docker, wanted))).await;
+        let tagged = join_all(lacking.iter().map(|&i| async move {
+            has_id(hosts[i].docker, wanted).await
+                && (dry_run || retag(hosts[i], image, wanted).await)
+        }))
+        .await;
         let mut still = Vec::new();
-        for (i, has) in lacking.into_iter().zip(has) {
-            if has && (dry_run || retag(hosts[i], image, wanted).await) {
+        for (i, tagged) in lacking.into_iter().zip(tagged) {
+            if tagged {
                 let outcome = Outcome::Tagged;
                 results[i] = Some(host_image(hosts[i], outcome, wanted, replaced(i), started));
             } else {
@@ -483,7 +498,7 @@ async fn retag(host: Engine<'_>, reference: &str, wanted: &str) -> bool {
             true
         }
         Err(e) => {
-            tracing::debug!(host = host.host, "tag {reference}: {}", chain(&e));
+            tracing::debug!(host = host.host, "tag {reference}: {}", one_line(&e));
             false
         }
     }
@@ -524,7 +539,7 @@ async fn pull(engine: Engine<'_>, image: &str, reporter: &dyn Reporter) -> Resul
                 }
             }
             Err(e) => {
-                let reason = format!("pull: {}", chain(&e));
+                let reason = format!("pull: {}", one_line(&e));
                 tracing::debug!(host = engine.host, "{reason}");
                 task.fail(&reason);
                 return Err(reason);
@@ -541,7 +556,7 @@ async fn pull(engine: Engine<'_>, image: &str, reporter: &dyn Reporter) -> Resul
             Err("the pull ended without the image".into())
         }
         Err(e) => {
-            let reason = format!("inspect after the pull: {}", chain(&e));
+            let reason = format!("inspect after the pull: {}", one_line(&e));
             task.fail(&reason);
             Err(reason)
         }
@@ -571,7 +586,7 @@ async fn stream(
         tracing::debug!(host = target.host, from, image, "load");
         let docker = target.docker.clone().with_timeout(LOAD_TIMEOUT);
         loads.push(async move {
-            let options = ImportImageOptionsBuilder::new().quiet(false).build();
+            let options = ImportImageOptionsBuilder::new().quiet(true).build();
             let response = docker.import_image_stream(options, body, None);
             let loaded = drive_load(response, &sent, total, &*task, guard).await;
             (task, loaded, sent.load(Ordering::Relaxed))
@@ -583,30 +598,15 @@ async fn stream(
     if let Err(e) = &exported {
         tracing::debug!(from, "export failed: {e}");
     }
+    let export_failed = exported.err();
     join_all(
         targets
             .iter()
             .zip(loads)
             .map(|(target, (task, loaded, sent))| {
-                let exported = &exported;
+                let export_failed = export_failed.as_deref();
                 async move {
-                    // The engine's own view decides: a load that errored after the whole image was in
-                    // is a success, and a "successful" one with another id is not.
-                    let now = look(target.docker, image).await;
-                    let result = match (&now, loaded) {
-                        (Ok(Some(found)), _) if found.id == source.found.id => Ok(sent),
-                        (Ok(Some(found)), Ok(())) => Err(format!(
-                            "loaded {image} is {}, not {}",
-                            short_id(&found.id),
-                            short_id(&source.found.id)
-                        )),
-                        (_, Err(e)) => Err(match exported {
-                            Err(export) => format!("export from {from} failed: {export}"),
-                            Ok(_) => format!("load: {e}"),
-                        }),
-                        (Ok(None), Ok(())) => Err(format!("the load ended without {image}")),
-                        (Err(e), Ok(())) => Err(format!("inspect after the load: {}", chain(e))),
-                    };
+                    let result = verify(*target, image, source, loaded, sent, export_failed).await;
                     match &result {
                         Ok(bytes) => task.done(&format!("{} from {from}", human_bytes(*bytes))),
                         Err(reason) => task.fail(reason),
@@ -617,6 +617,33 @@ async fn stream(
             }),
     )
     .await
+}
+
+/// The engine's own view decides how a load went: one that errored after the whole image was
+/// in is a success, and one that "succeeded" with another id is not.
+async fn verify(
+    target: Engine<'_>,
+    image: &str,
+    source: &Source<'_>,
+    loaded: Result<(), String>,
+    sent: u64,
+    export_failed: Option<&str>,
+) -> Result<u64, String> {
+    let wanted = &source.found.id;
+    match (look(target.docker, image).await, loaded) {
+        (Ok(Some(found)), _) if &found.id == wanted => Ok(sent),
+        (Ok(Some(found)), Ok(())) => Err(format!(
+            "loaded {image} is {}, not {}",
+            short_id(&found.id),
+            short_id(wanted)
+        )),
+        (_, Err(e)) => Err(match export_failed {
+            Some(export) => format!("export from {} failed: {export}", source.engine.host),
+            None => format!("load: {e}"),
+        }),
+        (Ok(None), Ok(())) => Err(format!("the load ended without {image}")),
+        (Err(e), Ok(())) => Err(format!("inspect after the load: {}", one_line(&e))),
+    }
 }
 
 /// After a failed transfer: untag whatever this run left under the reference (a pulled or
@@ -631,7 +658,7 @@ async fn clean_up(host: Engine<'_>, image: &str, wanted: &str, previous: Option<
     let options = RemoveImageOptionsBuilder::new().build();
     match host.docker.remove_image(image, Some(options), None).await {
         Ok(_) => tracing::debug!(host = host.host, "untagged {image} ({})", short_id(&now.id)),
-        Err(e) => tracing::warn!(host = host.host, "cannot untag {image}: {}", chain(&e)),
+        Err(e) => tracing::warn!(host = host.host, "cannot untag {image}: {}", one_line(&e)),
     }
 }
 
@@ -649,7 +676,11 @@ where
 {
     let mut response = pin!(response);
     let mut tick = tokio::time::interval(PROGRESS_EVERY);
-    loop {
+    let progress = || {
+        let done = sent.load(Ordering::Relaxed);
+        task.progress(done, total.map(|t| t.max(done)));
+    };
+    let result = loop {
         tokio::select! {
             item = response.next() => match item {
                 Some(Ok(info)) => {
@@ -657,15 +688,14 @@ where
                         tracing::debug!("load: {line}");
                     }
                 }
-                Some(Err(e)) => return Err(chain(&e)),
-                None => return Ok(()),
+                Some(Err(e)) => break Err(one_line(&e)),
+                None => break Ok(()),
             },
-            _ = tick.tick() => {
-                let done = sent.load(Ordering::Relaxed);
-                task.progress(done, total.map(|t| t.max(done)));
-            }
+            _ = tick.tick() => progress(),
         }
-    }
+    };
+    progress();
+    result
 }
 
 /// One host's end of the tee, as a request body: counts what it hands on.
@@ -734,7 +764,7 @@ where
                 }
             }
             Some(Err(e)) => {
-                let reason = chain(&e);
+                let reason = one_line(&e);
                 join_all(sinks.iter_mut().map(|s| s.send(Err(reason.clone())))).await;
                 return Err(reason);
             }
@@ -742,11 +772,6 @@ where
     }
     tracing::debug!(read, "no receiver left: export stopped");
     Ok(read)
-}
-
-/// An error and its causes on one line.
-fn chain(err: &dyn std::error::Error) -> String {
-    crate::exit::one_line(err)
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use tokio::process::Command;
 use super::super::docker::docker_err;
 use crate::ui::Task;
 
-use super::{BuildError, BuildSpec, LABEL_INPUTS, VENV};
+use super::{BuildError, BuildSpec, LABEL_INPUTS, LABEL_RAY_VERSION, VENV};
 
 /// Streams the rootfs as a tar into `POST /images/create?fromSrc=-`.
 pub(super) async fn import(
@@ -65,7 +65,7 @@ pub(super) async fn import(
         "WORKDIR /root".to_string(),
         r#"CMD ["bash"]"#.to_string(),
         format!("LABEL {LABEL_INPUTS}={inputs}"),
-        format!("LABEL argus.ray.version={}", spec.ray_version),
+        format!("LABEL {LABEL_RAY_VERSION}={}", spec.ray_version),
     ];
     let options = CreateImageOptionsBuilder::new()
         .from_src("-")

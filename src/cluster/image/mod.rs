@@ -39,6 +39,8 @@ const RECIPE_VERSION: u32 = 2;
 /// Installed beside Ray in every image: verl reads its parquet datasets with pyarrow.
 pub const BASE_PIP: [&str; 1] = ["pyarrow"];
 pub const LABEL_INPUTS: &str = "argus.image.inputs";
+/// The Ray version an argus image was built with.
+pub const LABEL_RAY_VERSION: &str = "argus.ray.version";
 pub const VENV: &str = "/opt/ray";
 
 /// The image id of `image`, pulling it first if it is absent (not in a dry run).

@@ -143,7 +143,11 @@ impl NodeAddress {
     pub fn parse(text: &str) -> Result<Self, String> {
         const VALID: &str = "the host's IPv4 address, e.g. 10.0.0.11";
         match text.parse::<IpAddr>() {
-            Ok(IpAddr::V4(v4)) if !v4.is_unspecified() && !v4.is_broadcast() => Ok(NodeAddress(v4)),
+            Ok(IpAddr::V4(v4))
+                if !v4.is_unspecified() && !v4.is_broadcast() && !v4.is_multicast() =>
+            {
+                Ok(NodeAddress(v4))
+            }
             Ok(IpAddr::V4(v4)) => Err(format!(
                 "{v4} is not an address workers can reach (valid: {VALID})"
             )),

@@ -430,6 +430,17 @@ fn validate_hosts(p: &Profile, src: &Source) -> Result<(), ConfigError> {
                 )
                 .with_hint("each host its own Docker endpoint"));
         }
+        if p.hosts.len() > 1 && host.address.0.is_loopback() {
+            return Err(src
+                .error_at(
+                    &at("address"),
+                    format!(
+                        "{} is a loopback address: other hosts cannot reach it",
+                        host.address
+                    ),
+                )
+                .with_hint("the host's address on the network the hosts share, e.g. 10.0.0.12"));
+        }
         if let Some(first) = addresses.insert(host.address, i) {
             return Err(src
                 .error_at(
@@ -499,7 +510,19 @@ fn validate_hosts(p: &Profile, src: &Source) -> Result<(), ConfigError> {
         return Err(unknown_host(src, &yaml_path!["head", "host"], host, p));
     }
     // The Jobs API runs code for whoever reaches it: on the network only behind a token.
-    if let Ok(bind) = p.ray.dashboard_bind.parse::<std::net::IpAddr>()
+    let bind = p.ray.dashboard_bind.parse::<std::net::IpAddr>().ok();
+    if let Some(bind) = bind
+        && bind.is_loopback()
+        && bind != std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST)
+    {
+        return Err(src
+            .error_at(
+                &yaml_path!["ray", "dashboard_bind"],
+                format!("{bind}: argus reaches the head host's loopback at 127.0.0.1"),
+            )
+            .with_hint("127.0.0.1, or the head host's address with ray.auth: token"));
+    }
+    if let Some(bind) = bind
         && !bind.is_loopback()
     {
         if p.ray.auth != AuthMode::Token {

@@ -1,0 +1,592 @@
+//! The runtime image on every host (`cluster::image::distribute`), against the emulated hosts'
+//! real engines: streamed from the local engine or a host, pulled from a real registry,
+//! verified by id, nothing left behind by an interrupted transfer.
+//!
+//! Most tests use a tiny image made here (a few files, unique per test); the interruption test
+//! moves argus's 650 MB runtime image, which is long enough to cut in the middle.
+
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use argus::cluster::docker::connect;
+use argus::cluster::image::{DistributeError, Distribution, Engine, Outcome, distribute};
+use argus::exit::{Classify, Exit};
+use argus::ui::{Reporter, Task};
+use bollard::Docker;
+
+use crate::harness::{TestContext, ensure_image, inspect};
+use crate::hosts::{Hosts, Options};
+
+const RAY_IMAGE: &str = "argus/ray:2.51.1";
+
+/// Every task the code opened, with the bytes it last reported and how it ended.
+#[derive(Default)]
+struct Recorder {
+    tasks: Mutex<Vec<Arc<Recorded>>>,
+}
+
+#[derive(Default)]
+struct Recorded {
+    label: String,
+    done: AtomicU64,
+    end: Mutex<Option<String>>,
+}
+
+impl Reporter for Recorder {
+    fn task(&self, label: &str) -> Box<dyn Task> {
+        let task = Arc::new(Recorded {
+            label: label.to_string(),
+            ..Default::default()
+        });
+        self.tasks.lock().unwrap().push(task.clone());
+        Box::new(RecordedTask(task))
+    }
+}
+
+struct RecordedTask(Arc<Recorded>);
+
+impl Task for RecordedTask {
+    fn update(&self, _: &str) {}
+    fn progress(&self, done: u64, _: Option<u64>) {
+        self.0.done.fetch_max(done, Ordering::Relaxed);
+    }
+    fn done(&self, message: &str) {
+        *self.0.end.lock().unwrap() = Some(format!("done: {message}"));
+    }
+    fn fail(&self, message: &str) {
+        *self.0.end.lock().unwrap() = Some(format!("failed: {message}"));
+    }
+}
+
+impl Recorder {
+    /// The bytes reported so far by the task about `host`.
+    fn bytes(&self, host: &str) -> u64 {
+        let label = format!("image on {host}");
+        self.tasks
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|t| t.label == label)
+            .map(|t| t.done.load(Ordering::Relaxed))
+            .max()
+            .unwrap_or(0)
+    }
+
+    fn labels(&self) -> Vec<String> {
+        self.tasks
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|t| t.label.clone())
+            .collect()
+    }
+}
+
+/// Images made on the machine's own engine, removed when dropped.
+struct LocalImages(Vec<String>);
+
+impl Drop for LocalImages {
+    fn drop(&mut self) {
+        for image in &self.0 {
+            let _ = Command::new("docker")
+                .args(["rmi", "-f", image])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// Imports a tiny image (one file holding `content`) as `name`, into the machine's engine or
+/// (`endpoint`) another one. Returns its id.
+#[track_caller]
+fn tiny_image(endpoint: Option<&str>, name: &str, content: &str) -> String {
+    let root = tempfile::tempdir().expect("temp dir");
+    std::fs::write(root.path().join("content"), content).expect("write");
+    std::fs::create_dir(root.path().join("etc")).expect("mkdir");
+    std::fs::write(root.path().join("etc/hostname"), "tiny\n").expect("write");
+    let mut tar = Command::new("tar")
+        .arg("-C")
+        .arg(root.path())
+        .args(["-cf", "-", "."])
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("run tar");
+    let mut docker = Command::new("docker");
+    if let Some(endpoint) = endpoint {
+        docker.args(["-H", endpoint]);
+    }
+    let import = docker
+        .args(["import", "-", name])
+        .stdin(tar.stdout.take().expect("tar's stdout"))
+        .output()
+        .expect("run docker import");
+    assert!(tar.wait().expect("tar").success());
+    assert!(
+        import.status.success(),
+        "docker import {name}: {}",
+        String::from_utf8_lossy(&import.stderr)
+    );
+    String::from_utf8_lossy(&import.stdout).trim().to_string()
+}
+
+async fn engine(endpoint: Option<&str>) -> Docker {
+    connect(endpoint).await.expect("connect to the engine")
+}
+
+/// A connection to the engine of each named host.
+async fn connect_hosts(hosts: &Hosts, names: &[&str]) -> Vec<Docker> {
+    let mut engines = Vec::new();
+    for name in names {
+        engines.push(engine(Some(&hosts.host(name).unix)).await);
+    }
+    engines
+}
+
+/// The hosts as `distribute` takes them.
+fn as_engines<'a>(names: &[&'a str], engines: &'a [Docker]) -> Vec<Engine<'a>> {
+    names
+        .iter()
+        .zip(engines)
+        .map(|(name, docker)| Engine::new(name, docker))
+        .collect()
+}
+
+/// Where the host's image was streamed from, if it was.
+fn streamed_from<'a>(d: &'a Distribution, host: &str) -> Option<&'a str> {
+    match outcome(d, host) {
+        Outcome::Streamed { from, .. } => Some(from),
+        _ => None,
+    }
+}
+
+fn outcome<'a>(d: &'a Distribution, host: &str) -> &'a Outcome {
+    &d.hosts
+        .iter()
+        .find(|h| h.host == host)
+        .unwrap_or_else(|| panic!("no host {host} in {d:?}"))
+        .outcome
+}
+
+/// Everything the host's engine holds, dangling layers' images included.
+fn all_images(hosts: &Hosts, host: &str) -> String {
+    hosts
+        .docker_ok(
+            host,
+            &[
+                "images",
+                "-a",
+                "--format",
+                "{{.Repository}}:{{.Tag}} {{.ID}}",
+            ],
+        )
+        .trim()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_local_image_reaches_every_host_once() {
+    if TestContext::skip_docker("the_local_image_reaches_every_host_once") {
+        return;
+    }
+    let ctx = TestContext::new("imgonce");
+    let hosts = Hosts::up(&ctx, &["a", "b"], Options::default());
+    let image = format!("{}-tiny:1", ctx.prefix);
+    let _images = LocalImages(vec![image.clone()]);
+    let local_id = tiny_image(None, &image, &ctx.prefix);
+    let (local, engines) = (engine(None).await, connect_hosts(&hosts, &["a", "b"]).await);
+    let local = Engine::new("local", &local);
+    let targets = as_engines(&["a", "b"], &engines);
+
+    // A dry run says what would happen and changes nothing.
+    let recorder = Recorder::default();
+    let dry = distribute(&image, Some(local), &targets, true, &recorder)
+        .await
+        .expect("dry run");
+    assert!(dry.dry_run);
+    assert_eq!(dry.image_id, local_id);
+    for h in ["a", "b"] {
+        assert_eq!(streamed_from(&dry, h), Some("local"), "{dry:?}");
+        assert_eq!(
+            hosts.image_id(h, &image),
+            None,
+            "a dry run brought the image to {h}"
+        );
+    }
+
+    let recorder = Recorder::default();
+    let done = distribute(&image, Some(local), &targets, false, &recorder)
+        .await
+        .expect("distribute");
+    assert_eq!(done.image_id, local_id);
+    for h in ["a", "b"] {
+        match outcome(&done, h) {
+            Outcome::Streamed { from, bytes } => {
+                assert_eq!(from, "local");
+                assert!(*bytes > 0, "no bytes sent to {h}");
+            }
+            other => panic!("host {h}: {other:?}"),
+        }
+        assert_eq!(
+            hosts.image_id(h, &image).as_deref(),
+            Some(local_id.as_str()),
+            "{h}"
+        );
+        assert!(recorder.bytes(h) > 0, "no byte progress reported for {h}");
+    }
+
+    // Again: every host has it, nothing moves.
+    let recorder = Recorder::default();
+    let again = distribute(&image, Some(local), &targets, false, &recorder)
+        .await
+        .expect("second distribute");
+    for h in ["a", "b"] {
+        assert_eq!(outcome(&again, h), &Outcome::Present, "{again:?}");
+    }
+    assert_eq!(
+        recorder.labels(),
+        Vec::<String>::new(),
+        "a transfer ran for present hosts"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_with_another_image_under_the_name_gets_the_right_one() {
+    if TestContext::skip_docker("a_host_with_another_image_under_the_name_gets_the_right_one") {
+        return;
+    }
+    let ctx = TestContext::new("imgother");
+    let hosts = Hosts::up(&ctx, &["a", "b", "c"], Options::default());
+    let image = format!("{}-tiny:1", ctx.prefix);
+    let _images = LocalImages(vec![image.clone()]);
+    let wanted = tiny_image(None, &image, "the cluster's");
+    // a: another image under the same name; b: the right image under another name only;
+    // c: nothing, and no local engine: the source is the first host that has the right id.
+    let stale = tiny_image(Some(&hosts.host("a").unix), &image, "stale");
+    assert_ne!(stale, wanted);
+    hosts.load_image("b", &image);
+    hosts.docker_ok("b", &["tag", &image, "elsewhere:1"]);
+    hosts.docker_ok("b", &["rmi", &image]);
+    assert_eq!(hosts.image_id("b", &image), None);
+
+    let (local, engines) = (
+        engine(None).await,
+        connect_hosts(&hosts, &["a", "b", "c"]).await,
+    );
+    let targets = as_engines(&["a", "b", "c"], &engines);
+    let recorder = Recorder::default();
+    let done = distribute(
+        &image,
+        Some(Engine::new("local", &local)),
+        &targets,
+        false,
+        &recorder,
+    )
+    .await
+    .expect("distribute");
+    assert_eq!(done.image_id, wanted);
+    let a_report = done.hosts.iter().find(|h| h.host == "a").expect("a");
+    assert!(
+        matches!(a_report.outcome, Outcome::Streamed { .. }),
+        "{done:?}"
+    );
+    assert_eq!(
+        a_report.replaced.as_deref(),
+        Some(stale.as_str()),
+        "the report says a was replaced"
+    );
+    assert_eq!(
+        outcome(&done, "b"),
+        &Outcome::Tagged,
+        "b had the image: a tag is enough"
+    );
+    assert!(matches!(outcome(&done, "c"), Outcome::Streamed { .. }));
+    for h in ["a", "b", "c"] {
+        assert_eq!(
+            hosts.image_id(h, &image).as_deref(),
+            Some(wanted.as_str()),
+            "{h}"
+        );
+    }
+
+    // Without the local engine, a host that has the image is the source.
+    hosts.docker_ok("c", &["rmi", &image]);
+    let done = distribute(&image, None, &targets, false, &Recorder::default())
+        .await
+        .expect("distribute from a host");
+    assert_eq!(streamed_from(&done, "c"), Some("a"), "{done:?}");
+    assert_eq!(
+        hosts.image_id("c", &image).as_deref(),
+        Some(wanted.as_str())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_transfer_leaves_nothing_and_is_retried() {
+    if TestContext::skip_docker("an_interrupted_transfer_leaves_nothing_and_is_retried") {
+        return;
+    }
+    ensure_image();
+    let local_id = inspect(RAY_IMAGE)["Id"].as_str().expect("id").to_string();
+    let ctx = TestContext::new("imgcut");
+    let hosts = Hosts::up(&ctx, &["a", "b"], Options::default());
+    let (local, engines) = (engine(None).await, connect_hosts(&hosts, &["a", "b"]).await);
+    let local = Engine::new("local", &local);
+    let targets = as_engines(&["a", "b"], &engines);
+    let midway = 100 << 20;
+
+    // 1. argus interrupted (its future dropped, as on Ctrl-C) once both loads are well under way.
+    let recorder = Recorder::default();
+    tokio::select! {
+        result = distribute(RAY_IMAGE, Some(local), &targets, false, &recorder) => {
+            panic!("the transfer ended before it was interrupted: {result:?}")
+        }
+        () = until(&recorder, &["a", "b"], midway) => {}
+    }
+    for h in ["a", "b"] {
+        assert_eq!(
+            hosts.image_id(h, RAY_IMAGE),
+            None,
+            "{h} has the image after a cut transfer"
+        );
+        assert_eq!(all_images(&hosts, h), "", "{h} kept part of the image");
+    }
+
+    // 2. Host b's engine stops in the middle: b fails (named), a is not held back.
+    let recorder = Recorder::default();
+    let (result, ()) = tokio::join!(
+        distribute(RAY_IMAGE, Some(local), &targets, false, &recorder),
+        async {
+            until(&recorder, &["b"], midway).await;
+            tokio::task::block_in_place(|| hosts.stop_engine("b"));
+        }
+    );
+    let err = result.expect_err("b's engine stopped during its load");
+    match &err {
+        DistributeError::Transfer { failures, done, .. } => {
+            assert_eq!(failures.len(), 1, "{err}");
+            assert_eq!(failures[0].host, "b", "{err}");
+            assert_eq!(done.len(), 1, "{err}");
+            assert_eq!(done[0].host, "a");
+            assert_eq!(done[0].image_id, local_id);
+        }
+        other => panic!("{other}"),
+    }
+    assert!(err.to_string().contains("host b"), "{err}");
+    assert_eq!(err.exit(), Exit::Failed);
+    assert_eq!(
+        hosts.image_id("a", RAY_IMAGE).as_deref(),
+        Some(local_id.as_str())
+    );
+    hosts.start_engine("b");
+    assert_eq!(
+        hosts.image_id("b", RAY_IMAGE),
+        None,
+        "b has a tag after a cut load"
+    );
+    assert_eq!(all_images(&hosts, "b"), "", "b kept part of the image");
+
+    // 3. The next run brings it to b only.
+    let engines = connect_hosts(&hosts, &["a", "b"]).await;
+    let targets = as_engines(&["a", "b"], &engines);
+    let done = distribute(
+        RAY_IMAGE,
+        Some(local),
+        &targets,
+        false,
+        &Recorder::default(),
+    )
+    .await
+    .expect("the retry");
+    assert_eq!(outcome(&done, "a"), &Outcome::Present);
+    assert!(matches!(outcome(&done, "b"), Outcome::Streamed { bytes, .. } if *bytes > 600_000_000));
+    assert_eq!(
+        hosts.image_id("b", RAY_IMAGE).as_deref(),
+        Some(local_id.as_str())
+    );
+}
+
+/// Returns once every host's task has reported at least `bytes` (panics after 5 minutes).
+async fn until(recorder: &Recorder, hosts: &[&str], bytes: u64) {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !hosts.iter().all(|h| recorder.bytes(h) >= bytes) {
+        assert!(
+            Instant::now() < deadline,
+            "no transfer reached {bytes} bytes on {hosts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_registry_the_hosts_reach_is_pulled_from() {
+    if TestContext::skip_docker("a_registry_the_hosts_reach_is_pulled_from") {
+        return;
+    }
+    let ctx = TestContext::new("imgreg");
+    let hosts = Hosts::up(
+        &ctx,
+        &["a", "b"],
+        Options {
+            registry: true,
+            ..Default::default()
+        },
+    );
+    let registry = hosts.registry().expect("the fixture's registry");
+    let pushed = format!("{registry}/{}/tiny:test", ctx.prefix);
+    let id = tiny_image(Some(&hosts.host("a").unix), &pushed, &ctx.prefix);
+    hosts.docker_ok("a", &["push", &pushed]);
+    let engines = connect_hosts(&hosts, &["a", "b"]).await;
+    let targets = as_engines(&["a", "b"], &engines);
+
+    let recorder = Recorder::default();
+    let done = distribute(&pushed, None, &targets, false, &recorder)
+        .await
+        .expect("distribute");
+    assert_eq!(outcome(&done, "a"), &Outcome::Present);
+    assert_eq!(outcome(&done, "b"), &Outcome::Pulled, "{done:?}");
+    assert_eq!(done.image_id, id);
+    assert_eq!(hosts.image_id("b", &pushed).as_deref(), Some(id.as_str()));
+
+    // A registry that lacks the image: the pull fails, the image is streamed from a.
+    let unpushed = format!("{registry}/{}/tiny:unpushed", ctx.prefix);
+    let other = tiny_image(Some(&hosts.host("a").unix), &unpushed, "never pushed");
+    let done = distribute(&unpushed, None, &targets, false, &Recorder::default())
+        .await
+        .expect("distribute after a failed pull");
+    assert_eq!(streamed_from(&done, "b"), Some("a"), "{done:?}");
+    assert_eq!(
+        hosts.image_id("b", &unpushed).as_deref(),
+        Some(other.as_str())
+    );
+
+    // Nobody has it and the registry has not either: exit 4, naming the image and the pulls.
+    let absent = format!("{registry}/{}/absent:1", ctx.prefix);
+    let err = distribute(&absent, None, &targets, false, &Recorder::default())
+        .await
+        .expect_err("nobody has it");
+    assert!(
+        matches!(err, DistributeError::ImageUnavailable { ref pulls, .. } if pulls.len() == 2),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains(&absent) && err.to_string().contains("host b"),
+        "{err}"
+    );
+    assert_eq!(err.exit(), Exit::Unreachable);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_nobody_has_is_refused_with_exit_4() {
+    if TestContext::skip_docker("an_image_nobody_has_is_refused_with_exit_4") {
+        return;
+    }
+    let ctx = TestContext::new("imgnone");
+    let hosts = Hosts::up(&ctx, &["a", "b"], Options::default());
+    let image = format!("{}-nowhere:1", ctx.prefix);
+    let (local, engines) = (engine(None).await, connect_hosts(&hosts, &["a", "b"]).await);
+    let local = Engine::new("local", &local);
+    let targets = as_engines(&["a", "b"], &engines);
+    for dry_run in [true, false] {
+        let err = distribute(&image, Some(local), &targets, dry_run, &Recorder::default())
+            .await
+            .expect_err("nobody has it");
+        assert!(
+            matches!(err, DistributeError::ImageUnavailable { .. }),
+            "{err}"
+        );
+        assert_eq!(
+            err.to_string(),
+            format!("image {image} is on no engine (looked on local, a, b)")
+        );
+        assert_eq!(err.exit(), Exit::Unreachable);
+        assert!(
+            err.hint().is_some_and(|h| h.contains("argus image build")),
+            "{:?}",
+            err.hint()
+        );
+    }
+
+    // A host whose engine does not answer is named before anything moves.
+    hosts.stop_engine("b");
+    let err = distribute(&image, Some(local), &targets, false, &Recorder::default())
+        .await
+        .expect_err("b is down");
+    assert!(
+        matches!(&err, DistributeError::Unreachable { hosts, .. } if hosts.len() == 1 && hosts[0].host == "b"),
+        "{err}"
+    );
+    assert_eq!(err.exit(), Exit::Unreachable);
+}
+
+/// Not a test: the image benchmark of issue 11 (`cargo nextest run --run-ignored only -E
+/// 'test(image_distribution_benchmark)' --no-capture`). Distributes argus's runtime image to 2
+/// fresh hosts the naive way (`docker save | docker -H <host> load`, one host after the other)
+/// and through `distribute`, `ARGUS_BENCH_RUNS` times each (default 1), alternating which goes
+/// first, and prints each run's ratio and their median (target <= 0.6).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: run on demand"]
+async fn image_distribution_benchmark() {
+    ensure_image();
+    let runs: usize = std::env::var("ARGUS_BENCH_RUNS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(1);
+    let ctx = TestContext::new("imgbench");
+    let hosts = Hosts::up(&ctx, &["a", "b"], Options::default());
+    let (local, engines) = (engine(None).await, connect_hosts(&hosts, &["a", "b"]).await);
+    let local = Engine::new("local", &local);
+    let targets = as_engines(&["a", "b"], &engines);
+    let clear = || {
+        for h in ["a", "b"] {
+            hosts.docker_ok(h, &["rmi", RAY_IMAGE]);
+            assert_eq!(all_images(&hosts, h), "");
+        }
+    };
+    let naive = || {
+        let started = Instant::now();
+        for h in ["a", "b"] {
+            hosts.load_image(h, RAY_IMAGE);
+        }
+        started.elapsed().as_secs_f64()
+    };
+    let mut ratios = Vec::new();
+    for run in 0..runs {
+        let (mut naive_s, mut argus_s) = (0.0, 0.0);
+        for first_naive in [run % 2 == 0, run % 2 != 0] {
+            if first_naive {
+                naive_s = naive();
+            } else {
+                let started = Instant::now();
+                let done = distribute(
+                    RAY_IMAGE,
+                    Some(local),
+                    &targets,
+                    false,
+                    &Recorder::default(),
+                )
+                .await
+                .expect("distribute");
+                argus_s = started.elapsed().as_secs_f64();
+                assert!(
+                    done.hosts
+                        .iter()
+                        .all(|h| matches!(h.outcome, Outcome::Streamed { .. }))
+                );
+            }
+            clear();
+        }
+        let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+        println!(
+            "run {run}: naive {naive_s:.1} s, argus {argus_s:.1} s, ratio {:.2} (load average {})",
+            argus_s / naive_s,
+            load.split_whitespace().next().unwrap_or("?")
+        );
+        ratios.push(argus_s / naive_s);
+    }
+    ratios.sort_by(f64::total_cmp);
+    let median = ratios[ratios.len() / 2];
+    println!("median ratio argus/naive: {median:.2} (target <= 0.6)");
+}
