@@ -140,6 +140,76 @@ pub enum Commands {
     /// The profile (and a JobSpec) as another engine's objects: `argus export kuberay`.
     #[command(subcommand)]
     Export(ExportCommand),
+
+    /// Run on a Slurm allocation: one `sbatch`, argus's containers on every allocated
+    /// node, Ray across them, gone with the allocation.
+    #[command(subcommand)]
+    Slurm(SlurmCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SlurmCommand {
+    /// From a login node: prepare the JobSpec's inputs as `argus run` does, write
+    /// `<shared>/runs/<run_id>/slurm.sbatch` and submit it with `sbatch`.
+    ///
+    /// The allocation's defaults come from the profile's `slurm:` section; flags win.
+    /// Argus's binary must be on a path every node sees (checked with one `srun` first).
+    /// With --follow: Slurm's state, the batch step's stages and the job's log, and the
+    /// job's exit code (0/1/3; 3 also when Slurm cancelled the job or it timed out).
+    Submit(SlurmSubmitArgs),
+    /// A Slurm run: Slurm's state, its nodes, the batch step's stage, the job.
+    Status { run_id: String },
+    /// Cancel a Slurm run (`scancel`): every node removes its containers.
+    Cancel { run_id: String },
+    /// Remove every argus container on this node whose Slurm job no longer runs. For
+    /// Slurm's `Epilog=` (e.g. `Epilog=/shared/bin/argus slurm epilog`).
+    Epilog {
+        /// The engine's socket (default: DOCKER_HOST, then the local Docker socket).
+        #[arg(long, value_name = "URL")]
+        engine: Option<String>,
+    },
+    /// The batch step (run by the batch script inside the allocation).
+    #[command(hide = true)]
+    Run { run_id: String },
+    /// One node's step (started by the batch step with srun).
+    #[command(hide = true)]
+    Node { run_id: String },
+}
+
+#[derive(Debug, Args)]
+pub struct SlurmSubmitArgs {
+    /// The JobSpec (YAML).
+    pub jobspec: PathBuf,
+    /// Set a JobSpec field (KEY=VALUE, dotted keys). Repeatable.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub sets: Vec<String>,
+    /// Nodes to allocate (default: slurm.nodes, else 1).
+    #[arg(long, value_name = "N")]
+    pub nodes: Option<u32>,
+    /// GPUs per node, as Slurm GRES (default: slurm.gpus_per_node, else 0).
+    #[arg(long, value_name = "G")]
+    pub gpus_per_node: Option<u32>,
+    /// Slurm's time limit, e.g. 2:00:00.
+    #[arg(long, value_name = "T")]
+    pub time: Option<String>,
+    #[arg(long, value_name = "P")]
+    pub partition: Option<String>,
+    #[arg(long, value_name = "A")]
+    pub account: Option<String>,
+    #[arg(long, value_name = "Q")]
+    pub qos: Option<String>,
+    /// One more sbatch option (one word, e.g. --exclusive). Repeatable.
+    #[arg(long = "sbatch-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub sbatch_args: Vec<String>,
+    /// argus's binary as the nodes see it (default: this binary's path).
+    #[arg(long, value_name = "PATH")]
+    pub argus: Option<PathBuf>,
+    /// Print the batch script; submit nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Follow the run to its end and exit with the job's code.
+    #[arg(long)]
+    pub follow: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -258,6 +328,11 @@ pub struct RunArgs {
     /// (--set overrides.trainer.logger=[console]). Repeatable; part of what the run is.
     #[arg(long = "set", value_name = "KEY=VALUE", conflicts_with = "lock")]
     pub sets: Vec<String>,
+
+    /// Run on the Slurm allocation this shell holds (`salloc`): the containers on its
+    /// nodes, as `argus slurm submit` would (see `argus slurm submit --help`).
+    #[arg(long, conflicts_with_all = ["lock", "resume", "down_after", "new"])]
+    pub slurm: bool,
 }
 
 #[derive(Debug, Args)]

@@ -39,6 +39,8 @@ pub enum Error {
     Export(#[from] crate::export::Error),
     #[error(transparent)]
     Training(#[from] crate::training::Error),
+    #[error(transparent)]
+    Slurm(#[from] crate::slurm::Error),
     #[error("cannot encode the output as JSON")]
     Encode(#[from] serde_json::Error),
     #[error("{context}")]
@@ -66,6 +68,7 @@ impl Classify for Error {
             Error::Lock(e) => e.exit(),
             Error::Export(e) => e.exit(),
             Error::Training(e) => e.exit(),
+            Error::Slurm(e) => e.exit(),
             Error::Encode(_) => Exit::Failed,
             Error::Context { source, .. } => source.exit(),
         }
@@ -90,6 +93,7 @@ impl Classify for Error {
             Error::Lock(e) => e.hint(),
             Error::Export(e) => e.hint(),
             Error::Training(e) => e.hint(),
+            Error::Slurm(e) => e.hint(),
             Error::Context { source, .. } => source.hint(),
         }
     }

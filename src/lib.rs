@@ -28,6 +28,7 @@ pub mod exit;
 pub mod export;
 pub mod hydra;
 pub mod run;
+pub mod slurm;
 pub mod snapshot;
 pub mod submit;
 pub mod training;

@@ -9,6 +9,7 @@ pub mod auth;
 pub mod docker;
 pub mod hosts;
 pub mod image;
+pub mod node;
 pub mod plan;
 pub mod ready;
 pub mod reconcile;

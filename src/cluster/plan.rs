@@ -98,6 +98,9 @@ pub struct ContainerPlan {
     pub network: NetworkAttach,
     /// What Ray must report for this node before the cluster counts as ready.
     pub expect: ExpectedNode,
+    /// Labels besides argus's own (a Slurm job's id), part of the spec.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra_labels: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -166,6 +169,9 @@ impl ContainerPlan {
         if let Some(group) = &self.group {
             labels.insert(LABEL_GROUP.to_string(), group.clone());
         }
+        for (key, value) in &self.extra_labels {
+            labels.entry(key.clone()).or_insert_with(|| value.clone());
+        }
         labels
     }
 }
@@ -176,6 +182,11 @@ pub struct PlanInputs {
     pub image_id: String,
     /// The Ray auth token (profile `auth: token`), passed into every container.
     pub token: Option<String>,
+    /// Host mode: the first port block of each host named here (default 0), so that
+    /// clusters sharing a host (two Slurm jobs on one node) use disjoint blocks.
+    pub first_block: BTreeMap<String, u32>,
+    /// Labels added to every container.
+    pub labels: BTreeMap<String, String>,
 }
 
 pub fn network_name(cluster: &str) -> String {
@@ -269,7 +280,7 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
         head_name(&cluster)
     };
     // Host mode: node N of a host gets the N-th block of ports there (the head is 0 on its host).
-    let mut nodes_on: BTreeMap<String, u32> = BTreeMap::new();
+    let mut nodes_on: BTreeMap<String, u32> = inputs.first_block.clone();
     let mut next_block = |host: &str| {
         let n = nodes_on.entry(host.to_string()).or_default();
         let block = *n;
@@ -315,7 +326,7 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
         // head's host: inside the head's own block, so two heads on a host never collide.
         command.push(format!(
             "--ray-client-server-port={}",
-            HOST_MODE_PORT_BASE + HOST_MODE_PORT_BLOCK * block + 6
+            block_base(block) + HEAD_CLIENT_PORT_OFFSET
         ));
     }
     command.push("--disable-usage-stats".to_string());
@@ -351,6 +362,7 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
             gpus: 0,
             resources: head_resources,
         },
+        extra_labels: inputs.labels.clone(),
     });
 
     for group in &p.workers {
@@ -412,6 +424,7 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
                     gpus: group.gpus,
                     resources: resources.clone(),
                 },
+                extra_labels: inputs.labels.clone(),
             });
         }
     }
@@ -500,10 +513,19 @@ pub fn resources_json(resources: &BTreeMap<String, f64>) -> String {
     serde_json::Value::Object(map).to_string()
 }
 
+/// Within the head's block (host mode): the Ray client server's port. Offsets 0-5 are the
+/// node's own ports, 100-999 its workers'; 6-99 are free for the head's.
+pub const HEAD_CLIENT_PORT_OFFSET: u32 = 6;
+
+/// The first port of host-mode block `n`.
+pub fn block_base(n: u32) -> u32 {
+    HOST_MODE_PORT_BASE + HOST_MODE_PORT_BLOCK * n
+}
+
 /// In host network mode every Ray process on a host needs its own ports (the dashboard
 /// agent's 52365 is fixed by default and collides): node N gets the block 20000 + 1000·N.
 fn host_mode_ports(node_number: u32) -> Vec<String> {
-    let base = HOST_MODE_PORT_BASE + HOST_MODE_PORT_BLOCK * node_number;
+    let base = block_base(node_number);
     vec![
         format!("--node-manager-port={base}"),
         format!("--object-manager-port={}", base + 1),
@@ -529,7 +551,7 @@ mod tests {
     fn inputs() -> PlanInputs {
         PlanInputs {
             image_id: "sha256:0123".to_string(),
-            token: None,
+            ..Default::default()
         }
     }
 
@@ -575,7 +597,7 @@ mod tests {
             &loaded,
             &PlanInputs {
                 image_id: "sha256:other".into(),
-                token: None,
+                ..Default::default()
             },
         );
         assert_ne!(a.containers[1].spec_hash(), c.containers[1].spec_hash());

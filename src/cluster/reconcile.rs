@@ -246,6 +246,7 @@ pub async fn up(
         &PlanInputs {
             image_id: image_id.clone(),
             token: token.clone(),
+            ..Default::default()
         },
     );
     // A dry run only looks; anything that may act holds the cluster's lock from here.
@@ -582,7 +583,7 @@ async fn ensure_network(docker: &Docker, plan: &ClusterPlan) -> Result<Option<St
     }
 }
 
-async fn remove(docker: &Docker, name: &str) -> Result<(), Error> {
+pub(crate) async fn remove(docker: &Docker, name: &str) -> Result<(), Error> {
     let options = RemoveContainerOptionsBuilder::new().force(true).build();
     match docker.remove_container(name, Some(options)).await {
         Ok(()) => Ok(()),
@@ -592,7 +593,7 @@ async fn remove(docker: &Docker, name: &str) -> Result<(), Error> {
 }
 
 /// Removes what stands under the name (if it is ours), creates and starts the container.
-async fn start(
+pub(crate) async fn start(
     docker: &Docker,
     cluster: &str,
     c: &ContainerPlan,
@@ -960,7 +961,7 @@ mod tests {
             &LoadedProfile::load(None).unwrap(),
             &PlanInputs {
                 image_id: "sha256:1".into(),
-                token: None,
+                ..Default::default()
             },
         )
     }

@@ -11,6 +11,7 @@ mod image;
 mod job;
 mod prepare;
 mod run;
+mod slurm;
 mod snapshot;
 mod training;
 
@@ -53,6 +54,7 @@ pub async fn run(cli: &Cli, printer: &Printer) -> Result<Exit> {
         }
         Commands::Job(command) => job::run(cli, command, printer).await,
         Commands::Export(ExportCommand::Kuberay(args)) => export::kuberay(cli, args, printer),
+        Commands::Slurm(command) => slurm::run(cli, command, printer).await,
     }
 }
 
@@ -109,6 +111,7 @@ fn command_name(command: &Commands) -> &'static str {
         Commands::Run(_) => "run",
         Commands::Job(_) => "job",
         Commands::Export(_) => "export kuberay",
+        Commands::Slurm(_) => "slurm",
     }
 }
 

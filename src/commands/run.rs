@@ -10,6 +10,21 @@ use crate::run::{self, Outcome, RunOptions, RunReport, lock::RunLock};
 use crate::ui::{Printer, table};
 
 pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
+    if args.slurm {
+        let Some(path) = &args.jobspec else {
+            return Ok(Exit::Usage);
+        };
+        let loaded = super::profile(cli)?;
+        let job = LoadedJobSpec::load(path, &args.sets)?;
+        let reporter = printer.reporter();
+        let (submitted, exit) = crate::slurm::submit::run_inside(&loaded, job, &reporter)
+            .await
+            .context("the run in this Slurm allocation stopped")?;
+        if printer.json {
+            printer.json(&serde_json::to_value(&submitted)?);
+        }
+        return Ok(exit);
+    }
     let mut resumes = None;
     let (job, loaded, lock) = match &args.lock {
         Some(path) => {

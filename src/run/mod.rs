@@ -122,7 +122,23 @@ pub fn from_lock(
     lock: &RunLock,
     profile: Option<&LoadedProfile>,
 ) -> Result<(LoadedJobSpec, LoadedProfile), Error> {
-    let mut jobspec = lock.jobspec.clone();
+    let spec = jobspec_from_value(lock.jobspec.clone(), "<run lock: jobspec>")?;
+    let profile = match profile {
+        Some(p) => p.clone(),
+        None => LoadedProfile::from_source(Source::new(
+            "<run lock: profile>",
+            crate::config::yaml::to_string(&lock.profile),
+        ))?,
+    };
+    Ok((spec, profile))
+}
+
+/// A JobSpec written with its secrets redacted (`jobspec_value`), loaded again with the
+/// secrets taken back from the environment.
+pub fn jobspec_from_value(
+    mut jobspec: serde_yaml::Value,
+    origin: &str,
+) -> Result<LoadedJobSpec, Error> {
     if let Some(env) = jobspec.get_mut("env_vars").and_then(|e| e.as_mapping_mut()) {
         for (key, value) in env.iter_mut() {
             if value.as_str() == Some(REDACTED) {
@@ -133,21 +149,46 @@ pub fn from_lock(
             }
         }
     }
-    let spec = LoadedJobSpec::from_source(
-        Source::new(
-            "<run lock: jobspec>",
-            crate::config::yaml::to_string(&jobspec),
-        ),
+    Ok(LoadedJobSpec::from_source(
+        Source::new(origin, crate::config::yaml::to_string(&jobspec)),
         &[],
-    )?;
-    let profile = match profile {
-        Some(p) => p.clone(),
-        None => LoadedProfile::from_source(Source::new(
-            "<run lock: profile>",
-            crate::config::yaml::to_string(&lock.profile),
-        ))?,
+    )?)
+}
+
+/// A JobSpec as a YAML value with its secrets redacted (what a lock or a Slurm run keeps).
+pub fn jobspec_value(spec: &crate::config::jobspec::JobSpec) -> serde_yaml::Value {
+    yaml_value(spec)
+}
+
+/// What a run does before it needs a cluster, as `argus run` does it: everything checked,
+/// the JobSpec's datasets and model prepared, its code snapshotted (the JobSpec then names
+/// the snapshot). For `argus slurm submit`, on the login node.
+pub async fn prepare_inputs(
+    loaded: &LoadedProfile,
+    job: &mut LoadedJobSpec,
+    reporter: &dyn Reporter,
+) -> Result<(Vec<lock::DatasetPin>, Option<lock::ModelPin>, lock::CodePin), Error> {
+    let host = loaded.host_layout()?;
+    job.absolutize();
+    let options = RunOptions {
+        down_after: false,
+        lock: None,
+        allow_drift: false,
+        follow: false,
+        new: true,
+        resumes: None,
     };
-    Ok((spec, profile))
+    validate(&host, job, &options)?;
+    let ctx = Ctx {
+        loaded,
+        mount: Layout::new(&loaded.profile.shared.mount),
+        host,
+        options: &options,
+        reporter,
+    };
+    let (datasets, model) = inputs::prepare(&ctx, &job.spec).await?;
+    let code = inputs::snapshot(&ctx, &mut job.spec)?;
+    Ok((datasets, model, code))
 }
 
 pub struct RunOptions {

@@ -18,6 +18,7 @@ mod multihost;
 mod prepare;
 mod profiles;
 mod run;
+mod slurm;
 mod slurm_hosts;
 mod snapshots;
 mod submit;

@@ -31,7 +31,7 @@ fn plans_of_the_gpu_profiles() {
             &loaded,
             &PlanInputs {
                 image_id: "sha256:image".into(),
-                token: None,
+                ..Default::default()
             },
         );
         insta::assert_yaml_snapshot!(format!("plan-{file}"), plan);

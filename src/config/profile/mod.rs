@@ -22,7 +22,7 @@ pub use storage::{
 pub use types::{
     AuthMode, DockerSection, GpuMode, HostCounts, HostSpec, LOCAL_HOST, NetworkMode,
     NetworkSection, NodeAddress, NodeSpec, PrepareSection, Profile, RaySection, RuntimeEnvSection,
-    SubmitSection, TlsFiles, WorkerGroup,
+    SlurmSection, SubmitSection, TlsFiles, WorkerGroup,
 };
 pub use validate::{
     HOST_MODE_PORT_BASE, HOST_MODE_PORT_BLOCK, MAX_CPUS, MAX_GPUS_PER_WORKER, MAX_GROUPS,

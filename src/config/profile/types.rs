@@ -43,6 +43,27 @@ pub struct Profile {
     /// What `argus prepare` without flags prepares.
     #[serde(default)]
     pub prepare: PrepareSection,
+    /// Defaults for `argus slurm submit` (its flags win).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SlurmSection>,
+}
+
+/// The Slurm allocation a run asks for by default, and how a node's engine is reached.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SlurmSection {
+    pub partition: Option<String>,
+    pub account: Option<String>,
+    pub qos: Option<String>,
+    /// Slurm's time limit (`--time`), e.g. `2:00:00`.
+    pub time: Option<String>,
+    pub nodes: Option<u32>,
+    pub gpus_per_node: Option<u32>,
+    /// More `#SBATCH` arguments, each one word (e.g. `--exclusive`).
+    #[serde(default)]
+    pub sbatch_args: Vec<String>,
+    /// The container engine's socket on every node (Docker, or Podman's Docker API socket).
+    pub engine_socket: Option<DockerEndpoint>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -322,6 +322,8 @@ fn validate_workers(p: &Profile, src: &Source) -> Result<(), ConfigError> {
                     .error_at(&at("gpus"), format!("gpu_mode {mode} needs gpus ≥ 1"))
                     .with_hint("gpus: 1 or more, or gpu_mode: simulated"));
             }
+            // Under Slurm the allocation gives each worker its GPUs.
+            (_, None) if p.slurm.is_some() => {}
             (_, None) => {
                 return Err(src
                     .error_at(

@@ -1,0 +1,181 @@
+//! One host's share of a cluster, driven from that host through its own engine (a Slurm
+//! node step): the image from an archive on the shared storage, this host's containers
+//! of a plan, their removal, and the containers of Slurm jobs that are no longer running.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use bollard::Docker;
+use bollard::query_parameters::{
+    ImportImageOptionsBuilder, ListContainersOptionsBuilder, TagImageOptionsBuilder,
+};
+use futures_util::StreamExt;
+
+use super::Error;
+use super::docker::docker_err;
+use super::plan::{ClusterPlan, LABEL_CLUSTER, Role};
+use crate::ui::Reporter;
+
+/// The label that ties a container to its Slurm job.
+pub const LABEL_SLURM_JOB: &str = "argus.slurm.job";
+
+/// True when the engine has the image `id`.
+pub async fn has_image(docker: &Docker, id: &str) -> bool {
+    matches!(docker.inspect_image(id).await, Ok(info) if info.id.as_deref() == Some(id))
+}
+
+/// The id of the image `reference` names on this engine.
+pub async fn image_id(docker: &Docker, reference: &str) -> Option<String> {
+    docker
+        .inspect_image(reference)
+        .await
+        .ok()
+        .and_then(|i| i.id)
+}
+
+/// Writes `reference` (of id `id`) as an archive at `path`, once: an archive already
+/// there is kept. Written under a temporary name and renamed, so a reader never sees half.
+pub async fn save_archive(docker: &Docker, reference: &str, path: &Path) -> Result<bool, Error> {
+    if path.exists() {
+        return Ok(false);
+    }
+    let io = |source: std::io::Error| Error::SharedStorage {
+        path: path.display().to_string(),
+        source,
+    };
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let stem = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temp = dir.join(crate::fsx::temp_name(&stem));
+    let result = async {
+        use tokio::io::AsyncWriteExt;
+        let mut file = tokio::fs::File::create(&temp).await.map_err(io)?;
+        let mut stream = docker.export_image(reference);
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(docker_err(format!("export image {reference}")))?;
+            file.write_all(&chunk).await.map_err(io)?;
+        }
+        file.sync_all().await.map_err(io)?;
+        std::fs::rename(&temp, path).map_err(io)?;
+        Ok::<_, Error>(())
+    }
+    .await;
+    if result.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    result.map(|()| true)
+}
+
+/// Makes sure the engine has image `id`, loading it from `archive` when absent and tagging
+/// it `reference`; the id is checked after the load. True when it was loaded.
+pub async fn load_archive(
+    docker: &Docker,
+    reference: &str,
+    id: &str,
+    archive: &Path,
+) -> Result<bool, Error> {
+    if has_image(docker, id).await {
+        return Ok(false);
+    }
+    let file = tokio::fs::File::open(archive)
+        .await
+        .map_err(|source| Error::SharedStorage {
+            path: archive.display().to_string(),
+            source,
+        })?;
+    let body = tokio_util::io::ReaderStream::new(file);
+    let options = ImportImageOptionsBuilder::new().quiet(true).build();
+    let mut load = docker.import_image_stream(options, body, None);
+    while let Some(step) = load.next().await {
+        step.map_err(docker_err(format!("load {}", archive.display())))?;
+    }
+    // Two loads of one archive at once (two jobs on this node) both end with the image.
+    if !has_image(docker, id).await {
+        return Err(Error::BadEndpoint(format!(
+            "{} did not hold image {id}",
+            archive.display()
+        )));
+    }
+    let (repo, tag) = reference
+        .rsplit_once(':')
+        .filter(|(_, t)| !t.contains('/'))
+        .unwrap_or((reference, "latest"));
+    let options = TagImageOptionsBuilder::new().repo(repo).tag(tag).build();
+    let _ = docker.tag_image(id, Some(options)).await;
+    Ok(true)
+}
+
+/// Creates and starts this host's containers of the plan, the head first.
+pub async fn start_on(
+    docker: &Docker,
+    plan: &ClusterPlan,
+    host: &str,
+    reporter: &dyn Reporter,
+) -> Result<Vec<String>, Error> {
+    let mut mine: Vec<_> = plan.containers.iter().filter(|c| c.host == host).collect();
+    mine.sort_by_key(|c| c.role != Role::Head);
+    let mut names = Vec::new();
+    for c in mine {
+        super::reconcile::start(docker, &plan.cluster, c, None, reporter).await?;
+        names.push(c.name.clone());
+    }
+    Ok(names)
+}
+
+/// Containers with `label` (`key` or `key=value`), running or not: (name, labels).
+async fn labelled(
+    docker: &Docker,
+    label: &str,
+) -> Result<Vec<(String, HashMap<String, String>)>, Error> {
+    let filters = HashMap::from([("label", vec![label.to_string()])]);
+    let options = ListContainersOptionsBuilder::new()
+        .all(true)
+        .filters(&filters)
+        .build();
+    let list = docker
+        .list_containers(Some(options))
+        .await
+        .map_err(docker_err("list containers"))?;
+    Ok(list
+        .into_iter()
+        .map(|c| {
+            let name = c
+                .names
+                .unwrap_or_default()
+                .first()
+                .map(|n| n.trim_start_matches('/').to_string())
+                .unwrap_or_default();
+            (name, c.labels.unwrap_or_default())
+        })
+        .collect())
+}
+
+/// Removes the cluster's containers on this engine; their names.
+pub async fn remove_cluster(docker: &Docker, cluster: &str) -> Result<Vec<String>, Error> {
+    let mut removed = Vec::new();
+    for (name, _) in labelled(docker, &format!("{LABEL_CLUSTER}={cluster}")).await? {
+        super::reconcile::remove(docker, &name).await?;
+        removed.push(name);
+    }
+    Ok(removed)
+}
+
+/// Every container of a Slurm job on this engine: (name, job id).
+pub async fn slurm_containers(docker: &Docker) -> Result<Vec<(String, u64)>, Error> {
+    Ok(labelled(docker, LABEL_SLURM_JOB)
+        .await?
+        .into_iter()
+        .filter_map(|(name, labels)| {
+            let job = labels.get(LABEL_SLURM_JOB)?.parse().ok()?;
+            Some((name, job))
+        })
+        .collect())
+}
+
+/// Removes one container (gone already is fine).
+pub async fn remove(docker: &Docker, name: &str) -> Result<(), Error> {
+    super::reconcile::remove(docker, name).await
+}

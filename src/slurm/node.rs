@@ -1,0 +1,135 @@
+//! `argus slurm node <run_id>`: the step on one node. Through that node's own engine it
+//! removes what Slurm jobs that no longer run left behind, brings the image (from the
+//! archive on the shared storage when the engine lacks it, checked by id), creates this
+//! node's containers of the job's plan, then waits for Slurm to end the step (SIGTERM or
+//! SIGINT: scancel, the time limit, the batch script's end) and removes them.
+
+use std::time::Instant;
+
+use bollard::Docker;
+
+use super::alloc::{self, Alloc};
+use super::record::SlurmRecord;
+use super::{Error, RunFiles, cluster_profile, plan_inputs};
+use crate::cluster::{self, node as engine};
+use crate::config::{Layout, LoadedProfile};
+use crate::ui::Reporter;
+
+/// This node's name in Slurm.
+pub fn node_name() -> Result<String, Error> {
+    std::env::var("SLURMD_NODENAME")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| Error::Allocation("SLURMD_NODENAME is not set: not a Slurm step".into()))
+}
+
+/// Connects to the node's engine (the profile's `slurm.engine_socket`).
+pub async fn connect(cluster: &LoadedProfile) -> Result<Docker, Error> {
+    let host = cluster
+        .cluster_hosts()?
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::Allocation("no host".into()))?;
+    Ok(cluster::docker::connect_host(&host).await?)
+}
+
+/// Removes the containers of Slurm jobs that are no longer running (never `keep`'s);
+/// the names removed.
+pub async fn remove_dead(docker: &Docker, keep: Option<u64>) -> Result<Vec<String>, Error> {
+    let mut removed = Vec::new();
+    let mut states = std::collections::BTreeMap::new();
+    for (name, job) in engine::slurm_containers(docker).await? {
+        if Some(job) == keep {
+            continue;
+        }
+        let alive = match states.get(&job) {
+            Some(alive) => *alive,
+            None => {
+                let alive = alloc::job_state(job)?.is_some_and(|s| alloc::is_alive(&s));
+                states.insert(job, alive);
+                alive
+            }
+        };
+        if !alive {
+            engine::remove(docker, &name).await?;
+            removed.push(name);
+        }
+    }
+    Ok(removed)
+}
+
+/// The node step, to its end.
+pub async fn run(
+    loaded: &LoadedProfile,
+    run_id: &str,
+    reporter: &dyn Reporter,
+) -> Result<(), Error> {
+    let started = Instant::now();
+    let layout = loaded.host_layout()?;
+    let files = RunFiles::new(&layout, run_id);
+    let alloc: Alloc = super::read_json(&files.alloc())?;
+    let record: SlurmRecord = super::read_json(&files.record())?;
+    let me = node_name()?;
+    let cluster = cluster_profile(loaded, &alloc)?;
+    let docker = connect(&cluster).await?;
+
+    // Slurm may end the step at any moment from here: listen before creating anything.
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|source| Error::Io {
+            path: "SIGTERM".into(),
+            source,
+        })?;
+    let work = async {
+        let removed = remove_dead(&docker, Some(alloc.job_id)).await?;
+        if !removed.is_empty() {
+            reporter.note(&format!(
+                "{me}: removed {} container(s) of Slurm jobs that ended: {}",
+                removed.len(),
+                removed.join(", ")
+            ));
+        }
+        let archive = super::image_archive(&Layout::new(layout.root()), &record.image_id);
+        if engine::load_archive(&docker, &loaded.profile.image, &record.image_id, &archive).await? {
+            reporter.note(&format!("{me}: image loaded from {}", archive.display()));
+        }
+        let plan = crate::cluster::plan::plan(&cluster, &plan_inputs(&alloc, &record.image_id));
+        let names = engine::start_on(&docker, &plan, &me, reporter).await?;
+        reporter.note(&format!(
+            "{me}: started {} in {:.1}s",
+            names.join(", "),
+            started.elapsed().as_secs_f64()
+        ));
+        Ok::<_, Error>(())
+    };
+    let stop = files.stop();
+    let told_to_stop = async {
+        while !stop.exists() {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    };
+    tokio::pin!(told_to_stop);
+    let outcome = tokio::select! {
+        r = work => match r {
+            Ok(()) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = &mut told_to_stop => {}
+                }
+                Ok(())
+            }
+            Err(e) => Err(e),
+        },
+        _ = term.recv() => Ok(()),
+        _ = tokio::signal::ctrl_c() => Ok(()),
+        _ = &mut told_to_stop => Ok(()),
+    };
+    let removed = engine::remove_cluster(&docker, &cluster.profile.name).await;
+    match &removed {
+        Ok(names) => reporter.note(&format!("{me}: removed {}", names.join(", "))),
+        Err(e) => reporter.note(&format!("{me}: could not remove the containers: {e}")),
+    }
+    outcome?;
+    removed?;
+    Ok(())
+}

@@ -1,0 +1,262 @@
+//! `argus slurm run <run_id>`: the batch step, on the allocation's first node.
+//!
+//! It reads the allocation, claims the job's port slot on its nodes, writes the
+//! allocation for the node steps, starts them (one `srun --overlap` task per node), waits
+//! until Ray has exactly the planned nodes ALIVE at the nodes' addresses, submits the
+//! run's job the way `argus run` does (`submit::prepare`, one JobSpec one job), follows it
+//! to its end, ends the node steps (their containers go with them) and returns the job's
+//! exit code. Slurm ending the batch step (scancel, the time limit) ends the node steps
+//! too; the batch step then records why and leaves.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use super::alloc::{self, Alloc};
+use super::record::{BatchReport, SlurmRecord};
+use super::{Error, RunFiles, cluster_profile, plan_inputs, ports};
+use crate::config::LoadedProfile;
+use crate::exit::Exit;
+use crate::ray::RayClient;
+use crate::ray::jobs::JobStatus;
+use crate::submit::watch::WaitOptions;
+use crate::submit::{self, Target};
+
+/// How long the node steps get to remove their containers once told to end.
+const NODE_STOP_GRACE: Duration = Duration::from_secs(60);
+
+/// The batch step; the exit code is the job's.
+pub async fn run(
+    loaded: &LoadedProfile,
+    run_id: &str,
+    on_log: &mut (dyn FnMut(&str) + Send),
+) -> Result<Exit, Error> {
+    let started = Instant::now();
+    let layout = loaded.host_layout()?;
+    let files = RunFiles::new(&layout, run_id);
+    let record: SlurmRecord = super::read_json(&files.record())?;
+    let job_id = alloc::job_id_from_env()?;
+    let mut alloc: Alloc = tokio::task::spawn_blocking(move || alloc::read(job_id))
+        .await
+        .map_err(|e| Error::Allocation(e.to_string()))??;
+    let names: Vec<String> = alloc.nodes.iter().map(|n| n.name.clone()).collect();
+    let slots = super::slots_dir(&layout);
+    alloc.slot = {
+        let (slots, names) = (slots.clone(), names.clone());
+        tokio::task::spawn_blocking(move || {
+            ports::claim(&slots, job_id, &names, &mut |job| {
+                alloc::job_state(job)
+                    .map(|s| s.is_some_and(|s| alloc::is_alive(&s)))
+                    .unwrap_or(true)
+            })
+        })
+        .await
+        .map_err(|e| Error::Allocation(e.to_string()))??
+    };
+    let _ = std::fs::remove_file(files.stop());
+    super::write_json(&files.alloc(), &alloc)?;
+    let cluster = cluster_profile(loaded, &alloc)?;
+    let mut report = BatchReport {
+        slurm_job_id: job_id,
+        cluster: cluster.profile.name.clone(),
+        nodes: alloc.nodes.clone(),
+        slot: alloc.slot,
+        stage: "nodes".into(),
+        ..Default::default()
+    };
+    super::write_json(&files.batch(), &report)?;
+    eprintln!(
+        "argus: Slurm job {job_id}: cluster {} on {} (port slot {})",
+        report.cluster,
+        names.join(", "),
+        alloc.slot
+    );
+
+    let mut nodes = start_node_steps(loaded, run_id, names.len())?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|source| Error::Io {
+            path: "SIGTERM".into(),
+            source,
+        })?;
+    let outcome = tokio::select! {
+        r = stages(&cluster, &alloc, &record, &files, &mut report, started, &mut nodes, on_log) => r,
+        _ = term.recv() => Err(Error::Allocation("Slurm ended the batch step (scancel or the time limit)".into())),
+    };
+    // The node steps remove their containers when they end.
+    stop_node_steps(&files, &mut nodes).await;
+    ports::release(&slots, job_id, &names);
+    match &outcome {
+        Ok((status, _)) => {
+            report.stage = "done".into();
+            report.job_status = Some(status.to_string());
+            report.exit_code = Some(status.exit() as i32);
+        }
+        Err(e) => {
+            report.error = Some(crate::exit::one_line(e));
+        }
+    }
+    super::write_json(&files.batch(), &report)?;
+    let (status, message) = outcome?;
+    eprintln!(
+        "argus: job {} {status}{}",
+        record.submission_id,
+        message.map(|m| format!(": {m}")).unwrap_or_default()
+    );
+    Ok(status.exit())
+}
+
+/// `srun` of `argus slurm node` on every node, in the background.
+fn start_node_steps(
+    loaded: &LoadedProfile,
+    run_id: &str,
+    nodes: usize,
+) -> Result<tokio::process::Child, Error> {
+    let argus = std::env::current_exe().map_err(|source| Error::Spawn {
+        program: "argus (its own path)".into(),
+        source,
+    })?;
+    let profile = loaded.source.origin.clone();
+    let n = nodes.to_string();
+    let mut srun = tokio::process::Command::new("srun");
+    // Inside a step (`argus run --slurm`), the step's own sizes must not narrow this one.
+    if std::env::var_os("SLURM_STEP_ID").is_some() {
+        for var in [
+            "SLURM_NTASKS",
+            "SLURM_NPROCS",
+            "SLURM_NNODES",
+            "SLURM_NODELIST",
+            "SLURM_TASKS_PER_NODE",
+            "SLURM_STEP_NODELIST",
+            "SLURM_STEP_NUM_NODES",
+            "SLURM_STEP_NUM_TASKS",
+            "SLURM_STEP_TASKS_PER_NODE",
+        ] {
+            srun.env_remove(var);
+        }
+    }
+    srun.args([
+        "--overlap",
+        "--nodes",
+        &n,
+        "--ntasks",
+        &n,
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=0",
+        "--job-name=argus-node",
+    ])
+    .arg(argus)
+    .arg("--no-progress")
+    .arg("-p")
+    .arg(profile)
+    .args(["slurm", "node", run_id])
+    .stdin(Stdio::null())
+    .kill_on_drop(true)
+    .spawn()
+    .map_err(|source| Error::Spawn {
+        program: "srun".into(),
+        source,
+    })
+}
+
+/// Tells the node steps to end and waits for them: through a file on the shared storage,
+/// since srun, told SIGTERM, kills its tasks outright (they would leave their containers).
+async fn stop_node_steps(files: &RunFiles, child: &mut tokio::process::Child) {
+    if let Ok(Some(_)) = child.try_wait() {
+        return;
+    }
+    if let Err(e) = crate::fsx::write_atomic(&files.stop(), b"stop\n") {
+        eprintln!("argus: cannot tell the node steps to stop: {e}");
+    }
+    if tokio::time::timeout(NODE_STOP_GRACE, child.wait())
+        .await
+        .is_err()
+    {
+        let _ = child.kill().await;
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn stages(
+    cluster: &LoadedProfile,
+    alloc: &Alloc,
+    record: &SlurmRecord,
+    files: &RunFiles,
+    report: &mut BatchReport,
+    started: Instant,
+    nodes: &mut tokio::process::Child,
+    on_log: &mut (dyn FnMut(&str) + Send),
+) -> Result<(JobStatus, Option<String>), Error> {
+    // Ready: exactly the planned nodes ALIVE, each at its node's address.
+    let plan = crate::cluster::plan::plan(cluster, &plan_inputs(alloc, &record.image_id));
+    let ray = RayClient::new(&cluster.dashboard_url(), None);
+    let timeout = Duration::from_secs(cluster.profile.ray.ready_timeout_s);
+    let deadline = tokio::time::Instant::now() + timeout;
+    let incarnations = Default::default();
+    let ready =
+        crate::cluster::ready::wait_ready(&ray, &plan.containers, &incarnations, deadline, |_| {});
+    tokio::select! {
+        r = ready => if let Err((readiness, error)) = r {
+            let mut detail: Vec<String> = readiness
+                .missing
+                .iter()
+                .map(|(name, problem)| format!("{name}: {problem}"))
+                .collect();
+            if let Some(e) = error {
+                detail.push(format!("last error: {e}"));
+            }
+            return Err(crate::cluster::Error::NotReady {
+                seconds: timeout.as_secs(),
+                detail: detail.join("; "),
+            }
+            .into());
+        },
+        status = nodes.wait() => {
+            return Err(Error::Allocation(format!(
+                "the node steps ended before Ray was ready ({}); see the batch output",
+                status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string())
+            )));
+        }
+    }
+    report.seconds_to_ready = Some(started.elapsed().as_secs_f64());
+    report.stage = "submit".into();
+    super::write_json(&files.batch(), report)?;
+    eprintln!(
+        "argus: {} Ray nodes ALIVE after {:.1}s",
+        plan.containers.len(),
+        started.elapsed().as_secs_f64()
+    );
+
+    // Submit: the JobSpec as the login node resolved it, through `submit::prepare`.
+    let value: serde_yaml::Value =
+        serde_yaml::from_str(&std::fs::read_to_string(files.jobspec()).map_err(|source| {
+            Error::Io {
+                path: files.jobspec(),
+                source,
+            }
+        })?)
+        .map_err(|e| Error::Invalid(format!("{}: {e}", files.jobspec().display())))?;
+    let mut job = crate::run::jobspec_from_value(value, &files.jobspec().display().to_string())?;
+    job.spec.submission_id = Some(record.submission_id.parse()?);
+    let target = Target::from_profile(cluster, ray);
+    let prepared = submit::prepare(&target, &job, true)?;
+    submit::submit(&target, &prepared).await?;
+    report.stage = "wait".into();
+    report.driver_log = target
+        .host_path_of(&format!(
+            "{}/jobs/{}/logs/driver.log",
+            target.mount, record.submission_id
+        ))
+        .map(|p| p.display().to_string());
+    super::write_json(&files.batch(), report)?;
+
+    let options = WaitOptions {
+        timeout: None,
+        time_limit: job.spec.time_limit.map(|t| t.0),
+        follow: true,
+    };
+    let info = crate::submit::watch::wait(&target, &record.submission_id, &options, |text| {
+        on_log(text)
+    })
+    .await?;
+    report.job_message = info.message.clone();
+    Ok((info.status, info.message))
+}

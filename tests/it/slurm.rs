@@ -1,0 +1,510 @@
+//! `argus slurm` end to end on a real Slurm (`crate::slurm_hosts`: slurm-wlm 22.05 on
+//! emulated hosts, each with its own Docker Engine and 2 fake GPUs as GRES).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::harness::{TestContext, ensure_image};
+use crate::slurm_hosts::Slurm;
+
+const IMAGE: &str = "argus/ray:2.51.1";
+
+/// What the job's driver runs: the ALIVE Ray nodes, then on every GPU node a task holding
+/// one GPU that prints the devices its container was given.
+const PROBE: &str = r#"
+import json, os, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init()
+nodes = [n for n in ray.nodes() if n["Alive"]]
+for n in nodes:
+    print("NODE", n["NodeManagerAddress"], int(n["Resources"].get("GPU", 0)), flush=True)
+
+@ray.remote(num_gpus=1)
+def devices():
+    return os.environ.get("NVIDIA_VISIBLE_DEVICES", "unset")
+
+for n in nodes:
+    if n["Resources"].get("GPU", 0) >= 1:
+        strategy = NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+        print("GPU", n["NodeManagerAddress"], ray.get(devices.options(scheduling_strategy=strategy).remote()), flush=True)
+if os.environ.get("PROBE_SLEEP"):
+    import time
+    time.sleep(float(os.environ["PROBE_SLEEP"]))
+print("PROBE DONE", flush=True)
+"#;
+
+/// A profile for Slurm: NVIDIA workers (the hosts' engines have the stand-in hook), the
+/// shared storage a path every emulated host sees.
+fn profile(ctx: &mut TestContext) -> (PathBuf, PathBuf) {
+    let name = ctx.cluster("sl");
+    let shared = ctx.path("shared");
+    std::fs::create_dir_all(shared.join("code")).expect("shared");
+    std::fs::write(shared.join("code/probe.py"), PROBE).expect("probe");
+    let text = format!(
+        "name: {name}\nimage: {IMAGE}\nshared: {{host_path: {}}}\nray: {{ready_timeout_s: 240}}\nslurm: {{nodes: 3, gpus_per_node: 1}}\nhead: {{cpus: 1, memory: 2g, shm_size: 256m, object_store_memory: 128m}}\nworkers:\n  - {{name: gpu, count: 1, gpus: 1, gpu_mode: nvidia, cpus: 1, memory: 2g, shm_size: 256m, object_store_memory: 128m}}\n",
+        shared.display()
+    );
+    (ctx.write("profile.yaml", &text), shared)
+}
+
+fn jobspec(ctx: &TestContext, name: &str, env: &str) -> PathBuf {
+    ctx.write(
+        &format!("{name}.yaml"),
+        &format!(
+            "workload: custom\ncode_path: /mnt/shared/code\nentrypoint: python3 /mnt/shared/code/probe.py\n{env}"
+        ),
+    )
+}
+
+fn argus(ctx: &TestContext, slurm: &Slurm, profile: &Path) -> crate::harness::Argus {
+    let mut argus = ctx.argus().profile(profile);
+    for (key, value) in slurm.env() {
+        argus = argus.env(&key, value);
+    }
+    argus
+}
+
+/// argus's containers on each host (name list), Slurm jobs' or not.
+fn argus_containers(slurm: &Slurm, hosts: &[&str]) -> BTreeMap<String, Vec<String>> {
+    hosts
+        .iter()
+        .map(|h| {
+            let out = slurm.hosts().docker_ok(
+                h,
+                &[
+                    "ps",
+                    "-a",
+                    "--filter",
+                    "label=argus.cluster",
+                    "--format",
+                    "{{.Names}}",
+                ],
+            );
+            (
+                h.to_string(),
+                out.lines().map(str::to_string).collect::<Vec<_>>(),
+            )
+        })
+        .filter(|(_, names)| !names.is_empty())
+        .collect()
+}
+
+/// The lines of the probe: NODE <ip> <gpus>, GPU <ip> <devices>.
+fn probe_lines<'a>(out: &'a str, kind: &str) -> BTreeMap<&'a str, &'a str> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix(kind)?.trim().split_once(' '))
+        .collect()
+}
+
+#[test]
+fn a_submitted_run_comes_up_on_three_nodes_with_slurms_gpus_and_leaves_nothing() {
+    let test = "a_submitted_run_comes_up_on_three_nodes_with_slurms_gpus_and_leaves_nothing";
+    if TestContext::skip_docker(test) {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("slurmrun");
+    let slurm = Slurm::up(&ctx, &["a", "b", "c"], 2);
+    let (profile, shared) = profile(&mut ctx);
+    // Another job holds GPU 0 on every node: argus's job must get index 1 everywhere.
+    let holder = slurm.sbatch(&[
+        "-N3",
+        "--gres=gpu:1",
+        &format!("--chdir={}", shared.display()),
+        "-o",
+        "/dev/null",
+        "--wrap",
+        "sleep 600",
+    ]);
+    slurm.wait_state(&holder, &["RUNNING"], Duration::from_secs(30));
+
+    let spec = jobspec(&ctx, "probe", "");
+    let dry = argus(&ctx, &slurm, &profile)
+        .args(["slurm", "submit", "--dry-run"])
+        .arg_path(&spec)
+        .run()
+        .code(0)
+        .stdout_has("#SBATCH --nodes=3")
+        .stdout_has("#SBATCH --gres=gpu:1");
+    assert!(dry.stdout.contains(" slurm run run-"), "{}", dry.stdout);
+
+    let started = Instant::now();
+    let run = argus(&ctx, &slurm, &profile)
+        .args(["slurm", "submit", "--follow"])
+        .arg_path(&spec)
+        .run();
+    eprintln!("measure: slurm submit --follow in {:?}", started.elapsed());
+    let run = run.code(0);
+    let out = format!("{}\n{}", run.stdout, run.stderr);
+    assert!(out.contains("PROBE DONE"), "{out}");
+
+    // Three ALIVE Ray nodes' worth of hosts, each at its host's address.
+    let nodes = probe_lines(&out, "NODE");
+    let ip = |h: &str| slurm.hosts().host(h).ip.to_string();
+    let addresses: std::collections::BTreeSet<&str> = nodes.keys().copied().collect();
+    let want: std::collections::BTreeSet<String> = ["a", "b", "c"].iter().map(|h| ip(h)).collect();
+    assert_eq!(
+        addresses,
+        want.iter().map(String::as_str).collect(),
+        "{out}"
+    );
+    // Each worker's devices: exactly the index Slurm gave the job on that node (1: the
+    // holder has 0).
+    let gpus = probe_lines(&out, "GPU");
+    for h in ["a", "b", "c"] {
+        assert_eq!(gpus.get(ip(h).as_str()), Some(&"1"), "{h}: {out}");
+    }
+    slurm.run_ok(&["scancel", &holder]);
+    // The run's record says how the Slurm job ended.
+    let runs = shared.join("runs");
+    let run_dir = std::fs::read_dir(&runs)
+        .expect("runs")
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.join("slurm.json").exists())
+        .expect("a Slurm run");
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run_dir.join("slurm.json")).expect("record"))
+            .expect("json");
+    assert_eq!(record["slurm_state"], "COMPLETED", "{record}");
+    let batch: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(run_dir.join("slurm/batch.json")).expect("batch"),
+    )
+    .expect("json");
+    assert_eq!(batch["job_status"], "SUCCEEDED", "{batch}");
+    eprintln!(
+        "measure: allocation start to 3+1 Ray nodes ALIVE: {}s",
+        batch["seconds_to_ready"]
+    );
+    // Nothing is left on any host.
+    assert_nothing_left(&slurm, &["a", "b", "c"], &out);
+}
+
+/// No argus container on any host (the node steps removed theirs when they ended).
+#[track_caller]
+fn assert_nothing_left(slurm: &Slurm, hosts: &[&str], out: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let left = argus_containers(slurm, hosts);
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "left: {left:?}\n{out}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `argus slurm submit` without --follow: (run id, Slurm job id).
+fn submit(
+    ctx: &TestContext,
+    slurm: &Slurm,
+    profile: &Path,
+    spec: &Path,
+    flags: &[&str],
+) -> (String, String) {
+    let run = argus(ctx, slurm, profile)
+        .args(["slurm", "submit"])
+        .args(flags)
+        .arg_path(spec)
+        .run()
+        .code(0);
+    let (run_id, job) = run
+        .stdout
+        .trim()
+        .split_once(' ')
+        .unwrap_or_else(|| panic!("submit printed {:?}", run.stdout));
+    (run_id.to_string(), job.to_string())
+}
+
+/// The batch step's report, once it is in `stage`.
+#[track_caller]
+fn wait_stage(shared: &Path, run_id: &str, stage: &str, timeout: Duration) -> serde_json::Value {
+    let path = shared.join("runs").join(run_id).join("slurm/batch.json");
+    let deadline = Instant::now() + timeout;
+    loop {
+        let batch: Option<serde_json::Value> = std::fs::read_to_string(&path)
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+        if let Some(b) = batch.filter(|b| b["stage"] == stage) {
+            return b;
+        }
+        let output = std::fs::read_dir(shared.join("runs").join(run_id))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().ends_with(".out"))
+            .and_then(|e| std::fs::read_to_string(e.path()).ok())
+            .unwrap_or_default();
+        assert!(
+            Instant::now() < deadline,
+            "batch step not in stage {stage} after {timeout:?}\n{output}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `argus slurm status --json`, polled until Slurm's state is final; returns the record's.
+#[track_caller]
+fn final_state(ctx: &TestContext, slurm: &Slurm, profile: &Path, run_id: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let status = argus(ctx, slurm, profile)
+            .args(["--json", "slurm", "status", run_id])
+            .run()
+            .code(0)
+            .json();
+        if let Some(state) = status["run"]["slurm_state"].as_str() {
+            return state.to_string();
+        }
+        assert!(Instant::now() < deadline, "{status}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn a_cancelled_run_leaves_no_container_within_killwait_and_says_cancelled() {
+    let test = "a_cancelled_run_leaves_no_container_within_killwait_and_says_cancelled";
+    if TestContext::skip_docker(test) {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("slurmcancel");
+    let slurm = Slurm::up(&ctx, &["a", "b", "c"], 2);
+    let (profile, shared) = profile(&mut ctx);
+    let spec = jobspec(&ctx, "sleepy", "env_vars: {PROBE_SLEEP: '600'}\n");
+    let (run_id, _job) = submit(&ctx, &slurm, &profile, &spec, &[]);
+    wait_stage(&shared, &run_id, "wait", Duration::from_secs(240));
+    assert_eq!(argus_containers(&slurm, &["a", "b", "c"]).len(), 3);
+
+    let started = Instant::now();
+    argus(&ctx, &slurm, &profile)
+        .args(["slurm", "cancel", &run_id])
+        .run()
+        .code(0);
+    assert_nothing_left(&slurm, &["a", "b", "c"], "after cancel");
+    let gone = started.elapsed();
+    eprintln!("measure: cancel to no container on any host: {gone:?}");
+    assert!(gone < Duration::from_secs(5), "{gone:?} (KillWait is 5 s)");
+    assert_eq!(final_state(&ctx, &slurm, &profile, &run_id), "CANCELLED");
+}
+
+#[test]
+fn a_killed_node_step_leaves_containers_that_the_epilog_removes() {
+    let test = "a_killed_node_step_leaves_containers_that_the_epilog_removes";
+    if TestContext::skip_docker(test) {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("slurmepilog");
+    let slurm = Slurm::up(&ctx, &["a", "b", "c"], 2);
+    let (profile, shared) = profile(&mut ctx);
+    let spec = jobspec(&ctx, "sleepy", "env_vars: {PROBE_SLEEP: '600'}\n");
+    let (run_id, job) = submit(&ctx, &slurm, &profile, &spec, &[]);
+    wait_stage(&shared, &run_id, "wait", Duration::from_secs(240));
+
+    // The node step on b, killed outright: nothing removes b's container.
+    let step = node_step_pid("b", &run_id).expect("the node step on b");
+    // SAFETY: kill(2) of a process this test's job started.
+    assert_eq!(unsafe { libc::kill(step as i32, libc::SIGKILL) }, 0);
+    slurm.run_ok(&["scancel", &job]);
+    slurm.wait_state(&job, &["CANCELLED", "PURGED"], Duration::from_secs(30));
+    // a and c removed theirs; b's is left.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let left = loop {
+        let left = argus_containers(&slurm, &["a", "b", "c"]);
+        if left.keys().all(|h| h == "b") || Instant::now() > deadline {
+            break left;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(left.keys().collect::<Vec<_>>(), ["b"], "{left:?}");
+
+    let removed = argus(&ctx, &slurm, &profile)
+        .args(["--json", "slurm", "epilog", "--engine"])
+        .args([slurm.hosts().host("b").unix.as_str()])
+        .run()
+        .code(0)
+        .json();
+    assert_eq!(
+        removed["removed"].as_array().map(Vec::len),
+        Some(1),
+        "{removed}"
+    );
+    assert_nothing_left(&slurm, &["a", "b", "c"], "after the epilog");
+}
+
+/// The pid of `argus slurm node <run_id>` on `host` (the emulated hosts share this pid
+/// namespace; a step's environment names its node).
+fn node_step_pid(host: &str, run_id: &str) -> Option<u32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        let words: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        let is_step = words
+            .windows(3)
+            .any(|w| w[0] == b"slurm" && w[1] == b"node" && w[2] == run_id.as_bytes());
+        let environ = std::fs::read(e.path().join("environ")).ok()?;
+        let on_host = environ
+            .split(|b| *b == 0)
+            .any(|v| v == format!("SLURMD_NODENAME={host}").as_bytes());
+        (is_step && on_host).then_some(pid)
+    })
+}
+
+#[test]
+fn a_binary_the_nodes_cannot_see_is_refused_before_anything_starts() {
+    let test = "a_binary_the_nodes_cannot_see_is_refused_before_anything_starts";
+    if TestContext::skip_docker(test) {
+        return;
+    }
+    let mut ctx = TestContext::new("slurmbin");
+    let slurm = Slurm::up(&ctx, &["a", "b"], 1);
+    let (profile, shared) = profile(&mut ctx);
+    let spec = jobspec(&ctx, "probe", "");
+    argus(&ctx, &slurm, &profile)
+        .args([
+            "slurm",
+            "submit",
+            "--nodes",
+            "2",
+            "--argus",
+            "/nonexistent/argus",
+        ])
+        .arg_path(&spec)
+        .run()
+        .code(2)
+        .stderr_has("/nonexistent/argus is not visible on the compute nodes")
+        .stderr_has("hint:");
+    // Nothing was written or queued.
+    assert!(
+        !shared.join("runs").exists()
+            || std::fs::read_dir(shared.join("runs"))
+                .expect("runs")
+                .next()
+                .is_none()
+    );
+    // (The check's own `srun test -x` may still be completing.)
+    let queued = slurm.run_ok(&["squeue", "-h", "-o", "%j"]);
+    assert!(!queued.contains("argus"), "{queued}");
+}
+
+#[test]
+fn a_run_past_its_time_limit_leaves_nothing_and_says_timeout() {
+    let test = "a_run_past_its_time_limit_leaves_nothing_and_says_timeout";
+    if TestContext::skip_docker(test) {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("slurmtime");
+    let slurm = Slurm::up(&ctx, &["a", "b", "c"], 2);
+    let (profile, _shared) = profile(&mut ctx);
+    let spec = jobspec(&ctx, "sleepy", "env_vars: {PROBE_SLEEP: '600'}\n");
+    let run = argus(&ctx, &slurm, &profile)
+        .args(["slurm", "submit", "--follow", "--time", "1"])
+        .arg_path(&spec)
+        .run();
+    let out = format!("{}\n{}", run.stdout, run.stderr);
+    // Stopped by Slurm: exit 3, as a STOPPED job.
+    assert_eq!(run.code, 3, "{out}");
+    assert!(out.contains("TIMEOUT"), "{out}");
+    assert_nothing_left(&slurm, &["a", "b", "c"], &out);
+}
+
+#[test]
+fn two_runs_sharing_two_nodes_get_disjoint_gpus_ports_and_names() {
+    let test = "two_runs_sharing_two_nodes_get_disjoint_gpus_ports_and_names";
+    if TestContext::skip_docker(test) {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("slurmtwo");
+    let slurm = Slurm::up(&ctx, &["a", "b"], 2);
+    let (profile, shared) = profile(&mut ctx);
+    // Each job holds its cluster until the other's is up too (both on the same nodes at once).
+    let spec = jobspec(&ctx, "probe", "env_vars: {PROBE_SLEEP: '20'}\n");
+    let children: Vec<_> = (0..2)
+        .map(|i| {
+            let mut argus = argus(&ctx, &slurm, &profile).args([
+                "slurm",
+                "submit",
+                "--follow",
+                "--nodes",
+                "2",
+                "--gpus-per-node",
+                "1",
+            ]);
+            argus = argus.arg_path(&spec);
+            let (out, err) = (ctx.path(&format!("out{i}")), ctx.path(&format!("err{i}")));
+            (argus.spawn_to(&out, &err), out, err)
+        })
+        .collect();
+    let mut outputs = Vec::new();
+    for (mut child, out, err) in children {
+        let status = child.wait().expect("wait");
+        let text = format!(
+            "{}\n{}",
+            std::fs::read_to_string(&out).unwrap_or_default(),
+            std::fs::read_to_string(&err).unwrap_or_default()
+        );
+        assert!(status.success(), "{text}");
+        assert!(text.contains("PROBE DONE"), "{text}");
+        outputs.push(text);
+    }
+    // Disjoint GPUs on each node.
+    for h in ["a", "b"] {
+        let ip = slurm.hosts().host(h).ip.to_string();
+        let held: Vec<&str> = outputs
+            .iter()
+            .map(|o| *probe_lines(o, "GPU").get(ip.as_str()).expect("a GPU line"))
+            .collect();
+        assert_ne!(held[0], held[1], "{h}: {held:?}");
+    }
+    // Different port slots (and so ports), different cluster names.
+    let batches: Vec<serde_json::Value> = std::fs::read_dir(shared.join("runs"))
+        .expect("runs")
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("slurm/batch.json")).ok())
+        .map(|t| serde_json::from_str(&t).expect("json"))
+        .collect();
+    assert_eq!(batches.len(), 2);
+    assert_ne!(batches[0]["slot"], batches[1]["slot"]);
+    assert_ne!(batches[0]["cluster"], batches[1]["cluster"]);
+    assert_nothing_left(&slurm, &["a", "b"], &outputs.join("\n"));
+}
+
+#[test]
+fn run_slurm_inside_an_salloc_uses_that_allocation() {
+    let test = "run_slurm_inside_an_salloc_uses_that_allocation";
+    if TestContext::skip_docker(test) {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("slurmsalloc");
+    let slurm = Slurm::up(&ctx, &["a", "b"], 2);
+    let (profile, _shared) = profile(&mut ctx);
+    let spec = jobspec(&ctx, "probe", "");
+    let argus = env!("CARGO_BIN_EXE_argus");
+    let out = slurm.run(&[
+        "salloc",
+        "-N2",
+        "--gres=gpu:1",
+        argus,
+        "--no-progress",
+        "-p",
+        &profile.to_string_lossy(),
+        "run",
+        "--slurm",
+        &spec.to_string_lossy(),
+    ]);
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("PROBE DONE"), "{text}");
+    let gpus = probe_lines(&text, "GPU");
+    assert_eq!(gpus.len(), 2, "{text}");
+    assert_nothing_left(&slurm, &["a", "b"], &text);
+}
