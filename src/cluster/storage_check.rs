@@ -52,7 +52,7 @@ pub async fn check_shared_storage(
             "probe".to_string(),
         ];
         cmd.extend(args.iter().map(|a| a.to_string()));
-        let body = ContainerCreateBody {
+        ContainerCreateBody {
             image: Some(head.image_id.clone()),
             cmd: Some(cmd),
             labels: Some(HashMap::from([
@@ -65,8 +65,7 @@ pub async fn check_shared_storage(
                 ..Default::default()
             }),
             ..Default::default()
-        };
-        body
+        }
     };
 
     let body = probe(
