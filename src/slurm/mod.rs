@@ -410,7 +410,10 @@ mod tests {
             &cluster_profile(&loaded, &alloc(0)).unwrap(),
             &plan_inputs(&alloc(0), "i"),
         );
-        let b = plan(&cluster_profile(&loaded, &other).unwrap(), &plan_inputs(&other, "i"));
+        let b = plan(
+            &cluster_profile(&loaded, &other).unwrap(),
+            &plan_inputs(&other, "i"),
+        );
         let ports = |p: &crate::cluster::plan::ClusterPlan| -> Vec<String> {
             p.containers
                 .iter()
