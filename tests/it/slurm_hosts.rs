@@ -39,6 +39,18 @@ impl Slurm {
     /// Hosts named `hosts` (with the NVIDIA stand-in) and Slurm on them, `gpus_per_node` fake
     /// GPUs each (1-16). Panics with the fixtures' output when that fails.
     pub fn up(ctx: &TestContext, hosts: &[&str], gpus_per_node: u32) -> Slurm {
+        Self::up_with_kill_wait(ctx, hosts, gpus_per_node, 5)
+    }
+
+    /// With Slurm's `KillWait` (the seconds between a step's SIGTERM and its SIGKILL) set:
+    /// argus's node steps remove their containers in that time, which a loaded 2-core
+    /// machine may need more than 5 s for.
+    pub fn up_with_kill_wait(
+        ctx: &TestContext,
+        hosts: &[&str],
+        gpus_per_node: u32,
+        kill_wait: u32,
+    ) -> Slurm {
         // Slurms of test processes that died without dropping theirs (a failure there is
         // theirs: this test goes on).
         run_script_reporting(&script(), &["gc"]);
@@ -53,7 +65,14 @@ impl Slurm {
         let gpus = gpus_per_node.to_string();
         let output = run_script(
             &script(),
-            &["up", hosts.instance(), "--gpus-per-node", &gpus],
+            &[
+                "up",
+                hosts.instance(),
+                "--gpus-per-node",
+                &gpus,
+                "--kill-wait",
+                &kill_wait.to_string(),
+            ],
         );
         let env = parse_env(&String::from_utf8_lossy(&output.stdout));
         let get = |key: &str| -> PathBuf {
