@@ -247,7 +247,10 @@ async fn tunnel_carries_http_into_a_container_that_has_no_network() {
             .expect("POST body");
         assert_eq!(sha256(&back), sha256(&body));
     }
-    assert_eq!(echo.relays_started() - before, 1, "keep-alive: one relay");
+    // Keep-alive through the tunnel: fewer relays than requests (a loaded machine may see
+    // the client open a second connection before the first is back in its pool).
+    let relays = echo.relays_started() - before;
+    assert!(relays < 3, "keep-alive: {relays} relays for 3 requests");
 
     // A half-close reaches the server: it answers only once it has read EOF.
     let mut stream = tokio::net::TcpStream::connect(raw.local_addr())
