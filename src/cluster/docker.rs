@@ -171,6 +171,22 @@ async fn ssh_host_key_known(endpoint: &str, user: Option<&str>, host: &str) -> R
     )))
 }
 
+/// Every container carrying `label` (`key` or `key=value`), running or not.
+pub async fn containers_labelled(
+    docker: &Docker,
+    label: &str,
+) -> Result<Vec<bollard::models::ContainerSummary>, Error> {
+    let filters = HashMap::from([("label", vec![label.to_string()])]);
+    let options = bollard::query_parameters::ListContainersOptionsBuilder::new()
+        .all(true)
+        .filters(&filters)
+        .build();
+    docker
+        .list_containers(Some(options))
+        .await
+        .map_err(docker_err("list containers"))
+}
+
 /// True when bollard's error is Docker saying 404.
 pub fn is_not_found(err: &bollard::errors::Error) -> bool {
     matches!(

@@ -6,9 +6,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use bollard::Docker;
-use bollard::query_parameters::{
-    ImportImageOptionsBuilder, ListContainersOptionsBuilder, TagImageOptionsBuilder,
-};
+use bollard::query_parameters::{ImportImageOptionsBuilder, TagImageOptionsBuilder};
 use futures_util::StreamExt;
 
 use super::Error;
@@ -130,15 +128,7 @@ async fn labelled(
     docker: &Docker,
     label: &str,
 ) -> Result<Vec<(String, HashMap<String, String>)>, Error> {
-    let filters = HashMap::from([("label", vec![label.to_string()])]);
-    let options = ListContainersOptionsBuilder::new()
-        .all(true)
-        .filters(&filters)
-        .build();
-    let list = docker
-        .list_containers(Some(options))
-        .await
-        .map_err(docker_err("list containers"))?;
+    let list = super::docker::containers_labelled(docker, label).await?;
     Ok(list
         .into_iter()
         .map(|c| {

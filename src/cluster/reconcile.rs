@@ -9,8 +9,7 @@ use bollard::Docker;
 use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::models::{NetworkCreateRequest, VolumeCreateRequest};
 use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, InspectContainerOptions, ListContainersOptionsBuilder,
-    RemoveContainerOptionsBuilder,
+    CreateContainerOptionsBuilder, InspectContainerOptions, RemoveContainerOptionsBuilder,
 };
 use futures_util::StreamExt;
 use futures_util::future::try_join_all;
@@ -433,15 +432,7 @@ pub async fn observe_all(engines: &[Engine], cluster: &str) -> Result<Vec<Observ
 
 /// The cluster's containers on one engine, running or not (`host` left empty).
 pub async fn observe(docker: &Docker, cluster: &str) -> Result<Vec<Observed>, Error> {
-    let filters = HashMap::from([("label", vec![format!("{LABEL_CLUSTER}={cluster}")])]);
-    let options = ListContainersOptionsBuilder::new()
-        .all(true)
-        .filters(&filters)
-        .build();
-    let list = docker
-        .list_containers(Some(options))
-        .await
-        .map_err(docker_err("list containers"))?;
+    let list = docker::containers_labelled(docker, &format!("{LABEL_CLUSTER}={cluster}")).await?;
     Ok(list
         .into_iter()
         .map(|c| Observed {
