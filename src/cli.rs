@@ -38,6 +38,12 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "FILE", conflicts_with = "profile")]
     pub config: Option<PathBuf>,
 
+    /// For `submit` and `job`: the cluster of this Slurm run (`argus slurm submit` printed
+    /// its id), reached from the login node through `srun` into its allocation while it
+    /// lives; once it has ended, `job` reads argus's records.
+    #[arg(long, global = true, value_name = "RUN_ID", conflicts_with = "config")]
+    pub slurm_run: Option<String>,
+
     /// Print machine-readable JSON on stdout instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
@@ -174,6 +180,14 @@ pub enum SlurmCommand {
     /// One node's step (started by the batch step with srun).
     #[command(hide = true)]
     Node { run_id: String },
+    /// One connection to 127.0.0.1:PORT over stdin/stdout (started with srun by the login
+    /// node to reach the head's dashboard).
+    #[command(hide = true)]
+    Relay { port: u16 },
+    /// This node's containers of a run's Slurm job, as one JSON line (started with srun by
+    /// `argus slurm status`).
+    #[command(hide = true)]
+    Containers { run_id: String },
 }
 
 #[derive(Debug, Args)]

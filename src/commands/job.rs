@@ -26,6 +26,18 @@ async fn target(cli: &Cli) -> Result<Target> {
         return Ok(Target::from_ray_config(&config, token));
     }
     let loaded = super::profile(cli)?;
+    if let Some(run_id) = &cli.slurm_run {
+        let attached = crate::slurm::attach::attach(&loaded, run_id)
+            .await
+            .with_context(|| format!("cannot reach the cluster of Slurm run {run_id}"))?;
+        if !attached.live() {
+            tracing::info!(
+                "Slurm job of run {run_id} is {}: reading argus's records",
+                attached.state.as_deref().unwrap_or("gone")
+            );
+        }
+        return Ok(Target::from_profile(&attached.cluster, attached.ray));
+    }
     let ray = access::ray_client(&loaded).await?.with_connect_retries(2);
     Ok(Target::from_profile(&loaded, ray))
 }

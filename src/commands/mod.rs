@@ -132,6 +132,13 @@ pub fn check_flags(cli: &Cli) -> Result<(), FlagError> {
             "use -p PROFILE here; --config is for `argus submit` and `argus job`",
         ));
     }
+    if cli.slurm_run.is_some() && !matches!(cli.command, Commands::Submit(_) | Commands::Job(_)) {
+        return Err(refuse(
+            "--slurm-run",
+            "it names the cluster of a Slurm run for jobs; this command would act on the profile's own cluster",
+            "`argus slurm status RUN_ID` and `argus slurm cancel RUN_ID` act on a Slurm run; --slurm-run is for `argus submit` and `argus job`",
+        ));
+    }
     match &cli.command {
         Commands::Up(args) if args.timeout == Some(0) => Err(refuse(
             "--timeout 0",

@@ -44,6 +44,20 @@ pub async fn run(cli: &Cli, command: &SlurmCommand, printer: &Printer) -> Result
                 .await
                 .context("the Slurm batch step stopped")?)
         }
+        SlurmCommand::Relay { port } => match slurm::relay::run(*port) {
+            Ok(()) => Ok(Exit::Success),
+            Err(e) => {
+                eprintln!("argus: cannot reach 127.0.0.1:{port} on this node: {e}");
+                std::process::exit(slurm::relay::REFUSED);
+            }
+        },
+        SlurmCommand::Containers { run_id } => {
+            let loaded = super::profile(cli)?;
+            let listed = slurm::attach::node_containers(&loaded, run_id).await?;
+            // One line per node: srun passes the nodes' lines through whole.
+            printer.data(serde_json::to_string(&listed)?);
+            Ok(Exit::Success)
+        }
         SlurmCommand::Node { run_id } => {
             let loaded = super::profile(cli)?;
             let reporter = printer.reporter();
@@ -135,8 +149,23 @@ async fn status(cli: &Cli, run_id: &str, printer: &Printer) -> Result<Exit> {
         slurm::write_json(&files.record(), &record)?;
     }
     let batch = slurm::read_json::<slurm::record::BatchReport>(&files.batch()).ok();
+    // While the allocation holds its nodes: what is on them, through srun.
+    let live = state.state.as_deref() == Some("RUNNING") && files.alloc().exists();
+    let cluster = if live {
+        Some(live_cluster(&loaded, run_id, &record.submission_id).await)
+    } else {
+        None
+    };
     if printer.json {
-        printer.json(&serde_json::json!({"run": record, "slurm": state, "batch": batch}));
+        printer.json(&serde_json::json!({
+            "run": record,
+            "slurm": state,
+            "batch": batch,
+            "containers": cluster.as_ref().map(|c| &c.containers),
+            "ray_nodes": cluster.as_ref().map(|c| &c.ray_nodes),
+            "job": cluster.as_ref().map(|c| &c.job),
+            "errors": cluster.as_ref().map(|c| &c.errors),
+        }));
         return Ok(Exit::Success);
     }
     let shown = state
@@ -166,15 +195,105 @@ async fn status(cli: &Cli, run_id: &str, printer: &Printer) -> Result<Exit> {
                 "\n  node {} {} GPUs {:?}",
                 n.name, n.address, n.gpus
             ));
+            if let Some(listed) = cluster
+                .as_ref()
+                .and_then(|c| c.containers.as_ref())
+                .and_then(|all| all.iter().find(|l| l.node == n.name))
+            {
+                for c in &listed.containers {
+                    text.push_str(&format!("\n    {} {} ({})", c.name, c.state, c.status));
+                }
+                if listed.containers.is_empty() {
+                    text.push_str("\n    no container");
+                }
+            }
         }
-        if let Some(status) = &b.job_status {
-            text.push_str(&format!("\njob {} {status}", record.submission_id));
+        if let Some(nodes) = cluster.as_ref().and_then(|c| c.ray_nodes.as_ref()) {
+            let alive = nodes.iter().filter(|n| n.alive()).count();
+            text.push_str(&format!("\nRay: {alive} of {} nodes ALIVE", nodes.len()));
+            for n in nodes {
+                text.push_str(&format!(
+                    "\n  {} {}{} GPU {}",
+                    n.node_ip,
+                    n.state,
+                    if n.is_head_node { " head" } else { "" },
+                    n.gpus()
+                ));
+            }
+        }
+        match cluster.as_ref().and_then(|c| c.job.as_ref()) {
+            Some(job) => text.push_str(&format!(
+                "\njob {} {}{}",
+                record.submission_id,
+                job.status,
+                job.message
+                    .as_deref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            )),
+            None => {
+                if let Some(status) = &b.job_status {
+                    text.push_str(&format!("\njob {} {status}", record.submission_id));
+                }
+            }
         }
         if let Some(e) = &b.error {
             text.push_str(&format!("\nerror: {e}"));
         }
     }
+    for (what, e) in cluster.iter().flat_map(|c| &c.errors) {
+        text.push_str(&format!("\n{what}: unavailable ({e})"));
+    }
     text.push_str(&format!("\noutput: {}", record.output));
     printer.data(text);
     Ok(Exit::Success)
+}
+
+/// What a live Slurm run's cluster shows: each node's containers, Ray's nodes, the job.
+/// Each part that cannot be read is an entry of `errors` rather than a failure.
+struct LiveCluster {
+    containers: Option<Vec<slurm::attach::NodeContainers>>,
+    ray_nodes: Option<Vec<crate::ray::RayNode>>,
+    job: Option<crate::ray::jobs::JobInfo>,
+    errors: std::collections::BTreeMap<&'static str, String>,
+}
+
+async fn live_cluster(
+    loaded: &crate::config::LoadedProfile,
+    run_id: &str,
+    submission_id: &str,
+) -> LiveCluster {
+    let mut live = LiveCluster {
+        containers: None,
+        ray_nodes: None,
+        job: None,
+        errors: Default::default(),
+    };
+    let attached = match slurm::attach::attach(loaded, run_id).await {
+        Ok(a) => a,
+        Err(e) => {
+            live.errors.insert("cluster", crate::exit::one_line(&e));
+            return live;
+        }
+    };
+    let api = crate::ray::jobs::JobsApi { ray: &attached.ray };
+    let (containers, nodes, job) = tokio::join!(
+        slurm::attach::containers(&attached),
+        attached.ray.nodes(),
+        api.get(submission_id)
+    );
+    match containers {
+        Ok(c) => live.containers = Some(c),
+        Err(e) => drop(live.errors.insert("containers", crate::exit::one_line(&e))),
+    }
+    match nodes {
+        Ok(n) => live.ray_nodes = Some(n),
+        Err(e) => drop(live.errors.insert("ray_nodes", crate::exit::one_line(&e))),
+    }
+    match job {
+        Ok(j) => live.job = Some(j),
+        Err(crate::ray::jobs::JobsError::NotFound(_)) => {}
+        Err(e) => drop(live.errors.insert("job", crate::exit::one_line(&e))),
+    }
+    live
 }

@@ -11,10 +11,12 @@
 //! does, follows it, and exits with its code. `epilog` removes what a killed step left.
 
 pub mod alloc;
+pub mod attach;
 pub mod epilog;
 pub mod node;
 pub mod ports;
 pub mod record;
+pub mod relay;
 pub mod run;
 pub mod script;
 pub mod submit;
@@ -54,6 +56,8 @@ pub enum Error {
     BinaryNotVisible { path: String, detail: String },
     #[error("{0}")]
     Invalid(String),
+    #[error("Slurm run {run_id} has no cluster to reach: {why}")]
+    NoCluster { run_id: String, why: String },
     #[error("no Slurm run {run_id} under {}", dir.display())]
     UnknownRun { run_id: String, dir: PathBuf },
     #[error("cannot read or write {}", path.display())]
@@ -83,6 +87,7 @@ impl Classify for Error {
         match self {
             Error::Spawn { .. } => Exit::Unreachable,
             Error::Command { .. } | Error::Allocation(_) | Error::NoPortSlot { .. } => Exit::Failed,
+            Error::NoCluster { .. } => Exit::Unreachable,
             Error::Io { .. } => Exit::Failed,
             Error::BinaryNotVisible { .. } | Error::Invalid(_) | Error::UnknownRun { .. } => {
                 Exit::Usage
@@ -135,6 +140,28 @@ pub fn slurm_command(program: &str, args: &[&str]) -> Result<String, Error> {
         });
     }
     Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+}
+
+/// An `srun` that starts a step of its own sizes: inside a step (`argus run --slurm`, or
+/// a shell in an allocation) the step's variables must not narrow it.
+pub fn srun() -> tokio::process::Command {
+    let mut srun = tokio::process::Command::new("srun");
+    if std::env::var_os("SLURM_STEP_ID").is_some() {
+        for var in [
+            "SLURM_NTASKS",
+            "SLURM_NPROCS",
+            "SLURM_NNODES",
+            "SLURM_NODELIST",
+            "SLURM_TASKS_PER_NODE",
+            "SLURM_STEP_NODELIST",
+            "SLURM_STEP_NUM_NODES",
+            "SLURM_STEP_NUM_TASKS",
+            "SLURM_STEP_TASKS_PER_NODE",
+        ] {
+            srun.env_remove(var);
+        }
+    }
+    srun
 }
 
 /// The files of one Slurm run, under `<shared>/runs/<run_id>/`.

@@ -19,6 +19,9 @@ pub struct SlurmRecord {
     /// The Ray job's submission id.
     pub submission_id: String,
     pub image_id: String,
+    /// The argus binary the nodes run (checked visible on them at submission).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub argus: Option<String>,
     /// How the Slurm job ended: COMPLETED, FAILED, CANCELLED, TIMEOUT, ...
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub slurm_state: Option<String>,

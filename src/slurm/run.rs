@@ -116,23 +116,7 @@ fn start_node_steps(
     })?;
     let profile = loaded.source.origin.clone();
     let n = nodes.to_string();
-    let mut srun = tokio::process::Command::new("srun");
-    // Inside a step (`argus run --slurm`), the step's own sizes must not narrow this one.
-    if std::env::var_os("SLURM_STEP_ID").is_some() {
-        for var in [
-            "SLURM_NTASKS",
-            "SLURM_NPROCS",
-            "SLURM_NNODES",
-            "SLURM_NODELIST",
-            "SLURM_TASKS_PER_NODE",
-            "SLURM_STEP_NODELIST",
-            "SLURM_STEP_NUM_NODES",
-            "SLURM_STEP_NUM_TASKS",
-            "SLURM_STEP_TASKS_PER_NODE",
-        ] {
-            srun.env_remove(var);
-        }
-    }
+    let mut srun = super::srun();
     srun.args([
         "--overlap",
         "--nodes",

@@ -211,6 +211,7 @@ pub async fn stage(
         output: files.output().display().to_string(),
         submission_id,
         image_id,
+        argus: Some(argus.display().to_string()),
         slurm_state: None,
     };
     super::write_json(&files.record(), &record)?;
@@ -329,6 +330,7 @@ pub async fn follow(
                 let nodes = now
                     .nodes
                     .as_deref()
+                    .filter(|n| !n.trim().is_empty() && *n != "(null)")
                     .map(|n| format!(" on {n}"))
                     .unwrap_or_default();
                 on_line(&format!("slurm job {job_id}: {state}{reason}{nodes}"));
@@ -407,7 +409,7 @@ pub async fn run_inside(
         program: "argus (its own path)".into(),
         source,
     })?;
-    let status = tokio::process::Command::new("srun")
+    let status = super::srun()
         .args([
             "--overlap",
             "--nodes=1",

@@ -442,6 +442,28 @@ fn cases(good: &str) -> Vec<Case> {
                 "valid: format: 1",
             ],
         ),
+        // A Slurm run named for jobs (class 5 and 1): checked before any file or srun.
+        case(
+            "--slurm-run with up",
+            &["-p", "{profile}", "--slurm-run", "run-x", "up"],
+            None,
+            &[
+                "--slurm-run does not apply to `argus up`",
+                "hint: `argus slurm status RUN_ID`",
+            ],
+        ),
+        case(
+            "--slurm-run traversal",
+            &["-p", "{profile}", "--slurm-run", "../../etc", "job", "list"],
+            None,
+            &["invalid run id \"../../etc\": '/' is not allowed"],
+        ),
+        case(
+            "--slurm-run of no run",
+            &["-p", "{profile}", "--slurm-run", "run-nope", "job", "list"],
+            None,
+            &["no Slurm run run-nope under"],
+        ),
         // Flags where they do not apply (class 5).
         case(
             "--config with up",

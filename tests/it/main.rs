@@ -15,6 +15,7 @@ mod hub;
 mod hydra;
 mod image_distribution;
 mod multihost;
+mod podman;
 mod prepare;
 mod profiles;
 mod run;

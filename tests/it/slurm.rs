@@ -279,6 +279,7 @@ fn a_cancelled_run_leaves_no_container_within_killwait_and_says_cancelled() {
     let (run_id, _job) = submit(&ctx, &slurm, &profile, &spec, &[]);
     wait_stage(&shared, &run_id, "wait", Duration::from_secs(240));
     assert_eq!(argus_containers(&slurm, &["a", "b", "c"]).len(), 3);
+    check_live_run(&ctx, &slurm, &profile, &run_id);
 
     let started = Instant::now();
     argus(&ctx, &slurm, &profile)
@@ -293,6 +294,117 @@ fn a_cancelled_run_leaves_no_container_within_killwait_and_says_cancelled() {
         "{gone:?} (a node step removes its containers at once)"
     );
     assert_eq!(final_state(&ctx, &slurm, &profile, &run_id), "CANCELLED");
+
+    // The allocation is gone: the job's status comes from argus's record.
+    let status = argus(&ctx, &slurm, &profile)
+        .args(["--json", "--slurm-run", &run_id, "job", "status", &run_id])
+        .run()
+        .code(0)
+        .json();
+    assert_eq!(status["from_cluster"], false, "{status}");
+}
+
+/// While the allocation lives, from the login node: `slurm status` shows each node's own
+/// containers and Ray's nodes at the nodes' addresses, and `argus job` reaches the job
+/// (through srun into the allocation: the dashboard stays on the first node's loopback).
+#[track_caller]
+fn check_live_run(ctx: &TestContext, slurm: &Slurm, profile: &Path, run_id: &str) {
+    // The job through `argus job`, until its driver runs.
+    let job = crate::harness::poll("the job RUNNING", Duration::from_secs(120), || {
+        let job = argus(ctx, slurm, profile)
+            .args(["--json", "--slurm-run", run_id, "job", "status", run_id])
+            .run()
+            .code(0)
+            .json();
+        assert_eq!(job["from_cluster"], true, "{job}");
+        (job["job"]["status"] == "RUNNING").then_some(job)
+    });
+    assert_eq!(job["job"]["submission_id"], run_id, "{job}");
+    let status = argus(ctx, slurm, profile)
+        .args(["--json", "slurm", "status", run_id])
+        .run()
+        .code(0)
+        .json();
+    assert_eq!(status["errors"], serde_json::json!({}), "{status}");
+    let cluster = status["batch"]["cluster"]
+        .as_str()
+        .expect("cluster")
+        .to_string();
+    let listed: BTreeMap<String, Vec<String>> = status["containers"]
+        .as_array()
+        .expect("containers")
+        .iter()
+        .map(|n| {
+            let names = n["containers"]
+                .as_array()
+                .expect("list")
+                .iter()
+                .map(|c| {
+                    assert_eq!(c["state"], "running", "{status}");
+                    c["name"].as_str().expect("name").to_string()
+                })
+                .collect();
+            (n["node"].as_str().expect("node").to_string(), names)
+        })
+        .collect();
+    let want: BTreeMap<String, Vec<String>> = [
+        (
+            "a",
+            vec![format!("{cluster}-head"), format!("{cluster}-node0-0")],
+        ),
+        ("b", vec![format!("{cluster}-node1-0")]),
+        ("c", vec![format!("{cluster}-node2-0")]),
+    ]
+    .into_iter()
+    .map(|(h, names)| (h.to_string(), names))
+    .collect();
+    assert_eq!(listed, want, "{status}");
+    // The same as each host's engine says.
+    for (host, names) in &want {
+        let mut on_engine = argus_containers(slurm, &[host])
+            .remove(host)
+            .unwrap_or_default();
+        on_engine.sort();
+        assert_eq!(&on_engine, names, "{host}");
+    }
+    let ip = |h: &str| slurm.hosts().host(h).ip.to_string();
+    let mut alive: Vec<(String, bool)> = status["ray_nodes"]
+        .as_array()
+        .expect("ray_nodes")
+        .iter()
+        .filter(|n| n["state"] == "ALIVE")
+        .map(|n| {
+            (
+                n["node_ip"].as_str().expect("ip").to_string(),
+                n["is_head_node"] == true,
+            )
+        })
+        .collect();
+    alive.sort();
+    let mut want_nodes = vec![
+        (ip("a"), true),
+        (ip("a"), false),
+        (ip("b"), false),
+        (ip("c"), false),
+    ];
+    want_nodes.sort();
+    assert_eq!(alive, want_nodes, "{status}");
+    assert_eq!(status["job"]["status"], "RUNNING", "{status}");
+
+    crate::harness::poll("the driver's log", Duration::from_secs(60), || {
+        argus(ctx, slurm, profile)
+            .args(["--slurm-run", run_id, "job", "logs", run_id])
+            .run()
+            .code(0)
+            .stdout
+            .contains(&format!("NODE {}", ip("c")))
+            .then_some(())
+    });
+    argus(ctx, slurm, profile)
+        .args(["--slurm-run", run_id, "job", "list"])
+        .run()
+        .code(0)
+        .stdout_has(run_id);
 }
 
 #[test]
