@@ -58,6 +58,51 @@ pub async fn remove_dead(docker: &Docker, keep: Option<u64>) -> Result<Vec<Strin
     Ok(removed)
 }
 
+/// Where a node's engine got the run's image from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ImageSource {
+    /// It had the image (by id) already.
+    Present,
+    /// Pulled from the registry its reference names, with the run's image id.
+    Pulled,
+    /// Loaded from the run's archive on the shared storage (verified by id).
+    Loaded,
+}
+
+/// Brings image `id` to this node's engine: present already; else pulled when `reference`
+/// names a registry and the pull gives that very id; else loaded from `archive`. A pull
+/// that fails, or brings another image under the tag (it moved since the login node
+/// archived it), falls back to the archive, which retags the reference to `id`.
+pub async fn bring_image(
+    docker: &Docker,
+    me: &str,
+    reference: &str,
+    id: &str,
+    archive: &std::path::Path,
+    reporter: &dyn Reporter,
+) -> Result<ImageSource, Error> {
+    if engine::has_image(docker, id).await {
+        return Ok(ImageSource::Present);
+    }
+    if crate::cluster::image::names_registry(reference) {
+        match crate::cluster::image::pull_on(me, docker, reference, reporter).await {
+            Ok(pulled) if pulled == id => {
+                reporter.note(&format!("{me}: image pulled from {reference}"));
+                return Ok(ImageSource::Pulled);
+            }
+            Ok(pulled) => reporter.note(&format!(
+                "{me}: {reference} is now image {pulled}, not the run's {id}: loading the archive"
+            )),
+            Err(why) => reporter.note(&format!(
+                "{me}: could not pull {reference} ({why}): loading the archive"
+            )),
+        }
+    }
+    engine::load_archive(docker, reference, id, archive).await?;
+    reporter.note(&format!("{me}: image loaded from {}", archive.display()));
+    Ok(ImageSource::Loaded)
+}
+
 /// The node step, to its end.
 pub async fn run(
     loaded: &LoadedProfile,
@@ -89,9 +134,15 @@ pub async fn run(
             ));
         }
         let archive = super::image_archive(&Layout::new(layout.root()), &record.image_id);
-        if engine::load_archive(&docker, &loaded.profile.image, &record.image_id, &archive).await? {
-            reporter.note(&format!("{me}: image loaded from {}", archive.display()));
-        }
+        bring_image(
+            &docker,
+            &me,
+            &loaded.profile.image,
+            &record.image_id,
+            &archive,
+            reporter,
+        )
+        .await?;
         let plan = crate::cluster::plan::plan(&cluster, &plan_inputs(&alloc, &record.image_id));
         let names = engine::start_on(&docker, &plan, &me, reporter).await?;
         reporter.note(&format!(

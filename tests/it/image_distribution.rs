@@ -590,3 +590,74 @@ async fn image_distribution_benchmark() {
     let median = ratios[ratios.len() / 2];
     println!("median ratio argus/naive: {median:.2} (target <= 0.6)");
 }
+
+/// A Slurm node step's image (`slurm::node::bring_image`): pulled when the reference names a
+/// registry that has the run's very image, else loaded from the run's archive (verified by
+/// id); a tag that moved since the login node archived the image is not trusted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slurm_node_pulls_the_runs_image_only_when_it_is_that_image() {
+    if TestContext::skip_docker("a_slurm_node_pulls_the_runs_image_only_when_it_is_that_image") {
+        return;
+    }
+    use argus::slurm::node::{ImageSource, bring_image};
+    let ctx = TestContext::new("imgnode");
+    let hosts = Hosts::up(
+        &ctx,
+        &["a", "b"],
+        Options {
+            registry: true,
+            ..Default::default()
+        },
+    );
+    let registry = hosts.registry().expect("the fixture's registry");
+    let engines = connect_hosts(&hosts, &["a", "b"]).await;
+    let (a, b) = (&engines[0], &engines[1]);
+    let a_unix = hosts.host("a").unix.clone();
+    let recorder = Recorder::default();
+
+    // The registry has the run's image: b pulls it, and needs no archive (there is none).
+    let pushed = format!("{registry}/{}/tiny:node", ctx.prefix);
+    let id = tiny_image(Some(&a_unix), &pushed, &ctx.prefix);
+    hosts.docker_ok("a", &["push", &pushed]);
+    let no_archive = ctx.path("images/none.tar");
+    let got = bring_image(b, "b", &pushed, &id, &no_archive, &recorder)
+        .await
+        .expect("pulled");
+    assert_eq!(got, ImageSource::Pulled);
+    assert_eq!(hosts.image_id("b", &pushed).as_deref(), Some(id.as_str()));
+    let again = bring_image(b, "b", &pushed, &id, &no_archive, &recorder)
+        .await
+        .expect("present");
+    assert_eq!(again, ImageSource::Present);
+
+    // The tag moved after the run archived its image: the pull brings another image, so
+    // the archive's is loaded and the tag points at the run's image on b.
+    let moved = format!("{registry}/{}/tiny:moved", ctx.prefix);
+    let runs = tiny_image(Some(&a_unix), &moved, "the run's");
+    let archive = ctx.path("images/moved.tar");
+    std::fs::create_dir_all(archive.parent().expect("dir")).expect("mkdir");
+    argus::cluster::node::save_archive(a, &moved, &archive)
+        .await
+        .expect("archive");
+    let newer = tiny_image(Some(&a_unix), &moved, "pushed since");
+    assert_ne!(newer, runs);
+    hosts.docker_ok("a", &["push", &moved]);
+    let got = bring_image(b, "b", &moved, &runs, &archive, &recorder)
+        .await
+        .expect("loaded");
+    assert_eq!(got, ImageSource::Loaded);
+    assert_eq!(hosts.image_id("b", &moved).as_deref(), Some(runs.as_str()));
+
+    // The registry lacks it: the archive, again.
+    let unpushed = format!("{registry}/{}/tiny:unpushed", ctx.prefix);
+    let id = tiny_image(Some(&a_unix), &unpushed, "never pushed");
+    let archive = ctx.path("images/unpushed.tar");
+    argus::cluster::node::save_archive(a, &unpushed, &archive)
+        .await
+        .expect("archive");
+    let got = bring_image(b, "b", &unpushed, &id, &archive, &recorder)
+        .await
+        .expect("loaded");
+    assert_eq!(got, ImageSource::Loaded);
+    assert_eq!(hosts.image_id("b", &unpushed).as_deref(), Some(id.as_str()));
+}

@@ -513,6 +513,19 @@ fn split_tag(reference: &str) -> (&str, &str) {
     }
 }
 
+/// Pulls `image` on one engine (`host` names it in progress and messages): the id of what
+/// was pulled, or why nothing was.
+pub async fn pull_on(
+    host: &str,
+    docker: &Docker,
+    image: &str,
+    reporter: &dyn Reporter,
+) -> Result<String, String> {
+    pull(Engine::new(host, docker), image, reporter)
+        .await
+        .map(|found| found.id)
+}
+
 /// Pulls `image` on one host, with the downloaded bytes as progress.
 async fn pull(engine: Engine<'_>, image: &str, reporter: &dyn Reporter) -> Result<Found, String> {
     let task = reporter.task(&format!("image on {}", engine.host));

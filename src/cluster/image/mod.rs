@@ -31,7 +31,7 @@ pub use apt::debian_mirror;
 pub use build::{BuildReport, BuildSpec, build};
 pub use distribute::{
     DistributeError, Distribution, Engine, HostFailure, HostImage, Outcome, distribute,
-    names_registry,
+    names_registry, pull_on,
 };
 
 /// Bumped whenever the recipe below changes what ends up in the image.
