@@ -102,7 +102,9 @@ pub async fn attach(loaded: &LoadedProfile, run_id: &str) -> Result<Attached, Er
             state.as_deref().map_or("gone".into(), |s| s.to_lowercase())
         )
     };
-    let ray = RayClient::new(&tunnel.url(), None)
+    // `ray.auth: token`: this machine's token of the profile (the one `submit` sent).
+    let token = crate::cluster::auth::cluster_token(loaded, false)?;
+    let ray = RayClient::new(&tunnel.url(), token)
         .with_via(via)
         .with_keepalive(Arc::new(tunnel));
     Ok(Attached {

@@ -124,8 +124,19 @@ impl Classify for Error {
 
 /// Runs a Slurm command and returns its stdout; a non-zero exit is an error with stderr.
 pub fn slurm_command(program: &str, args: &[&str]) -> Result<String, Error> {
+    slurm_command_with(program, args, &[])
+}
+
+/// `slurm_command` with variables added to its environment (sbatch and srun export their
+/// environment to the job: how a secret reaches the allocation without the shared storage).
+pub fn slurm_command_with(
+    program: &str,
+    args: &[&str],
+    env: &[(String, String)],
+) -> Result<String, Error> {
     let output = std::process::Command::new(program)
         .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(std::process::Stdio::null())
         .output()
         .map_err(|source| Error::Spawn {
@@ -307,10 +318,14 @@ pub fn cluster_profile(
 }
 
 /// The plan inputs of a Slurm job: its port slot on every node, its label.
-pub fn plan_inputs(alloc: &alloc::Alloc, image_id: &str) -> crate::cluster::plan::PlanInputs {
+pub fn plan_inputs(
+    alloc: &alloc::Alloc,
+    image_id: &str,
+    token: Option<String>,
+) -> crate::cluster::plan::PlanInputs {
     crate::cluster::plan::PlanInputs {
         image_id: image_id.to_string(),
-        token: None,
+        token,
         first_block: alloc
             .nodes
             .iter()
@@ -379,7 +394,7 @@ mod tests {
     #[test]
     fn the_allocation_becomes_a_cluster_with_the_nodes_gpus() {
         let cluster = cluster_profile(&profile("nvidia"), &alloc(1)).unwrap();
-        let plan = plan(&cluster, &plan_inputs(&alloc(1), "sha256:i"));
+        let plan = plan(&cluster, &plan_inputs(&alloc(1), "sha256:i", None));
         assert_eq!(plan.cluster, "s-j42");
         let hosts: Vec<_> = plan.containers.iter().map(|c| c.host.as_str()).collect();
         assert_eq!(hosts, ["a", "a", "b", "c"]);
@@ -423,7 +438,7 @@ mod tests {
     #[test]
     fn simulated_workers_get_as_many_gpus_as_slurm_gave() {
         let cluster = cluster_profile(&profile("simulated"), &alloc(0)).unwrap();
-        let plan = plan(&cluster, &plan_inputs(&alloc(0), "sha256:i"));
+        let plan = plan(&cluster, &plan_inputs(&alloc(0), "sha256:i", None));
         assert_eq!(plan.containers[1].gpu, GpuAttach::Simulated { count: 1 });
         assert_eq!(plan.containers[1].expect.gpus, 1);
     }
@@ -435,11 +450,11 @@ mod tests {
         other.job_id = 43;
         let a = plan(
             &cluster_profile(&loaded, &alloc(0)).unwrap(),
-            &plan_inputs(&alloc(0), "i"),
+            &plan_inputs(&alloc(0), "i", None),
         );
         let b = plan(
             &cluster_profile(&loaded, &other).unwrap(),
-            &plan_inputs(&other, "i"),
+            &plan_inputs(&other, "i", None),
         );
         let ports = |p: &crate::cluster::plan::ClusterPlan| -> Vec<String> {
             p.containers

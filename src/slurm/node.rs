@@ -143,7 +143,10 @@ pub async fn run(
             reporter,
         )
         .await?;
-        let plan = crate::cluster::plan::plan(&cluster, &plan_inputs(&alloc, &record.image_id));
+        // The token came with the step's environment (sbatch, then srun, export it).
+        let token = crate::cluster::auth::cluster_token(loaded, false)?;
+        let plan =
+            crate::cluster::plan::plan(&cluster, &plan_inputs(&alloc, &record.image_id, token));
         let names = engine::start_on(&docker, &plan, &me, reporter).await?;
         reporter.note(&format!(
             "{me}: started {} in {:.1}s",

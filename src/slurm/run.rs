@@ -170,8 +170,13 @@ async fn stages(
     on_log: &mut (dyn FnMut(&str) + Send),
 ) -> Result<(JobStatus, Option<String>), Error> {
     // Ready: exactly the planned nodes ALIVE, each at its node's address.
-    let plan = crate::cluster::plan::plan(cluster, &plan_inputs(alloc, &record.image_id));
-    let ray = RayClient::new(&cluster.dashboard_url(), None);
+    // `ray.auth: token`: the token came with the batch step's environment.
+    let token = crate::cluster::auth::cluster_token(cluster, false)?;
+    let plan = crate::cluster::plan::plan(
+        cluster,
+        &plan_inputs(alloc, &record.image_id, token.clone()),
+    );
+    let ray = RayClient::new(&cluster.dashboard_url(), token);
     let timeout = Duration::from_secs(cluster.profile.ray.ready_timeout_s);
     let deadline = tokio::time::Instant::now() + timeout;
     let incarnations = Default::default();

@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::alloc;
 use super::record::{BatchReport, SlurmRecord};
 use super::script::{self, Allocation, AllocationFlags, ScriptInputs};
-use super::{Error, RunFiles, slurm_command};
+use super::{Error, RunFiles, slurm_command, slurm_command_with};
 use crate::config::LoadedProfile;
 use crate::config::jobspec::LoadedJobSpec;
 use crate::exit::Exit;
@@ -88,6 +88,8 @@ pub struct Staged {
     pub files: RunFiles,
     pub record: SlurmRecord,
     pub submitted: Submitted,
+    /// What the allocation's environment must carry: `ray.auth: token`'s variable.
+    pub env: Vec<(String, String)>,
 }
 
 pub async fn submit(
@@ -100,6 +102,7 @@ pub async fn submit(
         files,
         mut record,
         mut submitted,
+        env,
     }) = stage(loaded, job, options, None, reporter).await?
     else {
         return Err(Error::Invalid("nothing staged".into()));
@@ -108,7 +111,8 @@ pub async fn submit(
         return Ok(submitted);
     }
     let script = files.script().display().to_string();
-    let out = blocking(move || slurm_command("sbatch", &["--parsable", &script])).await?;
+    let out =
+        blocking(move || slurm_command_with("sbatch", &["--parsable", &script], &env)).await?;
     let job_id: u64 = out
         .trim()
         .split(';')
@@ -135,11 +139,6 @@ pub async fn stage(
     let layout = loaded.host_layout()?;
     let p = &loaded.profile;
     job.check_on_shared(p.submit.shared_root.as_deref().unwrap_or(&p.shared.mount))?;
-    if p.ray.auth != crate::config::profile::AuthMode::Disabled {
-        return Err(Error::Invalid(
-            "argus slurm does not run clusters with ray.auth: token yet (the Jobs API stays on the first node's loopback)".into(),
-        ));
-    }
     let allocation = Allocation::resolve(p.slurm.as_ref(), &options.flags);
     let run_id = crate::ids::RunId::generate().into_string();
     let files = RunFiles::new(&layout, &run_id);
@@ -175,9 +174,17 @@ pub async fn stage(
             files,
             record: SlurmRecord::default(),
             submitted,
+            env: Vec::new(),
         }));
     }
     check_binary(&argus, &allocation).await?;
+    // `ray.auth: token`: this machine's token of the profile (made when absent, 0600 under
+    // ~/.config/argus/tokens/), sent to the allocation in sbatch's environment, never
+    // written to the shared storage; `argus --slurm-run ... job` reads it back here.
+    let env: Vec<(String, String)> = crate::cluster::auth::cluster_token(loaded, true)?
+        .map(|token| (p.ray.token_env.clone(), token))
+        .into_iter()
+        .collect();
 
     // As `argus run` does it: inputs prepared, code snapshotted (the JobSpec then names it).
     crate::run::prepare_inputs(loaded, &mut job, reporter).await?;
@@ -230,6 +237,7 @@ pub async fn stage(
         files,
         record,
         submitted,
+        env,
     }))
 }
 
@@ -410,6 +418,7 @@ pub async fn run_inside(
         source,
     })?;
     let status = super::srun()
+        .envs(staged.env.iter().map(|(k, v)| (k, v)))
         .args([
             "--overlap",
             "--nodes=1",

@@ -11,7 +11,7 @@ use crate::harness::{TestContext, free_port, test_profile};
 const IMAGE_260: &str = "argus/ray:2.60.0";
 
 /// Builds (or finds, by its inputs' label) argus's image with Ray 2.60.0.
-fn ensure_image_260(ctx: &TestContext) {
+pub(crate) fn ensure_image_260(ctx: &TestContext) {
     static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
     BUILT.get_or_init(|| {
         ctx.argus()
@@ -49,7 +49,7 @@ fn status_of(port: u16, method: &str, path: &str, token: Option<&str>) -> u16 {
 }
 
 /// Every file under `root` that contains `needle`.
-fn files_containing(root: &Path, needle: &str) -> Vec<String> {
+pub(crate) fn files_containing(root: &Path, needle: &str) -> Vec<String> {
     let mut found = Vec::new();
     let mut dirs = vec![root.to_path_buf()];
     while let Some(dir) = dirs.pop() {

@@ -626,3 +626,106 @@ fn run_slurm_inside_an_salloc_uses_that_allocation() {
     assert_eq!(gpus.len(), 2, "{text}");
     assert_nothing_left(&slurm, &["a", "b"], &text);
 }
+
+/// `ray.auth: token` under Slurm: the token is made on the login node (0600, never on the
+/// shared storage), travels to the allocation in sbatch's environment, and Ray on the first
+/// node refuses whoever lacks it; `argus job` from the login node carries it.
+#[test]
+fn a_run_with_token_auth_refuses_requests_without_the_token() {
+    let test = "a_run_with_token_auth_refuses_requests_without_the_token";
+    if TestContext::skip_docker(test) {
+        return;
+    }
+    let mut ctx = TestContext::new("slurmtoken");
+    crate::auth::ensure_image_260(&ctx);
+    let slurm = Slurm::up_with_kill_wait(&ctx, &["a"], 1, KILL_WAIT_S);
+    let name = ctx.cluster("tk");
+    let shared = ctx.path("shared");
+    std::fs::create_dir_all(shared.join("code")).expect("shared");
+    std::fs::write(shared.join("code/probe.py"), PROBE).expect("probe");
+    let profile = ctx.write(
+        "profile.yaml",
+        &format!(
+            "name: {name}\nimage: argus/ray:2.60.0\nshared: {{host_path: {}}}\nray: {{ready_timeout_s: 240, auth: token, token_env: ARGUS_TEST_UNSET_SLURM_TOKEN}}\nslurm: {{nodes: 1, gpus_per_node: 1}}\nhead: {{cpus: 1, memory: 2g, shm_size: 256m, object_store_memory: 128m}}\nworkers:\n  - {{name: gpu, count: 1, gpus: 1, gpu_mode: nvidia, cpus: 1, memory: 2g, shm_size: 256m, object_store_memory: 128m}}\n",
+            shared.display()
+        ),
+    );
+    let config = ctx.path("config");
+    let with_config = |argus: crate::harness::Argus| argus.env("XDG_CONFIG_HOME", &config);
+    let spec = jobspec(&ctx, "sleepy", "env_vars: {PROBE_SLEEP: '600'}\n");
+    let out = with_config(argus(&ctx, &slurm, &profile))
+        .args(["slurm", "submit"])
+        .arg_path(&spec)
+        .run()
+        .code(0);
+    let run_id = out
+        .stdout
+        .split_whitespace()
+        .next()
+        .expect("run id")
+        .to_string();
+    let batch = wait_stage(&shared, &run_id, "wait", Duration::from_secs(300));
+
+    let token_file = config.join(format!("argus/tokens/{name}.token"));
+    let token = std::fs::read_to_string(&token_file).expect("the login node's token");
+    let token = token.trim();
+    assert_eq!(token.len(), 64, "{token}");
+    let mode = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata(&token_file).expect("meta").permissions(),
+    ) & 0o777;
+    assert_eq!(mode, 0o600);
+    assert!(
+        crate::auth::files_containing(&shared, token).is_empty(),
+        "the token is on the shared storage"
+    );
+
+    // On the first node: Ray refuses a request without the token, answers one with it.
+    let slot = u32::try_from(batch["slot"].as_u64().expect("slot")).expect("slot");
+    let (_, port) = argus::slurm::ports::head_ports(slot);
+    let code = |auth: Option<&str>| {
+        let mut args = vec![
+            "curl".to_string(),
+            "-s".into(),
+            "-o".into(),
+            "/dev/null".into(),
+            "-w".into(),
+            "%{http_code}".into(),
+        ];
+        if let Some(token) = auth {
+            args.push("-H".into());
+            args.push(format!("Authorization: Bearer {token}"));
+        }
+        args.push(format!("http://127.0.0.1:{port}/api/jobs/"));
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = slurm.hosts().exec("a", &refs);
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    assert_eq!(code(None), "401");
+    assert_eq!(code(Some(token)), "200");
+
+    // From the login node, `argus job` carries it (through srun into the allocation).
+    let job = crate::harness::poll("the job RUNNING", Duration::from_secs(120), || {
+        let job = with_config(argus(&ctx, &slurm, &profile))
+            .args(["--json", "--slurm-run", &run_id, "job", "status", &run_id])
+            .run()
+            .code(0)
+            .json();
+        assert_eq!(job["from_cluster"], true, "{job}");
+        (job["job"]["status"] == "RUNNING").then_some(job)
+    });
+    assert_eq!(job["job"]["submission_id"], run_id.as_str());
+    // Without this machine's token, one clear error.
+    let other_config = ctx.path("other-config");
+    argus(&ctx, &slurm, &profile)
+        .env("XDG_CONFIG_HOME", &other_config)
+        .args(["--slurm-run", &run_id, "job", "status", &run_id])
+        .run()
+        .code(2)
+        .stderr_has("ARGUS_TEST_UNSET_SLURM_TOKEN");
+
+    argus(&ctx, &slurm, &profile)
+        .args(["slurm", "cancel", &run_id])
+        .run()
+        .code(0);
+    assert_nothing_left(&slurm, &["a"], "after cancel");
+}
