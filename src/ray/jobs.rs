@@ -239,9 +239,24 @@ impl JobsApi<'_> {
                     .map_err(|_| "token is not a valid header".to_string())?,
             );
         }
-        let (mut stream, _) = tokio_tungstenite::connect_async(request)
-            .await
-            .map_err(|e| e.to_string())?;
+        let mut stream = match self.ray.socket() {
+            Some(socket) => {
+                let unix = tokio::net::UnixStream::connect(socket)
+                    .await
+                    .map_err(|e| format!("{}: {e}", self.ray.endpoint()))?;
+                let stream = tokio_tungstenite::client_async(request, unix)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .0;
+                futures_util::future::Either::Left(stream)
+            }
+            None => futures_util::future::Either::Right(
+                tokio_tungstenite::connect_async(request)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .0,
+            ),
+        };
         while let Some(message) = stream.next().await {
             match message.map_err(|e| e.to_string())? {
                 Message::Text(text) => on_text(text.as_str()),

@@ -101,6 +101,8 @@ pub struct RayClient {
     /// How to name the dashboard to people and records when `base` is only a local
     /// forward (a tunnel's ephemeral port means nothing later).
     via: Option<String>,
+    /// The Unix socket every connection goes through (a private local forward), if any.
+    socket: Option<std::path::PathBuf>,
 }
 
 impl RayClient {
@@ -120,7 +122,34 @@ impl RayClient {
             connect_retries: 0,
             keepalive: None,
             via: None,
+            socket: None,
         }
+    }
+
+    /// A client whose every connection, HTTP or websocket, goes through the Unix socket
+    /// `socket` (a local forward only its owner can open); `base` is then only a name.
+    pub fn over_socket(socket: &std::path::Path, token: Option<String>) -> Self {
+        let http = reqwest::Client::builder()
+            .user_agent(USER_AGENT)
+            .connect_timeout(Duration::from_secs(3))
+            .timeout(Duration::from_secs(30))
+            .unix_socket(socket)
+            .build()
+            .unwrap_or_else(|e| panic!("HTTP client: {e}"));
+        Self {
+            http,
+            base: "http://localhost".to_string(),
+            token,
+            connect_retries: 0,
+            keepalive: None,
+            via: None,
+            socket: Some(socket.to_path_buf()),
+        }
+    }
+
+    /// The Unix socket connections go through, for a client made by `over_socket`.
+    pub fn socket(&self) -> Option<&std::path::Path> {
+        self.socket.as_deref()
     }
 
     pub fn base_url(&self) -> &str {

@@ -3,8 +3,10 @@
 //! `argus slurm status`.
 //!
 //! The head's dashboard stays bound to the loopback of the allocation's first node. argus
-//! reaches it the way `kubectl port-forward` would, with Slurm as the transport: a listener
-//! on this machine's 127.0.0.1 turns each accepted connection into one
+//! reaches it the way `kubectl port-forward` would, with Slurm as the transport: a Unix
+//! socket in a directory of this process's own (mode 0700: a login node's other users
+//! cannot connect, as they could to a port on 127.0.0.1) turns each accepted connection
+//! into one
 //! `srun --jobid J --overlap --unbuffered -w <first node> argus slurm relay <port>` whose
 //! stdin and stdout carry the bytes (`relay`). Only the job's owner (or root) can start a
 //! step in the job, so Slurm's authentication guards the way in; nothing is opened on the
@@ -12,8 +14,8 @@
 //! closed at once and `argus job` falls back to argus's records, as it does for any cluster
 //! that is gone.
 
-use std::net::{Ipv4Addr, SocketAddr};
-use std::path::PathBuf;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,7 +23,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{UnixListener, UnixStream};
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::alloc::Alloc;
@@ -104,7 +106,7 @@ pub async fn attach(loaded: &LoadedProfile, run_id: &str) -> Result<Attached, Er
     };
     // `ray.auth: token`: this machine's token of the profile (the one `submit` sent).
     let token = crate::cluster::auth::cluster_token(loaded, false)?;
-    let ray = RayClient::new(&tunnel.url(), token)
+    let ray = RayClient::over_socket(tunnel.socket(), token)
         .with_via(via)
         .with_keepalive(Arc::new(tunnel));
     Ok(Attached {
@@ -131,7 +133,7 @@ fn relay_binary(record: &SlurmRecord) -> Result<PathBuf, Error> {
 
 /// One relay step: where it runs and what it reaches.
 #[derive(Debug, Clone)]
-struct Relay {
+pub(crate) struct Relay {
     job_id: u64,
     node: String,
     port: u16,
@@ -163,37 +165,44 @@ impl Relay {
     }
 }
 
-/// A forward from `127.0.0.1:<local port>` to the head's dashboard through srun relays.
-/// Dropping it stops the listener and every relay.
+/// A forward from a private Unix socket to the head's dashboard through srun relays.
+/// Dropping it stops the listener and every relay, and removes the socket's directory.
 #[derive(Debug)]
 pub struct SrunTunnel {
-    local: SocketAddr,
+    dir: PathBuf,
+    socket: PathBuf,
     relays: Arc<AtomicU64>,
     serve: JoinHandle<()>,
 }
 
 impl SrunTunnel {
     /// Listens; `None`: the job has ended, and every connection is closed at once.
-    async fn listen(relay: Option<Relay>) -> Result<SrunTunnel, Error> {
-        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .await
-            .and_then(|l| Ok((l.local_addr()?, l)))
-            .map_err(|source| Error::Io {
-                path: "127.0.0.1 (the tunnel's listener)".into(),
-                source,
-            });
-        let (local, listener) = listener?;
+    pub(crate) async fn listen(relay: Option<Relay>) -> Result<SrunTunnel, Error> {
+        let dir = private_dir()?;
+        let socket = dir.join("dashboard.sock");
+        let listener = match UnixListener::bind(&socket) {
+            Ok(listener) => listener,
+            Err(source) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(Error::Io {
+                    path: socket,
+                    source,
+                });
+            }
+        };
         let relays = Arc::new(AtomicU64::new(0));
         let serve = tokio::spawn(serve(listener, relay, relays.clone()));
         Ok(SrunTunnel {
-            local,
+            dir,
+            socket,
             relays,
             serve,
         })
     }
 
-    pub fn url(&self) -> String {
-        format!("http://{}", self.local)
+    /// The socket to give an HTTP client (`RayClient::over_socket`).
+    pub fn socket(&self) -> &Path {
+        &self.socket
     }
 
     /// How many relay steps have been started (one per connection).
@@ -207,10 +216,30 @@ impl Drop for SrunTunnel {
         // The JoinSet goes with the task: each connection's srun is killed (kill_on_drop),
         // and Slurm ends its step.
         self.serve.abort();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
-async fn serve(listener: TcpListener, relay: Option<Relay>, relays: Arc<AtomicU64>) {
+/// A new directory only this user can enter, under the temporary directory: created with
+/// mode 0700 under a random name (creating never reuses or follows what is there).
+fn private_dir() -> Result<PathBuf, Error> {
+    let base = std::env::temp_dir();
+    let name = crate::digest::random_hex(8).map_err(|source| Error::Io {
+        path: "/dev/urandom".into(),
+        source,
+    })?;
+    let dir = base.join(format!("argus-slurm-{name}"));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&dir)
+        .map_err(|source| Error::Io {
+            path: dir.clone(),
+            source,
+        })?;
+    Ok(dir)
+}
+
+async fn serve(listener: UnixListener, relay: Option<Relay>, relays: Arc<AtomicU64>) {
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -238,8 +267,7 @@ async fn serve(listener: TcpListener, relay: Option<Relay>, relays: Arc<AtomicU6
 }
 
 /// Carries one client connection through one relay step.
-async fn forward(relay: &Relay, client: TcpStream) -> std::io::Result<()> {
-    let _ = client.set_nodelay(true);
+async fn forward(relay: &Relay, client: UnixStream) -> std::io::Result<()> {
     let mut child = relay
         .command()
         .stdin(Stdio::piped())
@@ -383,4 +411,29 @@ pub async fn node_containers(
         node: super::node::node_name()?,
         containers,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::SrunTunnel;
+
+    #[tokio::test]
+    async fn the_forward_is_a_socket_only_its_owner_can_reach_and_goes_with_it() {
+        let tunnel = SrunTunnel::listen(None).await.expect("listen");
+        let dir = tunnel.socket().parent().expect("dir").to_path_buf();
+        let mode = std::fs::metadata(&dir).expect("dir").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+        // The job has ended: a connection is accepted and closed, no relay is started.
+        let mut client = tokio::net::UnixStream::connect(tunnel.socket())
+            .await
+            .expect("connect");
+        let mut buf = Vec::new();
+        let read = tokio::io::AsyncReadExt::read_to_end(&mut client, &mut buf).await;
+        assert!(read.is_ok_and(|n| n == 0));
+        assert_eq!(tunnel.relays_started(), 0);
+        drop(tunnel);
+        assert!(!dir.exists());
+    }
 }

@@ -113,7 +113,7 @@ pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport
             "submitted {id} at {}\ncluster: {} ({})\nentrypoint: {}\n",
             record.submitted_at,
             target.cluster,
-            target.ray.base_url(),
+            target.ray.endpoint(),
             redact_text(&prepared.entrypoint)
         );
         let _ = std::fs::write(dir.join("logs/submit.out"), out);
