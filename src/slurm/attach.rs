@@ -14,7 +14,7 @@
 //! closed at once and `argus job` falls back to argus's records, as it does for any cluster
 //! that is gone.
 
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -81,6 +81,14 @@ pub async fn attach(loaded: &LoadedProfile, run_id: &str) -> Result<Attached, Er
             alloc.job_id
         )));
     }
+    if alloc.slot >= ports::SLOTS {
+        return Err(Error::Invalid(format!(
+            "{} names port slot {}, beyond the last ({})",
+            files.alloc().display(),
+            alloc.slot,
+            ports::SLOTS - 1
+        )));
+    }
     let cluster = cluster_profile(loaded, &alloc)?;
     let head =
         alloc.nodes.first().map(|n| n.name.clone()).ok_or_else(|| {
@@ -120,15 +128,42 @@ pub async fn attach(loaded: &LoadedProfile, run_id: &str) -> Result<Attached, Er
 }
 
 /// The argus binary the nodes run: the one the run was submitted with (checked visible on
-/// the nodes then), else this one.
+/// the nodes then), else this one. The record is on the shared storage, which others may
+/// write: the path it names is run only if it is an absolute path to a regular file here
+/// that this user or root owns and nobody else may write (what `submit` recorded).
 fn relay_binary(record: &SlurmRecord) -> Result<PathBuf, Error> {
-    match &record.argus {
-        Some(path) => Ok(PathBuf::from(path)),
-        None => std::env::current_exe().map_err(|source| Error::Spawn {
+    let Some(path) = &record.argus else {
+        return std::env::current_exe().map_err(|source| Error::Spawn {
             program: "argus (its own path)".into(),
             source,
-        }),
+        });
+    };
+    let path = PathBuf::from(path);
+    let refuse = |why: String| {
+        Error::Invalid(format!(
+            "the run's record names argus's binary {}, which {why}: not run",
+            path.display()
+        ))
+    };
+    if !path.is_absolute() {
+        return Err(refuse("is not an absolute path".into()));
     }
+    let meta = std::fs::metadata(&path).map_err(|e| refuse(format!("cannot be read ({e})")))?;
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if !meta.is_file() {
+        return Err(refuse("is not a regular file".into()));
+    }
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(refuse(format!("belongs to uid {}", meta.uid())));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(refuse(format!(
+            "group or others may write (mode {:04o})",
+            meta.mode() & 0o7777
+        )));
+    }
+    Ok(path)
 }
 
 /// One relay step: where it runs and what it reaches.
@@ -418,6 +453,30 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     use super::SrunTunnel;
+
+    #[test]
+    fn a_recorded_binary_runs_only_when_nobody_else_could_have_placed_it() {
+        let record = |path: &str| super::SlurmRecord {
+            argus: Some(path.to_string()),
+            ..Default::default()
+        };
+        let me = std::env::current_exe().expect("exe");
+        assert_eq!(
+            super::relay_binary(&record(&me.display().to_string())).expect("own binary"),
+            me
+        );
+        let refused = |path: &str| super::relay_binary(&record(path)).unwrap_err().to_string();
+        assert!(refused("bin/argus").contains("not an absolute path"));
+        assert!(refused("/nonexistent/argus").contains("cannot be read"));
+        assert!(refused("/tmp").contains("not a regular file"));
+        let dir = std::env::temp_dir().join(format!("argus-relay-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let writable = dir.join("argus");
+        std::fs::write(&writable, b"#!/bin/sh\n").expect("write");
+        std::fs::set_permissions(&writable, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        assert!(refused(&writable.display().to_string()).contains("group or others may write"));
+        std::fs::remove_dir_all(&dir).expect("cleanup");
+    }
 
     #[tokio::test]
     async fn the_forward_is_a_socket_only_its_owner_can_reach_and_goes_with_it() {
