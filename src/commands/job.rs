@@ -88,7 +88,12 @@ pub async fn submit(cli: &Cli, args: &SubmitArgs, printer: &Printer) -> Result<E
             if let Some(dir) = &report.record_dir {
                 printer.info(format!("submitted {id}; records in {}", dir.display()));
             }
-            printer.info(format!("follow it with: argus job logs {id} --follow"));
+            let via = cli
+                .slurm_run
+                .as_ref()
+                .map(|r| format!("--slurm-run {r} "))
+                .unwrap_or_default();
+            printer.info(format!("follow it with: argus {via}job logs {id} --follow"));
         }
         return Ok(Exit::Success);
     }
@@ -237,10 +242,15 @@ pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<E
                 follow,
             };
             let mut sink = super::training::LogSink::new(printer, id);
-            let info = watch::wait(&target, id, &options, |text| sink.write(text))
-                .await
-                .with_context(|| format!("while waiting for job {id}"))?;
+            let waited = watch::wait(&target, id, &options, |text| sink.write(text)).await;
             sink.finish();
+            let info = match waited {
+                Ok(info) => info,
+                Err(e) => match ended_with_allocation(cli, id).await {
+                    Some(info) => info,
+                    None => return Err(e).with_context(|| format!("while waiting for job {id}")),
+                },
+            };
             finish(printer, &info)
         }
         JobCommand::Stop { id, wait } => {
@@ -278,6 +288,25 @@ pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<E
             super::training::plot(&target, ids, keys, output.as_deref(), printer).await
         }
     }
+}
+
+/// With `--slurm-run`, when following a job failed because Slurm ended the allocation
+/// under it: the job's end as argus's records now say it (STOPPED, with the Slurm state).
+async fn ended_with_allocation(cli: &Cli, id: &str) -> Option<JobInfo> {
+    let run_id = cli.slurm_run.as_ref()?;
+    let loaded = super::profile(cli).ok()?;
+    // Slurm may still say RUNNING for a moment after the nodes tore the cluster down.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let attached = loop {
+        match crate::slurm::attach::attach(&loaded, run_id).await {
+            Ok(attached) if !attached.live() => break attached,
+            _ if tokio::time::Instant::now() >= deadline => return None,
+            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    };
+    let target = Target::from_profile(&attached.cluster, attached.ray);
+    let (info, _, _) = watch::status(&target, id).await.ok()?;
+    info.status.is_finished().then_some(info)
 }
 
 async fn list(target: &Target, printer: &Printer) -> Result<Exit> {

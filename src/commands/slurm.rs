@@ -14,11 +14,25 @@ pub async fn run(cli: &Cli, command: &SlurmCommand, printer: &Printer) -> Result
         SlurmCommand::Cancel { run_id } => {
             let loaded = super::profile(cli)?;
             let (_, record) = login::read_run(&loaded, run_id)?;
-            login::cancel(&record)
-                .await
-                .context("cannot cancel the Slurm job")?;
+            let before = match record.slurm_job_id {
+                Some(id) => login::slurm_state(id).await?.state,
+                None => None,
+            };
+            let ended =
+                record.slurm_job_id.is_some() && before.as_deref().is_none_or(login::is_final);
+            if !ended {
+                login::cancel(&record)
+                    .await
+                    .context("cannot cancel the Slurm job")?;
+            }
             if printer.json {
-                printer.json(&serde_json::json!({"run_id": run_id, "slurm_job_id": record.slurm_job_id, "cancelled": true}));
+                printer.json(&serde_json::json!({"run_id": run_id, "slurm_job_id": record.slurm_job_id, "cancelled": !ended, "state": before}));
+            } else if ended {
+                printer.info(format!(
+                    "Slurm job {} of run {run_id} has already ended ({}): nothing to cancel",
+                    record.slurm_job_id.unwrap_or_default(),
+                    before.as_deref().unwrap_or("gone")
+                ));
             } else {
                 printer.info(format!(
                     "cancelled Slurm job {} (run {run_id}); its nodes remove their containers",
@@ -149,6 +163,13 @@ async fn status(cli: &Cli, run_id: &str, printer: &Printer) -> Result<Exit> {
         slurm::write_json(&files.record(), &record)?;
     }
     let batch = slurm::read_json::<slurm::record::BatchReport>(&files.batch()).ok();
+    // The allocation has ended: jobs the records still show unfinished ended with it.
+    if let (Some(b), Some(job_id)) = (&batch, record.slurm_job_id)
+        && state.state.as_deref().is_none_or(login::is_final)
+    {
+        let shown = state.state.as_deref().unwrap_or("gone");
+        slurm::attach::settle_records(&loaded.host_layout()?, &b.cluster, job_id, shown);
+    }
     // While the allocation holds its nodes: what is on them, through srun.
     let live = state.state.as_deref() == Some("RUNNING") && files.alloc().exists();
     let cluster = if live {
@@ -255,7 +276,7 @@ struct LiveCluster {
     containers: Option<Vec<slurm::attach::NodeContainers>>,
     ray_nodes: Option<Vec<crate::ray::RayNode>>,
     job: Option<crate::ray::jobs::JobInfo>,
-    errors: std::collections::BTreeMap<&'static str, String>,
+    errors: std::collections::BTreeMap<String, String>,
 }
 
 async fn live_cluster(
@@ -272,7 +293,8 @@ async fn live_cluster(
     let attached = match slurm::attach::attach(loaded, run_id).await {
         Ok(a) => a,
         Err(e) => {
-            live.errors.insert("cluster", crate::exit::one_line(&e));
+            live.errors
+                .insert("cluster".into(), crate::exit::one_line(&e));
             return live;
         }
     };
@@ -283,17 +305,28 @@ async fn live_cluster(
         api.get(submission_id)
     );
     match containers {
-        Ok(c) => live.containers = Some(c),
-        Err(e) => drop(live.errors.insert("containers", crate::exit::one_line(&e))),
+        Ok((listed, failed)) => {
+            live.containers = Some(listed);
+            for (node, why) in failed {
+                live.errors.insert(format!("containers on {node}"), why);
+            }
+        }
+        Err(e) => drop(
+            live.errors
+                .insert("containers".into(), crate::exit::one_line(&e)),
+        ),
     }
     match nodes {
         Ok(n) => live.ray_nodes = Some(n),
-        Err(e) => drop(live.errors.insert("ray_nodes", crate::exit::one_line(&e))),
+        Err(e) => drop(
+            live.errors
+                .insert("ray_nodes".into(), crate::exit::one_line(&e)),
+        ),
     }
     match job {
         Ok(j) => live.job = Some(j),
         Err(crate::ray::jobs::JobsError::NotFound(_)) => {}
-        Err(e) => drop(live.errors.insert("job", crate::exit::one_line(&e))),
+        Err(e) => drop(live.errors.insert("job".into(), crate::exit::one_line(&e))),
     }
     live
 }

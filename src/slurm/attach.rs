@@ -14,6 +14,7 @@
 //! closed at once and `argus job` falls back to argus's records, as it does for any cluster
 //! that is gone.
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -26,11 +27,15 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::task::{JoinHandle, JoinSet};
 
+use super::alloc;
 use super::alloc::Alloc;
-use super::record::SlurmRecord;
+use super::record::{BatchReport, SlurmRecord};
 use super::{Error, RunFiles, cluster_profile, ports, submit};
+use crate::config::Layout;
 use crate::config::LoadedProfile;
 use crate::ray::RayClient;
+use crate::ray::jobs::JobStatus;
+use crate::records::Records;
 
 /// A Slurm run's cluster, as seen from the login node.
 pub struct Attached {
@@ -48,8 +53,40 @@ pub struct Attached {
 impl Attached {
     /// True while the allocation lives, so the cluster can be reached.
     pub fn live(&self) -> bool {
-        self.state.as_deref() == Some("RUNNING")
+        live_state(self.state.as_deref())
     }
+}
+
+/// The Slurm states in which the run's nodes (and so its cluster) can be reached.
+fn live_state(state: Option<&str>) -> bool {
+    state == Some("RUNNING")
+}
+
+/// Once the allocation has ended, the jobs of its cluster that argus's records still show
+/// unfinished ended with it: they are recorded STOPPED with the Slurm state as the reason
+/// (the driver log the batch step streamed stays). The ids settled.
+pub fn settle_records(layout: &Layout, cluster: &str, job_id: u64, state: &str) -> Vec<String> {
+    let records = Records::new(layout.jobs());
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0);
+    let mut settled = Vec::new();
+    for mut record in records.list() {
+        if record.cluster != cluster || record.is_final() {
+            continue;
+        }
+        record.status = JobStatus::Stopped;
+        record.message = Some(format!(
+            "Slurm job {job_id} ended ({state}) before the job did: its nodes removed the cluster"
+        ));
+        record.end_time.get_or_insert(now_ms);
+        match records.write(&record) {
+            Ok(()) => settled.push(record.submission_id),
+            Err(e) => tracing::warn!("cannot record the end of job {}: {e}", record.submission_id),
+        }
+    }
+    settled
 }
 
 /// The run's cluster: its records, Slurm's state, a Ray client that reaches its head.
@@ -64,15 +101,24 @@ pub async fn attach(loaded: &LoadedProfile, run_id: &str) -> Result<Attached, Er
     let state = submit::slurm_state(job_id).await?.state;
     let alloc: Alloc = match super::read_json(&files.alloc()) {
         Ok(alloc) => alloc,
-        Err(_) => {
-            let shown = state.as_deref().unwrap_or("unknown to Slurm");
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            let why = match state.as_deref() {
+                Some(s) if alloc::is_alive(s) => format!(
+                    "its batch step has not started yet (Slurm job {job_id} is {s}); `argus slurm status {run_id}` follows it"
+                ),
+                Some(s) => format!(
+                    "Slurm job {job_id} ended ({s}) before its batch step started: it never had one"
+                ),
+                None => format!(
+                    "Slurm job {job_id} is gone and its batch step never started: it never had one"
+                ),
+            };
             return Err(Error::NoCluster {
                 run_id: run_id.into(),
-                why: format!(
-                    "its batch step has not started (Slurm job {job_id} is {shown}); `argus slurm status {run_id}` follows it"
-                ),
+                why,
             });
         }
+        Err(e) => return Err(e),
     };
     if alloc.job_id != job_id {
         return Err(Error::Invalid(format!(
@@ -90,12 +136,36 @@ pub async fn attach(loaded: &LoadedProfile, run_id: &str) -> Result<Attached, Er
         )));
     }
     let cluster = cluster_profile(loaded, &alloc)?;
+    // The run belongs to the profile it was submitted with: another profile on the same
+    // storage would name (and record jobs under) a cluster that is not this one.
+    if let Some(batch) = super::read_json::<BatchReport>(&files.batch()).ok()
+        && batch.cluster != cluster.profile.name
+    {
+        return Err(Error::Invalid(format!(
+            "run {run_id} is cluster {}, not {} of profile {}: give the profile it was submitted with",
+            batch.cluster, cluster.profile.name, loaded.profile.name
+        )));
+    }
+    if !live_state(state.as_deref()) {
+        let settled = settle_records(
+            &loaded.host_layout()?,
+            &cluster.profile.name,
+            job_id,
+            state.as_deref().unwrap_or("gone"),
+        );
+        if !settled.is_empty() {
+            tracing::info!(
+                "recorded as ended with Slurm job {job_id}: {}",
+                settled.join(", ")
+            );
+        }
+    }
     let head =
         alloc.nodes.first().map(|n| n.name.clone()).ok_or_else(|| {
             Error::Allocation(format!("{} lists no node", files.alloc().display()))
         })?;
     let (_, port) = ports::head_ports(alloc.slot);
-    let live = state.as_deref() == Some("RUNNING");
+    let live = live_state(state.as_deref());
     let relay = Relay {
         job_id,
         node: head.clone(),
@@ -117,6 +187,17 @@ pub async fn attach(loaded: &LoadedProfile, run_id: &str) -> Result<Attached, Er
     let ray = RayClient::over_socket(tunnel.socket(), token)
         .with_via(via)
         .with_keepalive(Arc::new(tunnel));
+    // While Slurm holds the nodes the head must answer: a relay that fails (a node name or
+    // slot that leads nowhere) is an error here, never a stale status from the records.
+    if live && let Err(e) = ray.gcs_healthy().await {
+        return Err(Error::NoCluster {
+            run_id: run_id.into(),
+            why: format!(
+                "Slurm job {job_id} is RUNNING but its head does not answer through srun: {}",
+                crate::exit::one_line(&e)
+            ),
+        });
+    }
     Ok(Attached {
         files,
         record,
@@ -148,7 +229,11 @@ fn relay_binary(record: &SlurmRecord) -> Result<PathBuf, Error> {
     if !path.is_absolute() {
         return Err(refuse("is not an absolute path".into()));
     }
-    let meta = std::fs::metadata(&path).map_err(|e| refuse(format!("cannot be read ({e})")))?;
+    let meta =
+        std::fs::symlink_metadata(&path).map_err(|e| refuse(format!("cannot be read ({e})")))?;
+    if meta.file_type().is_symlink() {
+        return Err(refuse("is a symbolic link".into()));
+    }
     // SAFETY: geteuid has no preconditions and cannot fail.
     let me = unsafe { libc::geteuid() };
     if !meta.is_file() {
@@ -255,10 +340,44 @@ impl Drop for SrunTunnel {
     }
 }
 
+/// Removes the forward directories that a killed argus of this user left (Ctrl-C, SIGKILL):
+/// older than a minute, and nothing listens on their socket any more.
+fn remove_dead_dirs(base: &Path) {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    for entry in std::fs::read_dir(base).into_iter().flatten().flatten() {
+        if !entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with("argus-slurm-")
+        {
+            continue;
+        }
+        let dir = entry.path();
+        let Ok(meta) = std::fs::symlink_metadata(&dir) else {
+            continue;
+        };
+        let old = meta
+            .modified()
+            .ok()
+            .and_then(|m| m.elapsed().ok())
+            .is_some_and(|age| age > Duration::from_secs(60));
+        if !meta.is_dir() || meta.uid() != me || !old {
+            continue;
+        }
+        let listening = std::os::unix::net::UnixStream::connect(dir.join("dashboard.sock")).is_ok();
+        if !listening {
+            tracing::debug!("removing {} (its argus is gone)", dir.display());
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+}
+
 /// A new directory only this user can enter, under the temporary directory: created with
 /// mode 0700 under a random name (creating never reuses or follows what is there).
 fn private_dir() -> Result<PathBuf, Error> {
     let base = std::env::temp_dir();
+    remove_dead_dirs(&base);
     let name = crate::digest::random_hex(8).map_err(|source| Error::Io {
         path: "/dev/urandom".into(),
         source,
@@ -362,58 +481,69 @@ pub struct ContainerState {
     pub status: String,
 }
 
-/// Every node's containers of the run's job, through one srun step per node (each lists
-/// its own engine's). Nodes that did not answer are missing from the result.
-pub async fn containers(attached: &Attached) -> Result<Vec<NodeContainers>, Error> {
-    let n = attached.alloc.nodes.len().to_string();
-    let nodes: Vec<&str> = attached
-        .alloc
-        .nodes
-        .iter()
-        .map(|n| n.name.as_str())
-        .collect();
-    let output = super::srun()
-        .arg(format!("--jobid={}", attached.alloc.job_id))
-        .args([
-            "--overlap",
-            "--quiet",
-            "--kill-on-bad-exit=0",
-            "--job-name=argus-status",
-        ])
-        .args(["--nodes", &n, "--ntasks", &n, "--ntasks-per-node=1"])
-        .arg(format!("--nodelist={}", nodes.join(",")))
-        .arg(relay_binary(&attached.record)?)
-        .args(["--no-progress", "-q", "--json", "-p"])
-        .arg(attached.files.profile())
-        .args(["slurm", "containers", &attached.record.run_id])
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let output = tokio::time::timeout(Duration::from_secs(30), output)
-        .await
-        .map_err(|_| Error::Allocation("srun of the container listing took over 30 s".into()))?
-        .map_err(|source| Error::Spawn {
-            program: "srun".into(),
-            source,
-        })?;
-    let mut listed: Vec<NodeContainers> = String::from_utf8_lossy(&output.stdout)
-        .lines()
-        .filter_map(|line| serde_json::from_str(line).ok())
-        .collect();
-    listed.sort_by_key(|n| {
-        nodes
-            .iter()
-            .position(|name| *name == n.node)
-            .unwrap_or(usize::MAX)
+/// How long one node may take to list its containers.
+const LIST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Every node's containers of the run's job, each node through its own srun step (it lists
+/// its own engine's) under its own deadline: the nodes that answered, and why each other
+/// one did not (by node name).
+pub async fn containers(
+    attached: &Attached,
+) -> Result<(Vec<NodeContainers>, BTreeMap<String, String>), Error> {
+    let argus = relay_binary(&attached.record)?;
+    let listings = attached.alloc.nodes.iter().map(|node| {
+        let output = super::srun()
+            .arg(format!("--jobid={}", attached.alloc.job_id))
+            .args([
+                "--overlap",
+                "--quiet",
+                "--nodes=1",
+                "--ntasks=1",
+                "--kill-on-bad-exit=0",
+                "--job-name=argus-status",
+            ])
+            .arg(format!("--nodelist={}", node.name))
+            .arg(&argus)
+            .args(["--no-progress", "-q", "--json", "-p"])
+            .arg(attached.files.profile())
+            .args(["slurm", "containers", &attached.record.run_id])
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output();
+        async move {
+            let result = match tokio::time::timeout(LIST_TIMEOUT, output).await {
+                Err(_) => Err(format!("no answer within {}s", LIST_TIMEOUT.as_secs())),
+                Ok(Err(e)) => Err(format!("cannot run srun: {e}")),
+                Ok(Ok(out)) => {
+                    let listed = String::from_utf8_lossy(&out.stdout)
+                        .lines()
+                        .find_map(|line| serde_json::from_str::<NodeContainers>(line).ok())
+                        .filter(|l| l.node == node.name);
+                    listed.ok_or_else(|| {
+                        let stderr = String::from_utf8_lossy(&out.stderr);
+                        let why = stderr
+                            .lines()
+                            .find(|l| l.starts_with("error:") || l.contains("caused by"))
+                            .or_else(|| stderr.lines().next())
+                            .unwrap_or("no listing");
+                        why.trim().trim_start_matches("error: ").to_string()
+                    })
+                }
+            };
+            (node.name.clone(), result)
+        }
     });
-    if listed.is_empty() {
-        return Err(Error::Command {
-            command: "srun argus slurm containers".into(),
-            code: output.status.code().unwrap_or(-1),
-            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
-        });
+    let mut listed = Vec::new();
+    let mut errors = BTreeMap::new();
+    for (node, result) in futures_util::future::join_all(listings).await {
+        match result {
+            Ok(l) => listed.push(l),
+            Err(why) => {
+                errors.insert(node, why);
+            }
+        }
     }
-    Ok(listed)
+    Ok((listed, errors))
 }
 
 /// This node's containers of the run's Slurm job (the node step of `containers`).
@@ -475,6 +605,9 @@ mod tests {
         std::fs::write(&writable, b"#!/bin/sh\n").expect("write");
         std::fs::set_permissions(&writable, std::fs::Permissions::from_mode(0o777)).expect("chmod");
         assert!(refused(&writable.display().to_string()).contains("group or others may write"));
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&me, &link).expect("symlink");
+        assert!(refused(&link.display().to_string()).contains("symbolic link"));
         std::fs::remove_dir_all(&dir).expect("cleanup");
     }
 
@@ -494,5 +627,31 @@ mod tests {
         assert_eq!(tunnel.relays_started(), 0);
         drop(tunnel);
         assert!(!dir.exists());
+    }
+
+    #[test]
+    fn a_killed_commands_directory_is_removed_by_the_next_and_a_live_one_is_kept() {
+        let base = std::env::temp_dir().join(format!("argus-gc-test-{}", std::process::id()));
+        std::fs::create_dir_all(&base).expect("base");
+        let dead = base.join("argus-slurm-dead");
+        let live = base.join("argus-slurm-live");
+        let young = base.join("argus-slurm-young");
+        for dir in [&dead, &live, &young] {
+            std::fs::create_dir(dir).expect("dir");
+        }
+        std::fs::write(dead.join("dashboard.sock"), b"").expect("stale file");
+        let _listener =
+            std::os::unix::net::UnixListener::bind(live.join("dashboard.sock")).expect("bind");
+        let old = std::time::SystemTime::now() - std::time::Duration::from_secs(120);
+        for dir in [&dead, &live] {
+            std::fs::File::open(dir)
+                .and_then(|f| f.set_modified(old))
+                .expect("age");
+        }
+        super::remove_dead_dirs(&base);
+        assert!(!dead.exists());
+        assert!(live.exists());
+        assert!(young.exists());
+        std::fs::remove_dir_all(&base).expect("cleanup");
     }
 }

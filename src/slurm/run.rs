@@ -81,6 +81,18 @@ pub async fn run(
         r = stages(&cluster, &alloc, &record, &files, &mut report, started, &mut nodes, on_log) => r,
         _ = term.recv() => Err(Error::Allocation("Slurm ended the batch step (scancel or the time limit)".into())),
     };
+    if outcome.is_err() {
+        // The job did not end before the batch step: its records must not say it runs.
+        let settled = super::attach::settle_records(
+            &layout,
+            &cluster.profile.name,
+            job_id,
+            "the batch step stopped: scancel, the time limit or an error",
+        );
+        if !settled.is_empty() {
+            eprintln!("argus: recorded as stopped: {}", settled.join(", "));
+        }
+    }
     // The node steps remove their containers when they end.
     stop_node_steps(&files, &mut nodes).await;
     ports::release(&slots, job_id, &names);
@@ -242,8 +254,22 @@ async fn stages(
         time_limit: job.spec.time_limit.map(|t| t.0),
         follow: true,
     };
+    // The log as it streams goes to the job's records too: if Slurm ends the allocation
+    // before the job, `argus job logs` still has what it printed (at its end, the whole log
+    // from Ray replaces it).
+    let mut saved = report.driver_log.as_ref().and_then(|path| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .ok()
+    });
+    let secrets = crate::config::secrets::known();
     let info = crate::submit::watch::wait(&target, &record.submission_id, &options, |text| {
-        on_log(text)
+        on_log(text);
+        if let Some(file) = saved.as_mut() {
+            let _ = std::io::Write::write_all(file, secrets.redact_str(text).as_bytes());
+        }
     })
     .await?;
     report.job_message = info.message.clone();

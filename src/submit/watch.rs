@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::{Error, Target};
+use crate::ray::RayError;
 use crate::ray::jobs::{JobInfo, JobStatus, JobsApi, JobsError};
 use crate::records::JobRecord;
 
@@ -211,7 +212,11 @@ pub async fn status(
             let record = records.as_ref().and_then(|r| r.read(id));
             Ok((info, record, true))
         }
-        Err(JobsError::NotFound(_)) | Err(JobsError::Ray(_)) if record.is_some() => {
+        // Only a cluster that is gone (nothing answers) hands over to the record: a cluster
+        // that answers and refuses (a wrong token) or fails is an error, never a stale status.
+        Err(JobsError::NotFound(_)) | Err(JobsError::Ray(RayError::Unreachable { .. }))
+            if record.is_some() =>
+        {
             let record = record.unwrap_or_default();
             Ok((from_record(&record), Some(record), false))
         }

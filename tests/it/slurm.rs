@@ -281,6 +281,42 @@ fn a_cancelled_run_leaves_no_container_within_killwait_and_says_cancelled() {
     assert_eq!(argus_containers(&slurm, &["a", "b", "c"]).len(), 3);
     check_live_run(&ctx, &slurm, &profile, &run_id);
 
+    // A node whose engine hangs is named in `errors` after its own deadline; the others
+    // are listed. (b's dockerd is frozen: its containers, and Ray in them, keep running.)
+    let pid_file = slurm.hosts().state().join("b/dockerd.pid");
+    let dockerd: i32 = std::fs::read_to_string(&pid_file)
+        .expect("b's dockerd pid")
+        .trim()
+        .parse()
+        .expect("pid");
+    // SAFETY: kill(2) of the fixture's own dockerd, resumed right after.
+    assert_eq!(unsafe { libc::kill(dockerd, libc::SIGSTOP) }, 0);
+    let status = argus(&ctx, &slurm, &profile)
+        .args(["--json", "slurm", "status", &run_id])
+        .run();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(dockerd, libc::SIGCONT) }, 0);
+    let status = status.code(0).json();
+    let listed: Vec<&str> = status["containers"]
+        .as_array()
+        .expect("containers")
+        .iter()
+        .filter_map(|n| n["node"].as_str())
+        .collect();
+    assert_eq!(listed, ["a", "c"], "{status}");
+    assert!(status["errors"]["containers on b"].is_string(), "{status}");
+
+    // Someone follows the job's log from the login node while the allocation is cancelled.
+    let (wait_out, wait_err) = (ctx.path("follow.out"), ctx.path("follow.err"));
+    let mut waiting = argus(&ctx, &slurm, &profile)
+        .args(["--slurm-run", &run_id, "job", "logs", "-f", &run_id])
+        .spawn_to(&wait_out, &wait_err);
+    crate::harness::poll("the log followed", Duration::from_secs(60), || {
+        std::fs::read_to_string(&wait_out)
+            .ok()
+            .filter(|out| out.contains("NODE"))
+    });
+
     let started = Instant::now();
     argus(&ctx, &slurm, &profile)
         .args(["slurm", "cancel", &run_id])
@@ -294,6 +330,16 @@ fn a_cancelled_run_leaves_no_container_within_killwait_and_says_cancelled() {
         "{gone:?} (a node step removes its containers at once)"
     );
     assert_eq!(final_state(&ctx, &slurm, &profile, &run_id), "CANCELLED");
+    // The follower ends as the job did: stopped with the allocation (exit 3), not unreachable.
+    let code = crate::harness::poll("job logs -f to end", Duration::from_secs(60), || {
+        waiting.try_wait().expect("wait").map(|s| s.code())
+    });
+    let said = std::fs::read_to_string(&wait_err).unwrap_or_default();
+    assert_eq!(code, Some(3), "{said}");
+    assert!(
+        said.contains("STOPPED") && said.contains("Slurm job"),
+        "{said}"
+    );
 
     // The allocation is gone: the job's status comes from argus's record.
     let status = argus(&ctx, &slurm, &profile)
@@ -302,6 +348,26 @@ fn a_cancelled_run_leaves_no_container_within_killwait_and_says_cancelled() {
         .code(0)
         .json();
     assert_eq!(status["from_cluster"], false, "{status}");
+    // ... which says the job ended with the allocation (not PENDING or RUNNING for ever),
+    assert_eq!(status["job"]["status"], "STOPPED", "{status}");
+    assert!(
+        status["job"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("Slurm job")),
+        "{status}"
+    );
+    // ... and its log is what the batch step streamed.
+    argus(&ctx, &slurm, &profile)
+        .args(["--slurm-run", &run_id, "job", "logs", &run_id])
+        .run()
+        .code(0)
+        .stdout_has(&format!("NODE {}", slurm.hosts().host("c").ip));
+    // A second cancel has nothing to cancel.
+    argus(&ctx, &slurm, &profile)
+        .args(["slurm", "cancel", &run_id])
+        .run()
+        .code(0)
+        .stderr_has("has already ended");
 }
 
 /// While the allocation lives, from the login node: `slurm status` shows each node's own
