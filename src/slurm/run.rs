@@ -34,6 +34,10 @@ pub async fn run(
     let layout = loaded.host_layout()?;
     let files = RunFiles::new(&layout, run_id);
     let record: SlurmRecord = super::read_json(&files.record())?;
+    // `ray.auth: token`: the token came with the batch step's environment, looked up as the
+    // node steps and the login node look it up (by the profile's name, not the cluster's),
+    // before anything is claimed.
+    let token = crate::cluster::auth::cluster_token(loaded, false)?;
     let job_id = alloc::job_id_from_env()?;
     let mut alloc: Alloc = tokio::task::spawn_blocking(move || alloc::read(job_id))
         .await
@@ -78,7 +82,7 @@ pub async fn run(
             source,
         })?;
     let outcome = tokio::select! {
-        r = stages(&cluster, &alloc, &record, &files, &mut report, started, &mut nodes, on_log) => r,
+        r = stages(&cluster, token, &alloc, &record, &files, &mut report, started, &mut nodes, on_log) => r,
         _ = term.recv() => Err(Error::Allocation("Slurm ended the batch step (scancel or the time limit)".into())),
     };
     if outcome.is_err() {
@@ -173,6 +177,7 @@ async fn stop_node_steps(files: &RunFiles, child: &mut tokio::process::Child) {
 #[allow(clippy::too_many_arguments)]
 async fn stages(
     cluster: &LoadedProfile,
+    token: Option<String>,
     alloc: &Alloc,
     record: &SlurmRecord,
     files: &RunFiles,
@@ -182,8 +187,6 @@ async fn stages(
     on_log: &mut (dyn FnMut(&str) + Send),
 ) -> Result<(JobStatus, Option<String>), Error> {
     // Ready: exactly the planned nodes ALIVE, each at its node's address.
-    // `ray.auth: token`: the token came with the batch step's environment.
-    let token = crate::cluster::auth::cluster_token(cluster, false)?;
     let plan = crate::cluster::plan::plan(
         cluster,
         &plan_inputs(alloc, &record.image_id, token.clone()),
