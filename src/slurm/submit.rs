@@ -98,15 +98,12 @@ pub async fn submit(
     options: &SubmitOptions,
     reporter: &dyn Reporter,
 ) -> Result<Submitted, Error> {
-    let Some(Staged {
+    let Staged {
         files,
         mut record,
         mut submitted,
         env,
-    }) = stage(loaded, job, options, None, reporter).await?
-    else {
-        return Err(Error::Invalid("nothing staged".into()));
-    };
+    } = stage(loaded, job, options, None, reporter).await?;
     if options.dry_run {
         return Ok(submitted);
     }
@@ -135,7 +132,7 @@ pub async fn stage(
     options: &SubmitOptions,
     inside: Option<u64>,
     reporter: &dyn Reporter,
-) -> Result<Option<Staged>, Error> {
+) -> Result<Staged, Error> {
     let layout = loaded.host_layout()?;
     let p = &loaded.profile;
     job.check_on_shared(p.submit.shared_root.as_deref().unwrap_or(&p.shared.mount))?;
@@ -170,12 +167,12 @@ pub async fn stage(
         submission_id: submission_id.clone(),
     };
     if options.dry_run {
-        return Ok(Some(Staged {
+        return Ok(Staged {
             files,
             record: SlurmRecord::default(),
             submitted,
             env: Vec::new(),
-        }));
+        });
     }
     check_binary(&argus, &allocation).await?;
     // `ray.auth: token`: this machine's token of the profile (made when absent, 0600 under
@@ -233,12 +230,12 @@ pub async fn stage(
         super::write_json(&files.record(), &record)?;
         submitted.slurm_job_id = Some(job_id);
     }
-    Ok(Some(Staged {
+    Ok(Staged {
         files,
         record,
         submitted,
         env,
-    }))
+    })
 }
 
 /// A Slurm job as `scontrol` shows it.
@@ -410,9 +407,7 @@ pub async fn run_inside(
         dry_run: false,
         argus: None,
     };
-    let Some(staged) = stage(loaded, job, &options, Some(job_id), reporter).await? else {
-        return Err(Error::Invalid("nothing staged".into()));
-    };
+    let staged = stage(loaded, job, &options, Some(job_id), reporter).await?;
     let argus = std::env::current_exe().map_err(|source| Error::Spawn {
         program: "argus (its own path)".into(),
         source,
