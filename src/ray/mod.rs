@@ -107,43 +107,40 @@ pub struct RayClient {
 
 impl RayClient {
     pub fn new(base_url: &str, token: Option<String>) -> Self {
-        let http = reqwest::Client::builder()
+        Self::build(base_url.trim_end_matches('/').to_string(), token, None)
+    }
+
+    /// A client whose every connection, HTTP or websocket, goes through the Unix socket
+    /// `socket` (a local forward only its owner can open); `base` is then only a name.
+    pub fn over_socket(socket: &std::path::Path, token: Option<String>) -> Self {
+        Self::build(
+            "http://localhost".to_string(),
+            token,
+            Some(socket.to_path_buf()),
+        )
+    }
+
+    fn build(base: String, token: Option<String>, socket: Option<std::path::PathBuf>) -> Self {
+        let mut builder = reqwest::Client::builder()
             .user_agent(USER_AGENT)
             .connect_timeout(Duration::from_secs(3))
-            .timeout(Duration::from_secs(30))
+            .timeout(Duration::from_secs(30));
+        if let Some(socket) = &socket {
+            builder = builder.unix_socket(socket.as_path());
+        }
+        let http = builder
             .build()
             // Building a client only fails when the TLS backend cannot initialise, which
             // the process-wide provider installed in main rules out.
             .unwrap_or_else(|e| panic!("HTTP client: {e}"));
         Self {
             http,
-            base: base_url.trim_end_matches('/').to_string(),
+            base,
             token,
             connect_retries: 0,
             keepalive: None,
             via: None,
-            socket: None,
-        }
-    }
-
-    /// A client whose every connection, HTTP or websocket, goes through the Unix socket
-    /// `socket` (a local forward only its owner can open); `base` is then only a name.
-    pub fn over_socket(socket: &std::path::Path, token: Option<String>) -> Self {
-        let http = reqwest::Client::builder()
-            .user_agent(USER_AGENT)
-            .connect_timeout(Duration::from_secs(3))
-            .timeout(Duration::from_secs(30))
-            .unix_socket(socket)
-            .build()
-            .unwrap_or_else(|e| panic!("HTTP client: {e}"));
-        Self {
-            http,
-            base: "http://localhost".to_string(),
-            token,
-            connect_retries: 0,
-            keepalive: None,
-            via: None,
-            socket: Some(socket.to_path_buf()),
+            socket,
         }
     }
 
