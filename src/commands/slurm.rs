@@ -171,7 +171,7 @@ async fn status(cli: &Cli, run_id: &str, printer: &Printer) -> Result<Exit> {
         slurm::attach::settle_records(&loaded.host_layout()?, &b.cluster, job_id, shown);
     }
     // While the allocation holds its nodes: what is on them, through srun.
-    let live = state.state.as_deref() == Some("RUNNING") && files.alloc().exists();
+    let live = slurm::attach::live_state(state.state.as_deref()) && files.alloc().exists();
     let cluster = if live {
         Some(live_cluster(&loaded, run_id, &record.submission_id).await)
     } else {

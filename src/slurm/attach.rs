@@ -58,7 +58,7 @@ impl Attached {
 }
 
 /// The Slurm states in which the run's nodes (and so its cluster) can be reached.
-fn live_state(state: Option<&str>) -> bool {
+pub fn live_state(state: Option<&str>) -> bool {
     state == Some("RUNNING")
 }
 
@@ -67,10 +67,7 @@ fn live_state(state: Option<&str>) -> bool {
 /// (the driver log the batch step streamed stays). The ids settled.
 pub fn settle_records(layout: &Layout, cluster: &str, job_id: u64, state: &str) -> Vec<String> {
     let records = Records::new(layout.jobs());
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0);
+    let now_ms = crate::records::now_ms();
     let mut settled = Vec::new();
     for mut record in records.list() {
         if record.cluster != cluster || record.is_final() {
@@ -146,7 +143,8 @@ pub async fn attach(loaded: &LoadedProfile, run_id: &str) -> Result<Attached, Er
             batch.cluster, cluster.profile.name, loaded.profile.name
         )));
     }
-    if !live_state(state.as_deref()) {
+    let live = live_state(state.as_deref());
+    if !live {
         let settled = settle_records(
             &loaded.host_layout()?,
             &cluster.profile.name,
@@ -165,7 +163,6 @@ pub async fn attach(loaded: &LoadedProfile, run_id: &str) -> Result<Attached, Er
             Error::Allocation(format!("{} lists no node", files.alloc().display()))
         })?;
     let (_, port) = ports::head_ports(alloc.slot);
-    let live = live_state(state.as_deref());
     let relay = Relay {
         job_id,
         node: head.clone(),

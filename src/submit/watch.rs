@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use super::{Error, Target};
 use crate::ray::RayError;
 use crate::ray::jobs::{JobInfo, JobStatus, JobsApi, JobsError};
-use crate::records::JobRecord;
+use crate::records::{JobRecord, now_ms};
 
 pub struct WaitOptions {
     /// Give up waiting (the job keeps running) after this long.
@@ -16,13 +16,6 @@ pub struct WaitOptions {
     pub time_limit: Option<Duration>,
     /// Stream the driver's log to `on_log` while waiting.
     pub follow: bool,
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// Stops the job when it has run longer than `limit`; returns the reason once it did.

@@ -21,12 +21,12 @@ pub mod resume;
 
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use crate::exit::{Classify, Exit};
 use crate::fsx::write_atomic;
 use crate::ray::jobs::{JobInfo, JobsApi};
-use crate::records::{JobRecord, Records};
+use crate::records::{JobRecord, Records, now_ms};
 use crate::submit::Target;
 use crate::submit::watch;
 use metrics::Table;
@@ -135,13 +135,6 @@ impl Classify for Error {
             _ => None,
         }
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// The saved driver log of a job, if argus has one.
