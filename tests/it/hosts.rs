@@ -116,6 +116,21 @@ fn non_empty(value: Option<&String>) -> Option<String> {
 }
 
 impl Hosts {
+    /// `up` with the fixture's registry (and nothing else): the hosts and the registry's
+    /// `ip:5000`.
+    pub fn up_with_registry(ctx: &TestContext, names: &[&str]) -> (Hosts, String) {
+        let hosts = Hosts::up(
+            ctx,
+            names,
+            Options {
+                registry: true,
+                ..Options::default()
+            },
+        );
+        let registry = hosts.registry().expect("the fixture's registry");
+        (hosts, registry)
+    }
+
     /// Brings up one engine per name (an sshd each and a registry as `options` asks), under an
     /// instance named for the test. Panics with the fixture's output when that fails.
     pub fn up(ctx: &TestContext, names: &[&str], options: Options) -> Hosts {
@@ -610,15 +625,7 @@ fn an_image_pushed_from_one_host_is_pulled_by_another_through_the_registry() {
         return;
     }
     let ctx = TestContext::new("reghosts");
-    let hosts = Hosts::up(
-        &ctx,
-        &["a", "b"],
-        Options {
-            registry: true,
-            ..Options::default()
-        },
-    );
-    let registry = hosts.registry().expect("registry address");
+    let (hosts, registry) = Hosts::up_with_registry(&ctx, &["a", "b"]);
     let ip: Ipv4Addr = registry
         .trim_end_matches(":5000")
         .parse()

@@ -426,15 +426,7 @@ async fn a_registry_the_hosts_reach_is_pulled_from() {
         return;
     }
     let ctx = TestContext::new("imgreg");
-    let hosts = Hosts::up(
-        &ctx,
-        &["a", "b"],
-        Options {
-            registry: true,
-            ..Default::default()
-        },
-    );
-    let registry = hosts.registry().expect("the fixture's registry");
+    let (hosts, registry) = Hosts::up_with_registry(&ctx, &["a", "b"]);
     let pushed = format!("{registry}/{}/tiny:test", ctx.prefix);
     let id = tiny_image(Some(&hosts.host("a").unix), &pushed, &ctx.prefix);
     hosts.docker_ok("a", &["push", &pushed]);
@@ -601,15 +593,7 @@ async fn a_slurm_node_pulls_the_runs_image_only_when_it_is_that_image() {
     }
     use argus::slurm::node::{ImageSource, bring_image};
     let ctx = TestContext::new("imgnode");
-    let hosts = Hosts::up(
-        &ctx,
-        &["a", "b"],
-        Options {
-            registry: true,
-            ..Default::default()
-        },
-    );
-    let registry = hosts.registry().expect("the fixture's registry");
+    let (hosts, registry) = Hosts::up_with_registry(&ctx, &["a", "b"]);
     let engines = connect_hosts(&hosts, &["a", "b"]).await;
     let (a, b) = (&engines[0], &engines[1]);
     let a_unix = hosts.host("a").unix.clone();
