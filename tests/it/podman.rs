@@ -129,13 +129,7 @@ fn a_podman_node_loads_the_image_by_id_and_says_plainly_why_nothing_starts() {
         "job.yaml",
         "workload: custom\ncode_path: /mnt/shared/code\nentrypoint: python3 /mnt/shared/code/hello.py\n",
     );
-    let argus = || {
-        let mut argus = ctx.argus().profile(&profile);
-        for (key, value) in slurm.env() {
-            argus = argus.env(&key, value);
-        }
-        argus
-    };
+    let argus = || crate::slurm::argus(&ctx, &slurm, &profile);
 
     let run = argus()
         .args(["slurm", "submit", "--follow"])

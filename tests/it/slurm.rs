@@ -60,7 +60,8 @@ fn jobspec(ctx: &TestContext, name: &str, env: &str) -> PathBuf {
     )
 }
 
-fn argus(ctx: &TestContext, slurm: &Slurm, profile: &Path) -> crate::harness::Argus {
+/// argus with the profile and the Slurm fixture's environment (SLURM_CONF, ...).
+pub(crate) fn argus(ctx: &TestContext, slurm: &Slurm, profile: &Path) -> crate::harness::Argus {
     let mut argus = ctx.argus().profile(profile);
     for (key, value) in slurm.env() {
         argus = argus.env(&key, value);
