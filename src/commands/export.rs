@@ -11,7 +11,7 @@ use crate::export::kuberay::{Options, Version};
 use crate::export::{self, Finding, Severity};
 use crate::ui::Printer;
 
-pub fn kuberay(cli: &Cli, args: &KubeRayArgs, printer: &Printer) -> Result<Exit> {
+pub async fn kuberay(cli: &Cli, args: &KubeRayArgs, printer: &Printer) -> Result<Exit> {
     if cli.config.is_some() {
         return Err(export::Error::Refused(vec![
             Finding::general(
@@ -24,8 +24,15 @@ pub fn kuberay(cli: &Cli, args: &KubeRayArgs, printer: &Printer) -> Result<Exit>
         .into());
     }
     let profile = super::profile(cli)?;
+    let reporter = printer.reporter();
     let jobspec = match &args.jobspec {
-        Some(path) => Some(LoadedJobSpec::load(path, &[])?),
+        Some(path) => {
+            let mut job = LoadedJobSpec::load(path, &[])?;
+            // A release from PyPI is exported as the snapshot of its sources, as `argus
+            // run` makes it: its tree is fetched (once) to know its code id.
+            crate::snapshot::pypi::localize(&mut job.spec.code, &reporter).await?;
+            Some(job)
+        }
         None => None,
     };
     let options = Options {
@@ -39,7 +46,6 @@ pub fn kuberay(cli: &Cli, args: &KubeRayArgs, printer: &Printer) -> Result<Exit>
         version: Version::parse(&args.kuberay_version).unwrap_or(Version::V1_7),
         backoff_limit: args.backoff_limit,
     };
-    let reporter = printer.reporter();
     let exported = match export::kuberay(&profile, jobspec.as_ref(), &options, &reporter) {
         Ok(exported) => exported,
         Err(err) => {

@@ -42,6 +42,17 @@ async fn target(cli: &Cli) -> Result<Target> {
     Ok(Target::from_profile(&loaded, ray))
 }
 
+/// The cluster `submit --dry-run` resolves against: the same target, reached by nothing (a
+/// dry run sends no request, so a remote head's tunnel or host is not needed).
+async fn dry_run_target(cli: &Cli) -> Result<Target> {
+    if cli.config.is_some() || cli.slurm_run.is_some() {
+        return target(cli).await;
+    }
+    let loaded = super::profile(cli)?;
+    let ray = crate::ray::RayClient::new(&loaded.dashboard_url(), None);
+    Ok(Target::from_profile(&loaded, ray))
+}
+
 pub async fn submit(cli: &Cli, args: &SubmitArgs, printer: &Printer) -> Result<Exit> {
     let (loaded, target, what) = match (&args.resume, &args.jobspec) {
         (Some(old), given) => {
@@ -54,7 +65,11 @@ pub async fn submit(cli: &Cli, args: &SubmitArgs, printer: &Printer) -> Result<E
         }
         (None, Some(path)) => (
             LoadedJobSpec::load(path, &args.sets)?,
-            target(cli).await?,
+            if args.dry_run {
+                dry_run_target(cli).await?
+            } else {
+                target(cli).await?
+            },
             path.display().to_string(),
         ),
         (None, None) => return Ok(Exit::Usage),
@@ -108,13 +123,18 @@ pub async fn submit(cli: &Cli, args: &SubmitArgs, printer: &Printer) -> Result<E
         .await
         .with_context(|| format!("while waiting for job {id}"))?;
     sink.finish();
-    finish(printer, &info)
+    finish(printer, &target, &info).await
 }
 
-fn finish(printer: &Printer, info: &JobInfo) -> Result<Exit> {
+/// A waited-for job's end: its status and Ray's message, and for a FAILED job the driver
+/// log's last lines (Ray's message is often generic; the driver's says what happened).
+async fn finish(printer: &Printer, target: &Target, info: &JobInfo) -> Result<Exit> {
     let id = info.submission_id.clone().unwrap_or_default();
+    let tail = watch::failure_tail(target, &id, info).await;
     if printer.json {
-        printer.json(&serde_json::to_value(info)?);
+        let mut out = serde_json::to_value(info)?;
+        out["driver_tail"] = serde_json::json!(tail);
+        printer.json(&out);
     } else {
         printer.info(format!(
             "job {id} {}{}",
@@ -124,8 +144,21 @@ fn finish(printer: &Printer, info: &JobInfo) -> Result<Exit> {
                 .map(|m| format!(": {m}"))
                 .unwrap_or_default()
         ));
+        if let Some(tail) = &tail {
+            printer.info(tail_text(tail));
+        }
     }
     Ok(info.status.exit())
+}
+
+/// The driver's last lines, indented under a heading.
+pub(super) fn tail_text(tail: &[String]) -> String {
+    let mut text = String::from("the driver's last lines:");
+    for line in tail {
+        text.push_str("\n    ");
+        text.push_str(line);
+    }
+    text
 }
 
 pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<Exit> {
@@ -155,8 +188,9 @@ pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<E
                 .await
                 .with_context(|| format!("cannot read the status of job {id}"))?;
             let progress = crate::training::progress(&target, id, &info, record.as_ref()).await;
+            let tail = watch::failure_tail(&target, id, &info).await;
             if printer.json {
-                printer.json(&serde_json::json!({"job": info, "record": record, "from_cluster": from_cluster, "progress": progress}));
+                printer.json(&serde_json::json!({"job": info, "record": record, "from_cluster": from_cluster, "progress": progress, "driver_tail": tail}));
             } else {
                 let mut rows = vec![
                     vec!["submission_id".to_string(), id.clone()],
@@ -189,7 +223,11 @@ pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<E
                         "argus record (the cluster no longer knows this job)".into()
                     },
                 ]);
-                printer.data(table(&rows));
+                let mut text = table(&rows);
+                if let Some(tail) = &tail {
+                    text = format!("{}\n{}", text.trim_end(), tail_text(tail));
+                }
+                printer.data(text);
             }
             Ok(Exit::Success)
         }
@@ -251,7 +289,7 @@ pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<E
                     None => return Err(e).with_context(|| format!("while waiting for job {id}")),
                 },
             };
-            finish(printer, &info)
+            finish(printer, &target, &info).await
         }
         JobCommand::Stop { id, wait } => {
             let api = JobsApi { ray: &target.ray };
@@ -275,7 +313,7 @@ pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<E
                     |_| {},
                 )
                 .await?;
-                return finish(printer, &info);
+                return finish(printer, &target, &info).await;
             }
             printer.info(format!("stop sent to job {id}"));
             Ok(Exit::Success)

@@ -53,7 +53,7 @@ pub async fn run(cli: &Cli, printer: &Printer) -> Result<Exit> {
             run::run(cli, args, printer).await
         }
         Commands::Job(command) => job::run(cli, command, printer).await,
-        Commands::Export(ExportCommand::Kuberay(args)) => export::kuberay(cli, args, printer),
+        Commands::Export(ExportCommand::Kuberay(args)) => export::kuberay(cli, args, printer).await,
         Commands::Slurm(command) => slurm::run(cli, command, printer).await,
     }
 }

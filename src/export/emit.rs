@@ -161,7 +161,7 @@ mod tests {
             "worker_node",
             "app.kubernetes.io/managed-by",
             "/mnt/shared",
-            "K8sJobMode",
+            "HTTPMode",
         ] {
             assert_eq!(string(s), s);
         }

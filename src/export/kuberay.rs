@@ -2,7 +2,8 @@
 //! out, with what could not be carried (refusals) or is carried differently (warnings).
 //!
 //! With a job: a `RayJob` whose `rayClusterSpec` is the profile's cluster and whose
-//! entrypoint, runtime env, resources and metadata are the submission `argus submit` sends.
+//! entrypoint, runtime env, resources and metadata are the submission `argus submit` sends
+//! (the same strings: the operator sends them to the Jobs API itself, [`SUBMISSION_MODE`]).
 //! Without one: a `RayCluster` for one long-lived cluster. The node resources, the
 //! environment and the shared-storage mount come from the Docker plan of the same profile
 //! ([`crate::cluster::plan`]), so the pods are the containers `argus up` would create.
@@ -21,10 +22,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::{Finding, Findings, Severity, looks_secret_name, quantity, shell};
+use super::{Finding, Findings, Severity, looks_secret_name, quantity};
 use crate::cluster::plan::{self, ContainerPlan, GpuAttach, PlanInputs};
 use crate::config::LoadedProfile;
-use crate::config::jobspec::{JobSpec, Workload};
+use crate::config::jobspec::JobSpec;
 use crate::config::profile::{AuthMode, GpuMode, NetworkMode};
 use crate::config::size::ByteSize;
 use crate::config::yaml::{Seg, Source};
@@ -45,6 +46,13 @@ pub const AUTH_TOKEN_KEY: &str = "auth_token";
 /// The longest RayJob name: KubeRay appends `-xxxxx` for its cluster (53 at most).
 pub const MAX_RAYJOB_NAME: usize = 47;
 pub const MAX_RAYCLUSTER_NAME: usize = 53;
+/// How KubeRay submits the job: the operator POSTs the RayJob's entrypoint, runtime env,
+/// metadata and entrypoint resources to the head's Jobs API, the request `argus submit`
+/// sends, so the driver's shell runs the entrypoint string as it is. (`K8sJobMode` pastes
+/// the entrypoint into a submitter pod's bash line and `ray job submit` joins the words
+/// again: a shell reads it twice, so the `&&` of the working-directory prefix would run in
+/// the submitter pod, and quoting them for it breaks every engine that reads it once.)
+pub const SUBMISSION_MODE: &str = "HTTPMode";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -293,10 +301,6 @@ pub fn build(loaded: &LoadedProfile, job: Option<&Job>, options: &Options) -> Bu
             findings: f.into_vec(),
         };
     };
-    let env = env_list(&head_plan.env, options.hf_token_secret.as_deref());
-    if p.env.contains_key("PYTHONPATH") && job.is_some() {
-        f.warn(src, &yaml_path!["env", "PYTHONPATH"], "the submitter pod reads `${PYTHONPATH}` in the job's PYTHONPATH, and it has the image's, not this one");
-    }
 
     let name = match job {
         Some(job) => dns1035(&job.prepared.submission_id, MAX_RAYJOB_NAME, "job-"),
@@ -305,7 +309,7 @@ pub fn build(loaded: &LoadedProfile, job: Option<&Job>, options: &Options) -> Bu
     let pod_labels = labels(loaded, job);
     let group_context = GroupContext {
         image: &image,
-        env: &env,
+        hf_secret: options.hf_token_secret.as_deref(),
         shared: shared.as_ref(),
         mount: &p.shared.mount,
         labels: &pod_labels,
@@ -691,7 +695,9 @@ fn labels(loaded: &LoadedProfile, job: Option<&Job>) -> BTreeMap<String, String>
 
 struct GroupContext<'a> {
     image: &'a str,
-    env: &'a [EnvVar],
+    /// The Secret holding HF_TOKEN, if any; each node's env is its own plan's (the
+    /// profile's `env` with the head's or its group's `env` over it).
+    hf_secret: Option<&'a str>,
     shared: Option<&'a Volume>,
     mount: &'a str,
     labels: &'a BTreeMap<String, String>,
@@ -918,14 +924,27 @@ fn node_spec(
         });
     }
 
+    let env = env_list(&plan.env, cx.hf_secret);
     let mut ray_start_params =
         BTreeMap::from([("disable-usage-stats".to_string(), "true".to_string())]);
     if let Some(store) = node.object_store {
         ray_start_params.insert("object-store-memory".into(), store.0.to_string());
     }
+    // `ray_cpus`: the CPUs the node advertises, when they are not its container's limit
+    // (KubeRay would take the pod's CPU limit, as `argus up` takes `cpus`). Like the GPUs,
+    // they go into the group's resources: KubeRay refuses num-cpus beside them.
+    let advertised = plan
+        .command
+        .iter()
+        .find_map(|w| w.strip_prefix("--num-cpus="))
+        .and_then(|n| n.parse::<u64>().ok())
+        .filter(|n| plan.cpus.is_none_or(|c| c.ceil().max(1.0) as u64 != *n));
     // KubeRay refuses num-gpus in rayStartParams next to group resources, so the GPU
     // count (0 on the head and on CPU workers, as `argus up` passes --num-gpus) goes here.
     let mut resources = BTreeMap::from([("GPU".to_string(), node.gpus.to_string())]);
+    if let Some(n) = advertised {
+        resources.insert("CPU".to_string(), n.to_string());
+    }
     for (name, amount) in &plan.expect.resources {
         match quantity::decimal(*amount) {
             Some(q) => {
@@ -955,7 +974,7 @@ fn node_spec(
             containers: vec![Container {
                 name: node.container.into(),
                 image: Some(cx.image.to_string()),
-                env: (!cx.env.is_empty()).then(|| cx.env.to_vec()),
+                env: (!env.is_empty()).then_some(env),
                 resources: requirements,
                 volume_mounts: (!mounts.is_empty()).then_some(mounts),
                 ..Default::default()
@@ -981,23 +1000,6 @@ fn job_spec(
     let src = job.source;
     let profile_src = &loaded.source;
 
-    let entrypoint = shell::for_submitter(&prepared.entrypoint);
-    if let Err(changed) = &entrypoint {
-        let at = match job.spec.workload {
-            Workload::Custom => yaml_path!["entrypoint"].to_vec(),
-            _ => job
-                .spec
-                .overrides
-                .0
-                .iter()
-                .find(|o| o.to_string() == changed.word)
-                .map(|o| super::override_path(src, &o.key, job.spec))
-                .unwrap_or_else(|| yaml_path!["overrides"].to_vec()),
-        };
-        f.refuse(src, &at, format!("KubeRay's submitter would change `{}`: {}", changed.word, changed.why))
-            .set_hint("write it so one shell reading leaves no quotes or shell characters (for Hydra, a `key=value` list item without quotes), or run it with `argus submit`");
-    }
-
     let strings = |value: &serde_json::Value| -> BTreeMap<String, String> {
         value
             .as_object()
@@ -1015,37 +1017,11 @@ fn job_spec(
             })
             .unwrap_or_default()
     };
-    let env_vars = strings(&payload["runtime_env"]["env_vars"]);
-    // The submitter passes the runtime env and metadata inside "…" on a bash line.
-    for (key, value) in &env_vars {
-        if !value.contains(['$', '`']) || key == "PYTHONPATH" {
-            continue;
-        }
-        let (doc, at) = if job.spec.env_vars.contains_key(key) {
-            (src, yaml_path!["env_vars", key.as_str()].to_vec())
-        } else {
-            (
-                profile_src,
-                yaml_path!["submit", "runtime_env", "env_vars", key.as_str()].to_vec(),
-            )
-        };
-        f.refuse(doc, &at, "KubeRay's submitter expands `$` and backquotes in the runtime env on its own bash line before Ray sees them")
-            .set_hint("write the value out in full");
-    }
     let metadata = strings(&payload["metadata"]);
-    for (key, value) in &job.spec.metadata {
-        if value.0.contains(['$', '`']) {
-            f.refuse(
-                src,
-                &yaml_path!["metadata", key.as_str()],
-                "KubeRay's submitter expands `$` and backquotes in metadata on its own bash line",
-            )
-            .set_hint("write the value out in full");
-        }
-    }
-
-    let runtime_env = serde_json::json!({ "env_vars": env_vars });
-    let runtime_env_yaml = serde_json::to_string_pretty(&runtime_env).unwrap_or_default() + "\n";
+    // The payload's runtime env as it is (JSON is YAML): the operator sends it back to the
+    // Jobs API unchanged, and Ray expands `${VAR}` in it on the driver's node, as for submit.
+    let runtime_env_yaml =
+        serde_json::to_string_pretty(&payload["runtime_env"]).unwrap_or_default() + "\n";
 
     let entrypoint_resources: BTreeMap<String, f64> = payload["entrypoint_resources"]
         .as_object()
@@ -1103,14 +1079,14 @@ fn job_spec(
     };
 
     RayJobSpec {
-        entrypoint: entrypoint.unwrap_or_else(|_| prepared.entrypoint.clone()),
+        entrypoint: prepared.entrypoint.clone(),
         entrypoint_num_cpus: payload["entrypoint_num_cpus"].as_f64(),
         entrypoint_num_gpus: payload["entrypoint_num_gpus"].as_f64(),
         entrypoint_resources,
         runtime_env_yaml,
         job_id: prepared.submission_id.clone(),
         metadata,
-        submission_mode: "K8sJobMode".into(),
+        submission_mode: SUBMISSION_MODE.into(),
         shutdown_after_job_finishes: true,
         ttl_seconds_after_finished: TTL_AFTER_FINISHED_S,
         backoff_limit: i32::try_from(options.backoff_limit).unwrap_or(0),

@@ -8,7 +8,6 @@
 pub mod emit;
 pub mod kuberay;
 pub mod quantity;
-pub mod shell;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -333,6 +332,11 @@ fn resolve_job(
         findings
             .warn(src, &yaml_path!["data_from"], "used by `argus run` only: the datasets must already be on the volume the pods mount")
             .set_hint("argus prepare --from DIR, from a machine that mounts the shared storage");
+    }
+    if let (Some(dir), Some(model)) = (&job.spec.model_from, &job.spec.model_id) {
+        findings
+            .warn(src, &yaml_path!["model_from"], "used by `argus run` only: the model must already be in the HF cache on the volume the pods mount")
+            .set_hint(format!("argus prepare --model {model} --model-from {dir}, from a machine that mounts the shared storage"));
     }
     if job.spec.submission_id.is_none() {
         let id = derived_submission_id(profile, loaded, derived_code.as_deref());

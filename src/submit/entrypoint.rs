@@ -1,5 +1,6 @@
 //! verl workloads turned into a command line: the entrypoint module and the Hydra
-//! overrides the JobSpec's fields imply, then the user's overrides (last, so they win).
+//! overrides the JobSpec's fields imply, then the user's overrides (last, so they win; a
+//! key the user gives twice is passed twice, and Hydra keeps the last value).
 //! Values are written in Hydra's syntax (and must read back unchanged), then each word is
 //! quoted for the POSIX shell Ray runs the entrypoint with (shlex's checked quoting); a
 //! word no shell can carry (a NUL byte) is refused. Pure.
@@ -15,6 +16,8 @@ pub enum Error {
     Nul { key: String },
     #[error("the custom entrypoint contains a NUL byte, which no shell command line can carry")]
     NulInCustom,
+    #[error("the entrypoint runs `{script}`, which is not in the code snapshot {code_path}")]
+    ScriptNotInSnapshot { script: String, code_path: String },
 }
 
 impl Classify for Error {
@@ -27,6 +30,9 @@ impl Classify for Error {
                 "Hydra's syntax cannot write that mapping key (no quotes, no `#`, no non-ASCII in keys); pass the value another way".into(),
             ),
             Error::Nul { .. } | Error::NulInCustom => Some("remove the NUL byte".into()),
+            Error::ScriptNotInSnapshot { .. } => Some(
+                "a job runs in jobs/<id>/work/, so a relative script path is the code snapshot's (argus runs it from there): fix the path, snapshot code that has the script, or give an absolute path (--no-check skips this check)".into(),
+            ),
         }
     }
 }
@@ -145,12 +151,94 @@ fn plain_value(text: &str) -> serde_yaml::Value {
     }
 }
 
-/// The overrides in effect: implied first, then the user's; a later key replaces an
-/// earlier one (so the command line has each key once and the user's value wins).
+/// The overrides in effect: implied first, then the user's; a user's key replaces the
+/// implied one of that key (so the user's value wins).
 pub fn effective_overrides(i: &EntrypointInputs) -> Vec<Override> {
     let (mut implied, user) = effective_parts(i);
     implied.extend(user);
     implied
+}
+
+/// A custom entrypoint whose program is Python or a shell given a relative script path
+/// (`python3 my_script.py`, `bash run.sh`): the path is the code snapshot's, so it becomes
+/// `<code_path>/<path>` (the job runs in `jobs/<id>/work/`, where the script is not).
+/// `in_snapshot` says whether the snapshot has a file (None: it cannot be looked at, and the
+/// path is taken as the snapshot's); a `.py` or `.sh` script it does not have is refused.
+/// Anything else (`-m module`, an absolute or `$VAR` path, `..`, a command before) is left
+/// as written.
+pub fn script_in_snapshot(
+    custom: &str,
+    code_path: &str,
+    in_snapshot: &dyn Fn(&str) -> Option<bool>,
+) -> Result<String, Error> {
+    let mut words = custom
+        .split([' ', '\t'])
+        .scan(0usize, |at, word| {
+            let start = *at;
+            *at += word.len() + 1;
+            Some((start, word))
+        })
+        .filter(|(_, w)| !w.is_empty());
+    let Some((_, program)) = words.next() else {
+        return Ok(custom.to_string());
+    };
+    let python = program == "python"
+        || program.strip_prefix("python3").is_some_and(|v| {
+            v.is_empty()
+                || v.strip_prefix('.')
+                    .is_some_and(|n| n.parse::<u32>().is_ok())
+        });
+    let shell = matches!(program, "sh" | "bash");
+    if !python && !shell {
+        return Ok(custom.to_string());
+    }
+    let mut script = None;
+    while let Some((at, word)) = words.next() {
+        match word {
+            "-m" | "-c" => return Ok(custom.to_string()),
+            // Options of python3 that take the next word.
+            "-W" | "-X" | "-Q" if python => {
+                words.next();
+            }
+            w if w.starts_with('-') => {}
+            w => {
+                script = Some((at, w));
+                break;
+            }
+        }
+    }
+    let Some((at, word)) = script else {
+        return Ok(custom.to_string());
+    };
+    let plain = word
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "_-./".contains(c));
+    let relative = word.trim_start_matches("./");
+    if !plain || word.starts_with('/') || relative.split('/').any(|part| part == "..") {
+        return Ok(custom.to_string());
+    }
+    let script_like = if python {
+        relative.ends_with(".py")
+    } else {
+        relative.ends_with(".sh")
+    };
+    match in_snapshot(relative) {
+        Some(false) if script_like => {
+            return Err(Error::ScriptNotInSnapshot {
+                script: word.to_string(),
+                code_path: code_path.to_string(),
+            });
+        }
+        Some(false) => return Ok(custom.to_string()),
+        None if !script_like => return Ok(custom.to_string()),
+        Some(true) | None => {}
+    }
+    let path = shell_quote(&format!("{code_path}/{relative}")).ok_or(Error::NulInCustom)?;
+    Ok(format!(
+        "{}{path}{}",
+        &custom[..at],
+        &custom[at + word.len()..]
+    ))
 }
 
 /// The driver's command run in `work_dir` (made first): every relative path a job writes,
@@ -161,17 +249,29 @@ pub fn in_work_dir(work_dir: &str, command: &str) -> Result<String, Error> {
     Ok(format!("mkdir -p {dir} && cd {dir} && {command}"))
 }
 
-/// [`effective_overrides`] in two parts: the implied ones that remain, and the user's.
+/// [`effective_overrides`] in two parts: the implied ones the user's leave, and the user's,
+/// every one in its order: a key given twice reaches Hydra twice, which applies both (the
+/// last value wins; verl's own example scripts rely on it).
 pub fn effective_parts(i: &EntrypointInputs) -> (Vec<Override>, Vec<Override>) {
     let mut implied = implied_overrides(i);
-    let mut user: Vec<Override> = Vec::new();
     for o in &i.user_overrides {
         let bare = o.key.trim_start_matches('+');
         implied.retain(|x| x.key.trim_start_matches('+') != bare);
-        user.retain(|x| x.key.trim_start_matches('+') != bare);
-        user.push(o.clone());
     }
-    (implied, user)
+    (implied, i.user_overrides.clone())
+}
+
+/// The overrides that give a key again (without its `+`, `++` or `~`): (the position of
+/// the previous one, its own), in order.
+pub fn repeated(overrides: &[Override]) -> Vec<(usize, usize)> {
+    let mut last: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for (i, o) in overrides.iter().enumerate() {
+        if let Some(before) = last.insert(o.key.trim_start_matches(['+', '~']), i) {
+            out.push((before, i));
+        }
+    }
+    out
 }
 
 /// The Hydra config the workload's entrypoint composes (None for custom).
@@ -347,5 +447,84 @@ mod tests {
         let words = words(&i).unwrap();
         let line = build(&i).unwrap();
         assert_eq!(shlex::split(&line), Some(words), "{line}");
+    }
+
+    #[test]
+    fn a_key_given_twice_reaches_hydra_twice_and_the_last_wins() {
+        let mut i = inputs(Workload::Ppo);
+        i.user_overrides = [
+            "trainer.save_freq=7",
+            "data.train_batch_size=8",
+            "trainer.save_freq=9",
+        ]
+        .iter()
+        .map(|t| Override::parse(t).unwrap())
+        .collect();
+        let e = build(&i).unwrap();
+        assert!(
+            !e.contains("trainer.save_freq=5"),
+            "the implied value is replaced: {e}"
+        );
+        assert!(
+            e.ends_with(" trainer.save_freq=7 data.train_batch_size=8 trainer.save_freq=9"),
+            "both, in order, as Hydra gets them from verl's own scripts: {e}"
+        );
+        assert_eq!(repeated(&i.user_overrides), [(0, 2)]);
+        i.user_overrides
+            .push(Override::parse("+trainer.save_freq=1").unwrap());
+        assert_eq!(repeated(&i.user_overrides), [(0, 2), (2, 3)]);
+    }
+
+    #[test]
+    fn a_relative_script_runs_from_the_snapshot() {
+        let code = "/mnt/shared/common/code/q/abc";
+        let has = |rel: &str| Some(["my_script.py", "sub/run.py", "run.sh"].contains(&rel));
+        let unknown = |_: &str| None;
+        for (given, want) in [
+            (
+                "python3 my_script.py --x 1",
+                format!("python3 {code}/my_script.py --x 1"),
+            ),
+            ("python3 ./sub/run.py", format!("python3 {code}/sub/run.py")),
+            (
+                "  python -u -W ignore my_script.py",
+                format!("  python -u -W ignore {code}/my_script.py"),
+            ),
+            ("bash run.sh a", format!("bash {code}/run.sh a")),
+            ("python3 -m quickstart", "python3 -m quickstart".to_string()),
+            ("python3 -c 'print(1)'", "python3 -c 'print(1)'".to_string()),
+            ("python3 /abs/x.py", "python3 /abs/x.py".to_string()),
+            ("python3 data.txt", "python3 data.txt".to_string()),
+            ("python3 ../x.py", "python3 ../x.py".to_string()),
+            (
+                "echo hi && python3 my_script.py",
+                "echo hi && python3 my_script.py".to_string(),
+            ),
+            (
+                "python3 $ARGUS_CODE_PATH/x.py",
+                "python3 $ARGUS_CODE_PATH/x.py".to_string(),
+            ),
+        ] {
+            assert_eq!(
+                script_in_snapshot(given, code, &has).unwrap(),
+                want,
+                "{given}"
+            );
+        }
+        let e = script_in_snapshot("python3 missing.py", code, &has).unwrap_err();
+        assert!(
+            matches!(&e, Error::ScriptNotInSnapshot { script, .. } if script == "missing.py"),
+            "{e}"
+        );
+        assert_eq!(e.exit(), Exit::Usage);
+        assert!(
+            e.hint().unwrap_or_default().contains("jobs/<id>/work/"),
+            "{e}"
+        );
+        // Where the snapshot cannot be looked at, the path is still the snapshot's.
+        assert_eq!(
+            script_in_snapshot("python3 missing.py", code, &unknown).unwrap(),
+            format!("python3 {code}/missing.py")
+        );
     }
 }

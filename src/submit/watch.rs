@@ -1,6 +1,7 @@
 //! Watching a job to its end: status polling, log following (the websocket tail, or
 //! polling `/logs` when the tail cannot be opened), the time limit (argus stops the job
-//! and records why), and the final record (status + driver.log).
+//! and records why), the final record (status + driver.log), and the driver log's last
+//! lines of a failed job (where it says why it failed).
 
 use std::time::{Duration, Instant};
 
@@ -161,8 +162,19 @@ pub async fn record_end(
         record.stopped_by_argus = stopped_by_argus;
     }
     let api = JobsApi { ray: &target.ray };
-    // A job may print a secret it was given (a token in its env): the saved log carries
-    // none of the values this process knows.
+    let logs = api.logs(id).await.ok().map(|text| redacted(info, &text));
+    if let Err(e) = records.finish(&mut record, info, logs.as_deref()) {
+        tracing::warn!("cannot record the end of job {id}: {e}");
+    }
+    // The table of its metrics beside the log (jobs/<id>/metrics.csv).
+    if let Err(e) = crate::training::save_metrics(&records, id) {
+        tracing::warn!("cannot save the metrics of job {id}: {e}");
+    }
+}
+
+/// A job may print a secret it was given (a token in its env): what argus saves or shows
+/// of its log carries none of the values this process knows.
+fn redacted(info: &JobInfo, log: &str) -> String {
     let mut secrets = crate::config::secrets::known();
     if let Some(env) = info
         .runtime_env
@@ -174,18 +186,61 @@ pub async fn record_end(
                 .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?))),
         );
     }
-    let logs = api
-        .logs(id)
-        .await
-        .ok()
-        .map(|text| secrets.redact_str(&text).into_owned());
-    if let Err(e) = records.finish(&mut record, info, logs.as_deref()) {
-        tracing::warn!("cannot record the end of job {id}: {e}");
+    secrets.redact_str(log).into_owned()
+}
+
+/// How many of the driver's last lines a failed job shows.
+pub const TAIL_LINES: usize = 10;
+
+/// The last [`TAIL_LINES`] non-empty lines of a driver log, colour codes removed: where a
+/// driver that failed says why (`python3: can't open file ...`, a traceback's end), which
+/// Ray's own message for the job often does not.
+pub fn driver_tail(log: &str) -> Vec<String> {
+    let mut lines: Vec<String> = log
+        .lines()
+        .rev()
+        .map(|line| strip_ansi(line.rsplit('\r').next().unwrap_or(line)))
+        .filter(|line| !line.trim().is_empty())
+        .take(TAIL_LINES)
+        .collect();
+    lines.reverse();
+    lines
+}
+
+/// `line` without ANSI escape codes (`ESC [ params letter`).
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut rest = line;
+    while let Some(at) = rest.find("\x1b[") {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 2..];
+        match after.find(|c: char| c.is_ascii_alphabetic()) {
+            Some(end) => rest = &after[end + 1..],
+            None => {
+                rest = "";
+            }
+        }
     }
-    // The table of its metrics beside the log (jobs/<id>/metrics.csv).
-    if let Err(e) = crate::training::save_metrics(&records, id) {
-        tracing::warn!("cannot save the metrics of job {id}: {e}");
+    out.push_str(rest);
+    out.trim_end().to_string()
+}
+
+/// For a FAILED job, the driver log's last lines ([`driver_tail`]): from the cluster, else
+/// from the log argus saved under `jobs/<id>/logs/`. None for any other status, or when
+/// no log can be read.
+pub async fn failure_tail(target: &Target, id: &str, info: &JobInfo) -> Option<Vec<String>> {
+    if info.status != JobStatus::Failed {
+        return None;
     }
+    let api = JobsApi { ray: &target.ray };
+    let log = match api.logs(id).await {
+        Ok(log) => redacted(info, &log),
+        Err(_) => target
+            .records()
+            .map(|r| r.dir(id).join("logs/driver.log"))
+            .and_then(|path| std::fs::read_to_string(path).ok())?,
+    };
+    Some(driver_tail(&log)).filter(|tail| !tail.is_empty())
 }
 
 /// What argus knows of a job: Ray's view when the cluster knows it (recorded when final),
@@ -228,5 +283,28 @@ pub fn from_record(record: &JobRecord) -> JobInfo {
         end_time: record.end_time,
         driver_node_id: record.driver_node_id.clone(),
         ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tail_is_the_last_non_empty_lines_without_colour() {
+        let log = "line 1\n\n\x1b[36m(TaskRunner pid=7)\x1b[0m hello\n".to_string()
+            + &(2..=12).map(|n| format!("line {n}\n")).collect::<String>()
+            + "progress 10%\rprogress 100%\n"
+            + "python3: can't open file '/w/x.py': [Errno 2] No such file or directory\n\n";
+        let tail = driver_tail(&log);
+        assert_eq!(tail.len(), TAIL_LINES);
+        assert_eq!(tail[TAIL_LINES - 2], "progress 100%");
+        assert_eq!(
+            tail[TAIL_LINES - 1],
+            "python3: can't open file '/w/x.py': [Errno 2] No such file or directory"
+        );
+        assert_eq!(tail[0], "line 5");
+        assert_eq!(driver_tail("\x1b[31mboom\x1b[0m\n"), ["boom"]);
+        assert!(driver_tail("\n \n").is_empty());
     }
 }

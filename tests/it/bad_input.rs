@@ -298,18 +298,6 @@ fn cases(good: &str) -> Vec<Case> {
             &[":6:3: overrides.a.b: key \"a.b\" is given twice"],
         ),
         case(
-            "overrides key and +key",
-            submit,
-            job("overrides:\n  a.b: 1\n  +a.b: 2\n"),
-            &[":6:9: overrides.+a.b: override a.b is given twice"],
-        ),
-        case(
-            "overrides list key twice",
-            run,
-            job("overrides: ['a=1', 'a=2']\n"),
-            &[":4:20: overrides[1]: override a is given twice"],
-        ),
-        case(
             "override key with =",
             submit,
             job("overrides: {'a=b': 1}\n"),

@@ -317,6 +317,16 @@ fn override_verdicts_agree_with_hydra_on_verl_shaped_configs() {
         &["~trainer.device", "+trainer.device=cpu"],
         &["~trainer.device", "trainer.device=cpu"],
         &["+trainer.a=1", "trainer.a=2"],
+        // A key given twice (as 4 of verl's example scripts do): Hydra applies both.
+        &["trainer.nnodes=2", "trainer.nnodes=3"],
+        &["trainer.nnodes=2", "++trainer.nnodes=3"],
+        &["trainer.nnodz=2", "trainer.nnodes=3"],
+        &["+trainer.a=1", "+trainer.a=2"],
+        &["~trainer.device", "~trainer.device"],
+        &[
+            "actor@actor_rollout_ref.actor=megatron_actor",
+            "actor@actor_rollout_ref.actor=dp_actor",
+        ],
     ]);
     let mismatches = compare(&code, "ppo_trainer", &table);
     let sft = cases(&[
@@ -369,6 +379,78 @@ json.dump(seen, sys.stdout)
     assert_eq!(installed, built_in);
 }
 
+/// verl 0.8.0's own configs (tests/fixtures/verl-0.8.0-config): its PPO defaults choose
+/// the actor, ref and critic by interpolation (`critic@critic: ${model_engine}_critic`).
+fn verl_0_8_0() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/verl-0.8.0-config")
+}
+
+#[test]
+fn override_verdicts_agree_with_hydra_on_verl_0_8_0() {
+    let verl = verl_0_8_0();
+    let ppo = cases(&[
+        &["trainer.total_training_steps=3"],
+        &["actor_rollout_ref.rollout.name=vllm"],
+        &["algorithm.adv_estimator=grpo"],
+        &["trainer.save_frq=1"],
+        &["trainer.save_freq=1", "trainer.save_freq=2"],
+        &["critic.optim.lr=1e-5"],
+        &["actor_rollout_ref.actor.fsdp_config.param_offload=true"],
+        &["actor_rollout_ref.ref.fsdp_config.param_offload=true"],
+        &["critic.fsdp.param_offload=true"],
+        &["model_engine=megatron"],
+        &[
+            "model_engine=megatron",
+            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+        ],
+        &["actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"],
+        &[
+            "model_engine=megatron",
+            "critic.megatron.tensor_model_parallel_size=2",
+        ],
+        &["model_engine=torchtitan"],
+        &["model_engine=nope"],
+        &["~model_engine"],
+        &["+model_engine=megatron"],
+        &["actor@actor_rollout_ref.actor=megatron_actor"],
+        &[
+            "critic@critic=megatron_critic",
+            "critic.megatron.tensor_model_parallel_size=2",
+        ],
+        &[
+            "model_engine=megatron",
+            "critic@critic=dp_critic",
+            "critic.fsdp.param_offload=true",
+        ],
+        &["+actor_rollout_ref.model.override_config.attn_implementation=eager"],
+        &[
+            "trainer.device=cpu",
+            "actor_rollout_ref.actor.strategy=fsdp2",
+        ],
+        // `${oc.select:a,${oc.select:b,null}}`: null, so `+` sets it and `~` finds nothing.
+        &["+actor_rollout_ref.rollout.profiler.tool_config.precision_debugger.config_path=1"],
+        &["~actor_rollout_ref.rollout.profiler.tool_config.precision_debugger.config_path"],
+    ]);
+    let mut mismatches = compare(&verl, "ppo_trainer", &ppo);
+    let sft = cases(&[
+        &["optim.lr=1e-5"],
+        &["model.path=/m"],
+        &["trainer.device=cpu"],
+        &["data.messages_key=messages"],
+        &["data.micro_batch_size_per_gpu=4"],
+        &["data.nope=1"],
+        &["engine=megatron"],
+    ]);
+    mismatches.extend(compare(&verl, "sft_trainer_engine", &sft));
+    assert!(
+        mismatches.is_empty(),
+        "argus and Hydra disagree on verl 0.8.0:\n{}",
+        mismatches.join("\n")
+    );
+    // Keys of both composed configs, as below for a checkout (one in 8, to keep it short).
+    every_key_agrees(&verl, 8);
+}
+
 /// verl's own configs (`ARGUS_TEST_VERL=<verl checkout>`): every key of the composed PPO
 /// config set, added, force-added and deleted; and a typo of each.
 #[test]
@@ -379,7 +461,12 @@ fn override_verdicts_agree_with_hydra_on_a_verl_checkout() {
         );
         return;
     };
-    let verl = PathBuf::from(verl);
+    every_key_agrees(&PathBuf::from(verl), 1);
+}
+
+/// Every `stride`-th key of the composed `ppo_trainer` and `sft_trainer_engine` set (and on
+/// a sample: added, deleted, misspelled, extended), Hydra's verdict against argus's.
+fn every_key_agrees(verl: &Path, stride: usize) {
     const KEYS: &str = r#"
 import json, sys, warnings
 warnings.filterwarnings("ignore")
@@ -409,7 +496,7 @@ json.dump(keys, sys.stdout)
             .filter_map(|k| k.as_str().map(str::to_string))
             .collect();
         let mut table = Vec::new();
-        for (i, key) in keys.iter().enumerate() {
+        for (i, key) in keys.iter().enumerate().step_by(stride) {
             table.push(vec![format!("{key}=1")]);
             // The other forms on a sample, to keep the run short.
             if i % 3 == 0 {
@@ -419,7 +506,7 @@ json.dump(keys, sys.stdout)
                 table.push(vec![format!("{key}.new_key=1")]);
             }
         }
-        let mismatches = compare(&verl, name, &table);
+        let mismatches = compare(verl, name, &table);
         assert!(
             mismatches.is_empty(),
             "argus and Hydra disagree on verl's {name}:\n{}",

@@ -1,8 +1,10 @@
 //! Hydra's composition of a primary config from its defaults lists, as Hydra 1.3 does it
 //! (`hydra/_internal/defaults_list.py`): `_self_`, config groups and options, packages
 //! (`actor@actor_rollout_ref.actor`, `../optim@optim`, `# @package` headers, `_global_`),
-//! `override` entries, and the group overrides of the command line (`group=option`,
-//! `+group=option`, `~group`). Hydra's own `hydra/...` groups come from a built-in copy.
+//! `override` entries, options chosen by interpolation of another group's choice
+//! (`critic@critic: ${model_engine}_critic`), and the group overrides of the command line
+//! (`group=option`, `+group=option`, `~group`). Hydra's own `hydra/...` groups come from a
+//! built-in copy.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
@@ -26,7 +28,7 @@ pub enum Fail {
     /// Hydra would refuse to compose (a missing option, a defaults entry that matches
     /// nothing, ...). The text follows Hydra's own message.
     Refused(String),
-    /// A construct argus does not model (interpolated defaults).
+    /// A construct argus does not model (a defaults interpolation other than `${group}`).
     Unsupported(String),
 }
 
@@ -361,7 +363,7 @@ impl Composer {
         let mut hydra = Entry::new(Kind::Config("hydra/config".into()), None);
         let mut main = Entry::new(Kind::Config(primary.to_string()), None);
         // Hydra's virtual root: [hydra/config, primary], expanded last to first.
-        let main_items = self.expand(&mut main, true, 0)?;
+        let main_items = self.expand(&mut main, true, 0, false)?;
         let hydra_items = self.expand_hydra(&mut hydra)?;
         self.ensure_used()?;
         let mut keys = BTreeSet::new();
@@ -562,7 +564,14 @@ impl Composer {
         Ok(items)
     }
 
-    fn expand(&mut self, node: &mut Entry, is_root: bool, depth: usize) -> Result<Vec<Item>, Fail> {
+    /// `interpolated`: the node is (inside) a defaults entry chosen by interpolation.
+    fn expand(
+        &mut self,
+        node: &mut Entry,
+        is_root: bool,
+        depth: usize,
+        interpolated: bool,
+    ) -> Result<Vec<Item>, Fail> {
         if depth > 64 {
             return Err(Fail::Refused(format!(
                 "the defaults lists nest too deep at '{}' (a cycle?)",
@@ -644,6 +653,12 @@ impl Composer {
             }
             if d.is_override {
                 let key = d.override_key().unwrap_or_default();
+                if interpolated {
+                    return Err(Fail::Refused(format!(
+                        "{config_path}: Default List Overrides are not allowed in the subtree of an in interpolated config group (override {key}={}).",
+                        d.name().unwrap_or_else(|| "null".into())
+                    )));
+                }
                 seen_override = Some(key.clone());
                 if let Kind::Group { choice, .. } = &d.kind {
                     self.choices.entry(key).or_insert(OverrideChoice {
@@ -656,6 +671,7 @@ impl Composer {
             }
         }
         let mut children: Vec<Vec<Item>> = Vec::new();
+        let mut deferred: Vec<(usize, Entry)> = Vec::new();
         for d in defaults.iter_mut().rev() {
             if d.is_self() {
                 children.push(vec![Item {
@@ -691,19 +707,27 @@ impl Composer {
                         );
                         c.optional = d.optional;
                         c.update_parent(&base, &package);
-                        children.push(self.expand(&mut c, false, depth + 1)?);
+                        children.push(self.expand(&mut c, false, depth + 1, interpolated)?);
                     }
                 }
                 _ => {
-                    if d.name().is_some_and(|n| n.contains("${")) {
-                        return Err(Fail::Unsupported(format!(
-                            "In '{config_path}': the defaults entry '{}' chooses its option by interpolation",
-                            d.raw_path()
-                        )));
+                    // Chosen by interpolation: expanded once its siblings' choices are known.
+                    if d.raw_path().contains("${") || d.name().is_some_and(|n| n.contains("${")) {
+                        deferred.push((children.len(), d.clone()));
+                        children.push(Vec::new());
+                        continue;
                     }
-                    children.push(self.expand(d, false, depth + 1)?);
+                    children.push(self.expand(d, false, depth + 1, interpolated)?);
                 }
             }
+        }
+        // As Hydra: the interpolations read the choices known once every other entry of
+        // this list is expanded (`model_engine=megatron` on the command line included).
+        let known = self.known.clone();
+        for (at, mut d) in deferred {
+            resolve_interpolation(&mut d, &known, &config_path)?;
+            d.update_parent(&base, &package);
+            children[at] = self.expand(&mut d, false, depth + 1, true)?;
         }
         if children.is_empty() {
             return Ok(vec![Item {
@@ -766,6 +790,61 @@ impl Composer {
         }
         Ok(())
     }
+}
+
+/// A defaults entry's `${key}` (in its option, or a config entry's path) replaced by the
+/// option chosen for the group `key`, as Hydra resolves it against the known choices. A
+/// key no choice has is Hydra's error; what OmegaConf would resolve otherwise (a resolver,
+/// a nested or dotted key, a null choice) is not modelled.
+fn resolve_interpolation(
+    entry: &mut Entry,
+    known: &BTreeMap<String, Option<String>>,
+    config_path: &str,
+) -> Result<(), Fail> {
+    let text = match &entry.kind {
+        Kind::Group {
+            choice: Choice::Name(name),
+            ..
+        } => name.clone(),
+        Kind::Config(path) => path.clone(),
+        _ => return Ok(()),
+    };
+    let unsupported = || {
+        Fail::Unsupported(format!(
+            "In '{config_path}': the defaults entry '{}: {text}' chooses its option by an interpolation argus does not model",
+            entry.raw_path()
+        ))
+    };
+    let mut out = String::new();
+    let mut rest = text.as_str();
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let end = after.find('}').ok_or_else(unsupported)?;
+        let key = &after[..end];
+        if key.is_empty() || key.contains(['$', '{', ':', '.', ' ']) {
+            return Err(unsupported());
+        }
+        match known.get(key) {
+            Some(Some(choice)) => out.push_str(choice),
+            Some(None) => return Err(unsupported()),
+            None => {
+                let keys: Vec<&str> = known.keys().map(String::as_str).collect();
+                return Err(Fail::Refused(format!(
+                    "Error resolving interpolation '{text}', possible interpolation keys: {}",
+                    keys.join(", ")
+                )));
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    match &mut entry.kind {
+        Kind::Group { choice, .. } => *choice = Choice::Name(out),
+        Kind::Config(path) => *path = out,
+        Kind::SelfRef => {}
+    }
+    Ok(())
 }
 
 fn not_found(group: &str, name: &str, options: &[String]) -> String {

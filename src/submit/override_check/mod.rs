@@ -8,9 +8,10 @@
 //! lists as Hydra composes it ([`compose`]), then the overrides are applied in command-line
 //! order to that tree as Hydra applies them ([`tree`]). `hydra.*` keys are checked against
 //! Hydra 1.3's own config. Not modelled: value types of Hydra's structured `hydra.*`
-//! fields, resolvers other than `oc.select` (their values are taken as non-null), and
-//! defaults entries that leave the config directory (refused) or choose by interpolation
-//! (not checked).
+//! fields, resolvers other than `oc.select` (their values are taken as non-null),
+//! defaults entries that leave the config directory (refused), and a defaults entry's
+//! interpolation other than `${group}` (not checked; `${model_engine}_actor`, verl 0.8's,
+//! is resolved as Hydra does, against the choices of the defaults list and the command line).
 
 mod compose;
 mod tree;
@@ -453,5 +454,74 @@ mod tests {
         assert!(matches!(e, Error::Syntax { .. }), "{e}");
         let none = check(dir.path(), "sft_trainer_engine", &[raw("a=1")], 0).expect("ok");
         assert!(matches!(none, Outcome::NotChecked { .. }));
+    }
+
+    /// verl 0.8.0's own configs (tests/fixtures/verl-0.8.0-config, see its NOTICE): its
+    /// PPO defaults choose the actor, ref and critic by `${model_engine}`.
+    fn verl_0_8_0() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/verl-0.8.0-config")
+    }
+
+    fn verl_verdict(config: &str, overrides: &[&str]) -> Result<Outcome, Error> {
+        let o: Vec<Override> = overrides.iter().map(|t| raw(t)).collect();
+        check(&verl_0_8_0(), config, &o, 0)
+    }
+
+    #[test]
+    fn verl_0_8_0_interpolated_defaults_follow_model_engine() {
+        for ok in [
+            &["trainer.total_training_steps=3"][..],
+            &["actor_rollout_ref.rollout.name=vllm"],
+            &["algorithm.adv_estimator=grpo"],
+            &[
+                "critic.optim.lr=1e-5",
+                "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+            ],
+            &[
+                "model_engine=megatron",
+                "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+            ],
+            &["actor@actor_rollout_ref.actor=megatron_actor"],
+        ] {
+            let verdict = verl_verdict("ppo_trainer", ok);
+            assert!(
+                matches!(verdict, Ok(Outcome::Checked { .. })),
+                "{ok:?}: {verdict:?}"
+            );
+        }
+        match verl_verdict("ppo_trainer", &["trainer.save_frq=1"]) {
+            Err(Error::UnknownOverride { suggestion, .. }) => {
+                assert_eq!(suggestion.as_deref(), Some("trainer.save_freq"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // dp's actor has no megatron section: the interpolation chose dp_actor.
+        assert!(matches!(
+            verl_verdict(
+                "ppo_trainer",
+                &["actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2"]
+            ),
+            Err(Error::UnknownOverride { .. })
+        ));
+        // An engine without an actor of its name: Hydra's `Could not find`.
+        let e = verl_verdict("ppo_trainer", &["model_engine=nope"]).unwrap_err();
+        assert!(e.to_string().contains("model_engine/nope"), "{e}");
+        let sft = verl_verdict("sft_trainer_engine", &["optim.lr=1e-5", "model.path=/m"]);
+        assert!(matches!(sft, Ok(Outcome::Checked { .. })), "{sft:?}");
+    }
+
+    #[test]
+    fn a_key_given_twice_is_applied_twice_as_hydra_does() {
+        let dir = snapshot();
+        for twice in [
+            &["trainer.nnodes=2", "trainer.nnodes=3"][..],
+            &["trainer.nnodes=2", "++trainer.nnodes=3"],
+            &["+trainer.a=1", "trainer.a=2"],
+        ] {
+            let v = verdict(dir.path(), twice);
+            assert!(matches!(v, Ok(Outcome::Checked { .. })), "{twice:?}: {v:?}");
+        }
+        // Each is still judged where it stands: the second `+` finds the key there.
+        assert!(verdict(dir.path(), &["+trainer.a=1", "+trainer.a=2"]).is_err());
     }
 }

@@ -261,9 +261,12 @@ fn resolve(root: &Node, base: &[String], text: &str, depth: usize) -> Result<Fou
     if depth > MAX_DEPTH {
         return Err(format!("interpolation loop at `{text}`"));
     }
-    let inner = match text.strip_prefix("${").and_then(|t| t.strip_suffix('}')) {
-        // One interpolation that is the whole value (not `${a}-${b}`, not `\${a}`).
-        Some(inner) if !inner.contains("${") && !inner.contains('}') => inner.trim(),
+    // One interpolation that is the whole value (not `${a}-${b}`, not `\${a}`); nested
+    // ones only as an `oc.select` default (verl 0.8: `${oc.select:a,${oc.select:b,null}}`).
+    let inner = match whole_interpolation(text) {
+        Some(inner) if !inner.contains("${") || inner.trim_start().starts_with("oc.select:") => {
+            inner.trim()
+        }
         _ => return Ok(Found::Computed),
     };
     let resolver = inner.split_once(':').filter(|(name, _)| {
@@ -274,10 +277,13 @@ fn resolve(root: &Node, base: &[String], text: &str, depth: usize) -> Result<Fou
     });
     match resolver {
         Some(("oc.select", args)) => {
-            let (key, default) = match args.split_once(',') {
-                Some((k, d)) => (k.trim(), Some(d.trim())),
+            let (key, default) = match top_level_comma(args) {
+                Some(at) => (args[..at].trim(), Some(args[at + 1..].trim())),
                 None => (args.trim(), None),
             };
+            if key.contains("${") {
+                return Ok(Found::Computed);
+            }
             match lookup(root, base, key, depth)? {
                 Some(path) if !matches!(root.get(&path), Some(Node::Leaf(Leaf::Missing))) => {
                     deref(root, &path, depth)
@@ -304,6 +310,46 @@ fn resolve(root: &Node, base: &[String], text: &str, depth: usize) -> Result<Fou
             },
         },
     }
+}
+
+/// The inside of `${...}` when that one interpolation is the whole text (its braces
+/// matched, nested `${...}` counted).
+fn whole_interpolation(text: &str) -> Option<&str> {
+    let inner = text.strip_prefix("${")?;
+    let mut open = 1usize;
+    let mut chars = inner.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        match c {
+            '$' if chars.peek().is_some_and(|(_, n)| *n == '{') => {
+                chars.next();
+                open += 1;
+            }
+            '}' => {
+                open -= 1;
+                if open == 0 {
+                    return (i + 1 == inner.len()).then(|| &inner[..i]);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The first comma of `args` outside a nested `${...}`.
+fn top_level_comma(args: &str) -> Option<usize> {
+    let mut open = 0usize;
+    let mut prev = ' ';
+    for (i, c) in args.char_indices() {
+        match c {
+            '{' if prev == '$' => open += 1,
+            '}' if open > 0 => open -= 1,
+            ',' if open == 0 => return Some(i),
+            _ => {}
+        }
+        prev = c;
+    }
+    None
 }
 
 /// Where an interpolation's key points: `a.b` from the root, `.b` beside the node, `..b`
@@ -538,7 +584,7 @@ mod tests {
     fn tree() -> Node {
         Node::from_yaml(
             &serde_yaml::from_str(
-                "m: {x: 1, d: {y: 2}}\nl: [1, 2]\nn: null\nmiss: ???\ns: 5\nref: ${m}\nselmiss: ${oc.select:miss,7}\nselnull: ${oc.select:n,7}\nselabsent: ${oc.select:nope,null}\nstrint: a-${s}\nbad: ${nope}\nempty: {}\nrel: {a: 1, b: '${.a}'}\n",
+                "m: {x: 1, d: {y: 2}}\nl: [1, 2]\nn: null\nmiss: ???\ns: 5\nref: ${m}\nselmiss: ${oc.select:miss,7}\nselnull: ${oc.select:n,7}\nselabsent: ${oc.select:nope,null}\nselnest: ${oc.select:nope,${oc.select:n,null}}\nselnest5: ${oc.select:nope,${oc.select:s,null}}\nstrint: a-${s}\nbad: ${nope}\nempty: {}\nrel: {a: 1, b: '${.a}'}\n",
             )
             .expect("yaml"),
         )
@@ -559,6 +605,7 @@ mod tests {
         let accept = [
             "+selnull=1",
             "+selabsent=1",
+            "+selnest=1",
             "~ref",
             "m={x:{z:1}}",
             "m={d:5}",
@@ -582,6 +629,8 @@ mod tests {
         }
         let refuse = [
             "+selmiss=1",
+            "+selnest5=1",
+            "~selnest",
             "+strint=1",
             "+bad=1",
             "~bad",
