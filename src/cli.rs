@@ -308,6 +308,11 @@ pub struct PrepareArgs {
     /// main/test-*.parquet) instead of downloading it.
     #[arg(long, value_name = "DIR")]
     pub from: Option<PathBuf>,
+
+    /// Put the one --model from this local directory (config.json, weights, tokenizer) into
+    /// the shared HF cache instead of downloading it; its commit is its content's hash.
+    #[arg(long, value_name = "DIR", requires = "model", conflicts_with_all = ["include", "exclude"])]
+    pub model_from: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -519,6 +524,12 @@ pub enum ImageCommand {
     /// sources) with python3, a venv at /opt/ray with `ray[default]` pinned, imported
     /// through the Docker API. Needs root and debootstrap. An image built from the same
     /// inputs (suite, Ray version, extra packages) is not rebuilt.
+    ///
+    /// `--verl` then adds verl's dependencies on top (torch, transformers, hydra-core, ...:
+    /// the exact versions of assets/verl/requirements.lock, installed from PyPI by pip in a
+    /// container of the Ray image and committed as a layer, about 8 GB) and the CPU shim
+    /// `argus_verl_cpu`: `argus/verl:0.8.0-cpu`, the image of the built-in profile. verl's
+    /// own code is not in it: jobs take it from a code snapshot.
     Build(ImageBuildArgs),
 }
 
@@ -544,9 +555,14 @@ pub struct ImageBuildArgs {
     #[arg(long, value_name = "URL")]
     pub mirror: Option<String>,
 
-    /// Rebuild even if an image from the same inputs exists.
+    /// Rebuild even if an image from the same inputs exists (with --verl: the verl layer).
     #[arg(long)]
     pub force: bool,
+
+    /// Build the verl image (verl's pinned dependencies and the CPU shim) on the Ray image;
+    /// --tag then names the verl image (default argus/verl:0.8.0-cpu).
+    #[arg(long, conflicts_with = "pip")]
+    pub verl: bool,
 }
 
 #[cfg(test)]

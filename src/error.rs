@@ -30,6 +30,8 @@ pub enum Error {
     #[error(transparent)]
     Snapshot(#[from] crate::snapshot::Error),
     #[error(transparent)]
+    Pypi(#[from] crate::snapshot::pypi::PypiError),
+    #[error(transparent)]
     Submit(#[from] crate::submit::Error),
     #[error(transparent)]
     Run(#[from] crate::run::Error),
@@ -63,6 +65,7 @@ impl Classify for Error {
             Error::Ray(e) => e.exit(),
             Error::Data(e) => e.exit(),
             Error::Snapshot(e) => e.exit(),
+            Error::Pypi(e) => e.exit(),
             Error::Submit(e) => e.exit(),
             Error::Run(e) => e.exit(),
             Error::Lock(e) => e.exit(),
@@ -88,6 +91,7 @@ impl Classify for Error {
             Error::Ray(e) => e.hint(),
             Error::Data(e) => e.hint(),
             Error::Snapshot(e) => e.hint(),
+            Error::Pypi(e) => e.hint(),
             Error::Submit(e) => e.hint(),
             Error::Run(e) => e.hint(),
             Error::Lock(e) => e.hint(),

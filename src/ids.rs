@@ -490,6 +490,58 @@ impl<'de> Deserialize<'de> for UnderRoot {
     }
 }
 
+/// A Python dotted name, `module.function` (Ray's `worker_process_setup_hook`): ASCII
+/// identifiers joined by dots, at least two of them.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PythonName(String);
+
+impl PythonName {
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl FromStr for PythonName {
+    type Err = IdError;
+    fn from_str(text: &str) -> Result<Self, IdError> {
+        let identifier = |part: &str| {
+            part.chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                && part.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        };
+        let parts: Vec<&str> = text.split('.').collect();
+        if parts.len() >= 2 && text.len() <= 200 && parts.iter().all(|p| identifier(p)) {
+            Ok(PythonName(text.to_string()))
+        } else {
+            Err(IdError {
+                kind: "Python name",
+                given: text.to_string(),
+                reason: "it is not a dotted Python name".into(),
+                rule: "module.function, e.g. argus_verl_cpu.setup (ASCII identifiers joined by dots)",
+            })
+        }
+    }
+}
+
+impl fmt::Display for PythonName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Serialize for PythonName {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for PythonName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        deserialize_checked(d, "module.function", <PythonName as FromStr>::from_str)
+    }
+}
+
 /// A path on the shared storage: the mount as the containers see it, and the part below
 /// it. The same file on this host is [`SharedPath::on_host`]; neither can leave the root.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -348,7 +348,7 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
         image: p.image.clone(),
         image_id: inputs.image_id.clone(),
         command,
-        env: env.clone(),
+        env: with_node_env(&env, &p.head),
         cpus: p.head.cpus,
         memory: p.head.memory.map(|s| s.0),
         shm_size: p.head.shm_size.map(|s| s.0),
@@ -410,7 +410,7 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
                 image: p.image.clone(),
                 image_id: inputs.image_id.clone(),
                 command,
-                env: env.clone(),
+                env: with_node_env(&env, &node),
                 cpus: node.cpus,
                 memory: node.memory.map(|s| s.0),
                 shm_size: node.shm_size.map(|s| s.0),
@@ -482,10 +482,19 @@ impl ClusterPlan {
     }
 }
 
+/// The profile's environment with a node's own `env` over it.
+fn with_node_env(env: &BTreeMap<String, String>, node: &NodeSpec) -> BTreeMap<String, String> {
+    let mut env = env.clone();
+    env.extend(node.env.clone());
+    env
+}
+
 /// `--num-cpus`, `--object-store-memory`, `--resources` for one node.
 fn node_flags(node: &NodeSpec, resources: &BTreeMap<String, f64>) -> Vec<String> {
     let mut flags = Vec::new();
-    if let Some(cpus) = node.cpus {
+    if let Some(cpus) = node.ray_cpus {
+        flags.push(format!("--num-cpus={cpus}"));
+    } else if let Some(cpus) = node.cpus {
         // Ray counts whole CPUs; the container limit stays fractional.
         flags.push(format!("--num-cpus={}", cpus.ceil().max(1.0) as u64));
     }
@@ -580,11 +589,26 @@ mod tests {
         assert!(
             worker
                 .command
-                .contains(&r#"--resources={"worker_node":1}"#.to_string())
+                .contains(&r#"--resources={"cpu":8,"worker_node":1}"#.to_string())
         );
-        assert_eq!(worker.gpu, GpuAttach::Simulated { count: 2 });
+        // Ray's CPUs are the profile's ray_cpus (no Docker limit), the head advertises none.
+        assert!(worker.command.contains(&"--num-cpus=16".to_string()));
+        assert_eq!(worker.cpus, None);
+        assert!(head.command.contains(&"--num-cpus=0".to_string()));
+        assert_eq!(worker.gpu, GpuAttach::Simulated { count: 1 });
         assert_eq!(worker.env["RAY_AUTH_MODE"], "disabled");
         assert_eq!(worker.env["HF_HOME"], "/mnt/shared/common/hf");
+    }
+
+    #[test]
+    fn a_nodes_own_env_is_over_the_profiles_and_only_its_own() {
+        let text = "name: t\nimage: i\nshared: {host_path: /tmp/x}\nenv: {A: p, B: p}\nhead: {env: {A: head}}\nworkers:\n  - {name: g, count: 1, env: {B: g}}\n  - {name: h, count: 1}\n";
+        let loaded = LoadedProfile::from_source(Source::new("t.yaml", text.to_string())).unwrap();
+        let plan = plan(&loaded, &inputs());
+        let env = |i: usize, k: &str| plan.containers[i].env[k].clone();
+        assert_eq!((env(0, "A"), env(0, "B")), ("head".into(), "p".into()));
+        assert_eq!((env(1, "A"), env(1, "B")), ("p".into(), "g".into()));
+        assert_eq!((env(2, "A"), env(2, "B")), ("p".into(), "p".into()));
     }
 
     #[test]

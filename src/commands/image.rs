@@ -14,22 +14,36 @@ pub async fn build(cli: &Cli, args: &ImageBuildArgs, printer: &Printer) -> Resul
         Some(path) => LoadedProfile::load(Some(path))?.profile.docker.host,
         None => None,
     };
+    let base_tag = format!("argus/ray:{}", args.ray_version);
     let spec = image::BuildSpec {
-        tag: args
-            .tag
-            .clone()
-            .unwrap_or_else(|| format!("argus/ray:{}", args.ray_version)),
+        tag: if args.verl {
+            base_tag.clone()
+        } else {
+            args.tag.clone().unwrap_or_else(|| base_tag.clone())
+        },
         ray_version: args.ray_version.clone(),
         pip: args.pip.clone(),
         suite: args.suite.clone(),
         mirror: args.mirror.clone(),
-        force: args.force,
+        force: args.force && !args.verl,
     };
     let docker = docker::connect(host.as_deref()).await?;
     let reporter = printer.reporter();
-    let report = image::build(&docker, &spec, &reporter)
+    let mut report = image::build(&docker, &spec, &reporter)
         .await
         .with_context(|| format!("cannot build image {}", spec.tag))?;
+    if args.verl {
+        let layer = image::LayerSpec {
+            tag: args.tag.clone().unwrap_or_else(image::verl_default_tag),
+            base: spec.tag.clone(),
+            force: args.force,
+        };
+        let base_seconds = report.seconds;
+        report = image::build_layer(&docker, &layer, &reporter)
+            .await
+            .with_context(|| format!("cannot build image {}", layer.tag))?;
+        report.seconds += base_seconds;
+    }
     if printer.json {
         printer.json(&serde_json::to_value(&report)?);
     } else {

@@ -38,7 +38,24 @@ pub async fn run(loaded: &LoadedProfile, args: &PrepareArgs, printer: &Printer) 
         host,
         mount: Layout::new(&loaded.profile.shared.mount),
     };
-    if !models.is_empty() || args.from.is_none() {
+    if args.model_from.is_some() && models.len() != 1 {
+        return Err(data::Error::Usage(
+            "--model-from takes exactly one --model: the name the directory's model gets".into(),
+        )
+        .into());
+    }
+    if let Some(dir) = &args.model_from
+        && !dir.join("config.json").is_file()
+    {
+        return Err(data::Error::LocalModel(format!(
+            "{} holds no config.json: not a Hugging Face model directory",
+            dir.display()
+        ))
+        .into());
+    }
+    let models_from_hub = !models.is_empty() && args.model_from.is_none();
+    let datasets_from_hub = !datasets.is_empty() && args.from.is_none();
+    if models_from_hub || datasets_from_hub {
         prepare.client.check_endpoint().map_err(data::Error::from)?;
     }
     let reporter = printer.reporter();
@@ -70,9 +87,13 @@ pub async fn run(loaded: &LoadedProfile, args: &PrepareArgs, printer: &Printer) 
         reports.push(serde_json::to_value(&report)?);
     }
     for model in &models {
-        let report = data::prepare_model(&prepare, model, &args.include, &args.exclude, &reporter)
-            .await
-            .with_context(|| format!("cannot prepare model {model}"))?;
+        let report = match &args.model_from {
+            Some(dir) => data::local_model::import(&prepare, model, dir, &reporter),
+            None => {
+                data::prepare_model(&prepare, model, &args.include, &args.exclude, &reporter).await
+            }
+        }
+        .with_context(|| format!("cannot prepare model {model}"))?;
         if !printer.json {
             let what = if report.files_downloaded == 0 {
                 "already complete".to_string()

@@ -80,10 +80,22 @@ pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
         .job_status
         .clone()
         .unwrap_or_else(|| JobStatus::Unknown("not ended".into()));
+    // A FAILED job's own last words (Ray's message is often generic), from its saved log.
+    let tail = (status == JobStatus::Failed)
+        .then(|| report.driver_log.as_ref())
+        .flatten()
+        .and_then(|path| std::fs::read_to_string(path).ok())
+        .map(|log| crate::submit::watch::driver_tail(&log))
+        .filter(|tail| !tail.is_empty());
     if printer.json {
-        printer.json(&serde_json::to_value(&report)?);
+        let mut out = serde_json::to_value(&report)?;
+        out["driver_tail"] = serde_json::json!(tail);
+        printer.json(&out);
     } else if !finished_before {
         print_stages(printer, &report, &status);
+        if let Some(tail) = &tail {
+            printer.info(super::job::tail_text(tail));
+        }
     }
     if finished_before {
         printer.info(format!(

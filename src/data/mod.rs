@@ -10,6 +10,7 @@ pub mod gsm8k;
 pub mod hf;
 pub mod hf_cache;
 pub mod hub_types;
+pub mod local_model;
 pub mod parquet;
 mod publish;
 
@@ -48,6 +49,8 @@ pub enum Error {
     Lock(#[from] crate::lock::Error),
     #[error("in --from: {0}")]
     NotRegular(#[source] NotRegular),
+    #[error("model_from: {0}")]
+    LocalModel(String),
     #[error("{action} {}", path.display())]
     Io {
         action: &'static str,
@@ -70,7 +73,8 @@ impl Classify for Error {
             | Error::UnknownDataset(_)
             | Error::BadInput(_)
             | Error::Usage(_)
-            | Error::NotRegular(_) => Exit::Usage,
+            | Error::NotRegular(_)
+            | Error::LocalModel(_) => Exit::Usage,
             Error::Hub(
                 HubError::Unreachable { .. } | HubError::Http { .. } | HubError::Interrupted { .. },
             ) => Exit::Unreachable,

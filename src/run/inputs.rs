@@ -51,8 +51,14 @@ pub fn observe_before(ctx: &Ctx<'_>, spec: &JobSpec, lock: &RunLock) -> Result<O
         }
     }
     if let Some(model) = &lock.model {
-        observed.model_commit = data::hf_cache::HubCache::new(ctx.host.hf_home().join("hub"))
-            .read_ref(data::hf::RepoKind::Model, &model.repo, &model.revision);
+        observed.model_commit = match model_dir_on_host(ctx, &model.repo) {
+            Some(dir) => data::local_model::content_of(&dir).ok().map(|(c, _)| c),
+            None => data::hf_cache::HubCache::new(ctx.host.hf_home().join("hub")).read_ref(
+                data::hf::RepoKind::Model,
+                &model.repo,
+                &model.revision,
+            ),
+        };
     }
     // The source as it is now, hashed without snapshotting it.
     if let Code::Source(code) = &spec.code
@@ -65,6 +71,16 @@ pub fn observe_before(ctx: &Ctx<'_>, spec: &JobSpec, lock: &RunLock) -> Result<O
         )?);
     }
     Ok(observed)
+}
+
+/// The revision a model given as a path is pinned at (its commit is its content's hash).
+pub const PATH_REVISION: &str = "(path: content hash)";
+
+/// A model path (as the containers see it) on this host, when it is on the shared storage.
+pub fn model_dir_on_host(ctx: &Ctx<'_>, model: &str) -> Option<PathBuf> {
+    let path = crate::ids::ContainerPath::parse_as("model path", model).ok()?;
+    let shared = path.under(&ctx.loaded.profile.shared.mount)?;
+    Some(shared.on_host(ctx.host.root()))
 }
 
 /// `prepare`: the datasets and the model, pinned.
@@ -88,6 +104,18 @@ pub async fn prepare(
         });
     }
     let mut model_pin = None;
+    // A model given as a path is pinned by its content, when it is on the shared storage.
+    if let Some(path) = spec.model_id.as_ref().filter(|m| m.starts_with('/'))
+        && let Some(dir) = model_dir_on_host(ctx, path)
+    {
+        let (commit, files) = data::local_model::content_of(&dir)?;
+        model_pin = Some(ModelPin {
+            repo: path.clone(),
+            revision: PATH_REVISION.into(),
+            commit,
+            files: files.iter().map(Into::into).collect(),
+        });
+    }
     if let Some(model) = spec.model_id.as_ref().filter(|m| !m.starts_with('/')) {
         // A replay fetches exactly the pinned commit.
         let pinned = ctx
@@ -96,14 +124,19 @@ pub async fn prepare(
             .as_ref()
             .and_then(|(_, l)| l.model.as_ref())
             .map(|m| format!("{}@{}", m.repo, m.commit));
-        let report = data::prepare_model(
-            &prepare,
-            pinned.as_deref().unwrap_or(model),
-            &[],
-            &[],
-            ctx.reporter,
-        )
-        .await?;
+        let report = match &spec.model_from {
+            Some(dir) => data::local_model::import(&prepare, model, Path::new(dir), ctx.reporter)?,
+            None => {
+                data::prepare_model(
+                    &prepare,
+                    pinned.as_deref().unwrap_or(model),
+                    &[],
+                    &[],
+                    ctx.reporter,
+                )
+                .await?
+            }
+        };
         let (repo, revision) = data::split_revision(model);
         model_pin = Some(ModelPin {
             repo: repo.into(),

@@ -81,6 +81,8 @@ pub enum Error {
     Lock(#[from] crate::lock::Error),
     #[error(transparent)]
     Id(#[from] crate::ids::IdError),
+    #[error(transparent)]
+    Pypi(#[from] crate::snapshot::pypi::PypiError),
 }
 
 impl Classify for Error {
@@ -96,6 +98,7 @@ impl Classify for Error {
             Error::Snapshot(e) => e.exit(),
             Error::Submit(e) => e.exit(),
             Error::Lock(e) => e.exit(),
+            Error::Pypi(e) => e.exit(),
         }
     }
     fn hint(&self) -> Option<String> {
@@ -113,6 +116,7 @@ impl Classify for Error {
             Error::Snapshot(e) => e.hint(),
             Error::Submit(e) => e.hint(),
             Error::Lock(e) => e.hint(),
+            Error::Pypi(e) => e.hint(),
         }
     }
 }
@@ -170,6 +174,7 @@ pub async fn prepare_inputs(
 ) -> Result<(Vec<lock::DatasetPin>, Option<lock::ModelPin>, lock::CodePin), Error> {
     let host = loaded.host_layout()?;
     job.absolutize();
+    crate::snapshot::pypi::localize(&mut job.spec.code, reporter).await?;
     let options = RunOptions {
         down_after: false,
         lock: None,
@@ -247,6 +252,13 @@ fn validate(host: &Layout, job: &LoadedJobSpec, options: &RunOptions) -> Result<
             "{origin}: data_from {from} is not a directory"
         )));
     }
+    if let Some(from) = &spec.model_from
+        && !Path::new(from).join("config.json").is_file()
+    {
+        return Err(Error::Invalid(format!(
+            "{origin}: model_from {from} holds no config.json (not a Hugging Face model directory)"
+        )));
+    }
     if let Code::Snapshot(id) = &spec.code {
         crate::snapshot::find(&host.code(), &id.to_string()).map_err(|_| {
             submit::Error::CodeNotFound {
@@ -310,6 +322,7 @@ pub async fn run(
     // Nothing is written before everything that can be checked was.
     let host = loaded.host_layout()?;
     job.absolutize();
+    crate::snapshot::pypi::localize(&mut job.spec.code, reporter).await?;
     validate(&host, &job, options)?;
     let key = RunKey::of(
         &loaded.profile.name,

@@ -298,6 +298,8 @@ pub fn cluster_profile(
                 },
                 device_ids: (!simulated).then(|| vec![n.gpus.clone()]),
                 cpus: t.as_ref().and_then(|g| g.cpus),
+                ray_cpus: t.as_ref().and_then(|g| g.ray_cpus),
+                env: t.as_ref().map(|g| g.env.clone()).unwrap_or_default(),
                 memory: t.as_ref().and_then(|g| g.memory),
                 shm_size: t.as_ref().and_then(|g| g.shm_size),
                 object_store_memory: t.as_ref().and_then(|g| g.object_store_memory),

@@ -7,6 +7,7 @@
 pub mod hash;
 pub mod manifest;
 pub mod publish;
+pub mod pypi;
 pub mod verify;
 pub mod walk;
 

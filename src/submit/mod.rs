@@ -30,7 +30,7 @@ pub enum Error {
     Overrides(#[from] override_check::Error),
     #[error(transparent)]
     Entrypoint(#[from] entrypoint::Error),
-    #[error("model_id {model:?} is not a Hugging Face repo id: {reason}")]
+    #[error("invalid model_id {model:?}: {reason}")]
     BadModel { model: String, reason: String },
     #[error("no snapshot {code_id} under {}", root.display())]
     CodeNotFound { code_id: String, root: PathBuf },
@@ -46,6 +46,8 @@ pub enum Error {
     },
     #[error("code.source is snapshotted by `argus run`; `argus submit` needs code_id or code_path")]
     NeedsRun,
+    #[error("the job asks for {demand}, but the cluster has {cluster}: it would wait forever")]
+    Infeasible { demand: String, cluster: String },
     #[error("job {id} is still {status} after waiting {seconds}s")]
     WaitTimeout {
         id: String,
@@ -66,7 +68,8 @@ impl Classify for Error {
             | Error::CodeNotFound { .. }
             | Error::UnknownJob(_)
             | Error::BadId(_)
-            | Error::NeedsRun => Exit::Usage,
+            | Error::NeedsRun
+            | Error::Infeasible { .. } => Exit::Usage,
             Error::Records { .. } | Error::WaitTimeout { .. } => Exit::Failed,
         }
     }
@@ -82,6 +85,7 @@ impl Classify for Error {
                 "`argus snapshot list` shows the snapshots; `argus snapshot SRC` makes one".into(),
             ),
             Error::UnknownJob(_) => Some("`argus job list` shows the jobs".into()),
+            Error::Infeasible { .. } => Some("lower nnodes / n_gpus_per_node in the JobSpec (or --set them), or give the profile's workers more GPUs (`argus up`)".into()),
             _ => None,
         }
     }

@@ -13,6 +13,8 @@ pub struct Payload<'a> {
     pub entrypoint_num_cpus: Option<f64>,
     pub entrypoint_num_gpus: Option<f64>,
     pub entrypoint_resources: &'a BTreeMap<String, f64>,
+    /// Ray's `runtime_env.worker_process_setup_hook`, `module.function`.
+    pub setup_hook: Option<&'a str>,
 }
 
 pub fn build(p: &Payload<'_>) -> serde_json::Value {
@@ -23,6 +25,9 @@ pub fn build(p: &Payload<'_>) -> serde_json::Value {
         "metadata": p.metadata,
         "entrypoint_resources": p.entrypoint_resources,
     });
+    if let Some(hook) = p.setup_hook {
+        payload["runtime_env"]["worker_process_setup_hook"] = serde_json::json!(hook);
+    }
     if let Some(cpus) = p.entrypoint_num_cpus {
         payload["entrypoint_num_cpus"] = serde_json::json!(cpus);
     }
@@ -49,6 +54,7 @@ mod tests {
             entrypoint_num_cpus: None,
             entrypoint_num_gpus: Some(0.5),
             entrypoint_resources: &res,
+            setup_hook: None,
         };
         let v = build(&p);
         let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();

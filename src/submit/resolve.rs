@@ -32,6 +32,41 @@ pub struct Prepared {
     /// The job this one continues (`--resume`); recorded in its job.json.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resumes: Option<String>,
+    /// What a verl job asks of the cluster (`trainer.nnodes` workers with
+    /// `trainer.n_gpus_per_node` GPUs each), checked against Ray's nodes before submitting.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub demand: Option<GpuDemand>,
+}
+
+/// `nnodes` nodes with `gpus_per_node` GPUs each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct GpuDemand {
+    pub nnodes: u32,
+    pub gpus_per_node: u32,
+}
+
+/// The effective `trainer.nnodes` and `trainer.n_gpus_per_node` (the last override of
+/// each wins, as in Hydra), when both are set.
+fn gpu_demand(overrides: &[crate::config::jobspec::Override]) -> Option<GpuDemand> {
+    use crate::config::jobspec::OverrideValue;
+    let value_of = |key: &str| {
+        overrides
+            .iter()
+            .rev()
+            .find(|o| o.key.trim_start_matches('+') == key)
+            .and_then(|o| match &o.value {
+                OverrideValue::Yaml(v) => v
+                    .as_u64()
+                    .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok())),
+                OverrideValue::Raw(s) => s.trim().parse().ok(),
+                _ => None,
+            })
+            .and_then(|n| u32::try_from(n).ok())
+    };
+    Some(GpuDemand {
+        nnodes: value_of("trainer.nnodes")?,
+        gpus_per_node: value_of("trainer.n_gpus_per_node")?,
+    })
 }
 
 /// `<prefix>-<yyyymmdd-hhmmss>-<4 hex>`; the generator lives in [`crate::ids`].
@@ -52,6 +87,9 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
         return Err(Error::BadId(submission_id));
     }
     let mut notes = Vec::new();
+    for (before, again) in entrypoint::repeated(&spec.overrides.0) {
+        notes.push(repeated_note(loaded, before, again));
+    }
     let layout = Layout::new(&target.mount);
 
     let (code_path, code_id) = match &spec.code {
@@ -115,6 +153,11 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
     let train_file = resolve_data(&spec.train_file.as_ref().map(ToString::to_string), "train");
     let val_file = resolve_data(&spec.val_file.as_ref().map(ToString::to_string), "test");
 
+    // A custom entrypoint's relative script is the snapshot's (looked for when checking).
+    let snapshot_on_host = target
+        .host_path_of(&code_path)
+        .filter(|dir| check && dir.is_dir());
+    let snapshot_has = |rel: &str| snapshot_on_host.as_ref().map(|dir| dir.join(rel).is_file());
     let inputs = EntrypointInputs {
         workload: spec.workload,
         model_path,
@@ -128,13 +171,23 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
         checkpoint_dir: format!("{}/{submission_id}/checkpoints", layout.jobs().display()),
         hydra_run_dir: format!("{}/{submission_id}/hydra", layout.jobs().display()),
         user_overrides: spec.overrides.0.clone(),
-        custom: spec.entrypoint.clone(),
+        custom: spec
+            .entrypoint
+            .as_deref()
+            .map(|e| entrypoint::script_in_snapshot(e, &code_path, &snapshot_has))
+            .transpose()?,
     };
     let work_dir = format!("{}/{submission_id}/work", layout.jobs().display());
     let entrypoint = entrypoint::in_work_dir(&work_dir, &entrypoint::build(&inputs)?)?;
 
     // Hydra's verdict on the whole command line (argus's implied overrides, then the
     // user's), against the configs inside the code snapshot.
+    let demand = if verl {
+        let (implied, user) = entrypoint::effective_parts(&inputs);
+        gpu_demand(&implied.into_iter().chain(user).collect::<Vec<_>>())
+    } else {
+        None
+    };
     let mut checked_overrides_against = None;
     if let (Some(config), true) = (entrypoint::config_name(spec.workload), check) {
         let outcome = match target.host_path_of(&code_path) {
@@ -201,6 +254,12 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
         entrypoint_num_cpus: target.entrypoint_num_cpus,
         entrypoint_num_gpus: target.entrypoint_num_gpus,
         entrypoint_resources: &target.entrypoint_resources,
+        setup_hook: spec
+            .runtime_env
+            .worker_process_setup_hook
+            .as_ref()
+            .map(|h| h.as_str())
+            .or(target.setup_hook.as_deref()),
     });
     Ok(Prepared {
         submission_id,
@@ -214,7 +273,36 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
         time_limit_s: spec.time_limit.map(|t| t.0.as_secs()),
         jobspec_record: redacted_yaml(spec),
         resumes: None,
+        demand,
     })
+}
+
+/// A key the JobSpec's overrides give twice, both named where they are written: Hydra
+/// applies both, in order, so the later value wins.
+fn repeated_note(loaded: &LoadedJobSpec, before: usize, again: usize) -> String {
+    let overrides = &loaded.spec.overrides.0;
+    let at = |i: usize| {
+        let o = &overrides[i];
+        let path = [
+            crate::yaml_path!["overrides", o.key.as_str()].to_vec(),
+            crate::yaml_path!["overrides", i].to_vec(),
+        ]
+        .into_iter()
+        .find_map(|path| crate::config::yaml::locate(&loaded.source.text, &path));
+        let place = match path {
+            Some((line, column)) => {
+                format!("{}:{line}:{column}", loaded.source.origin.display())
+            }
+            None => format!("overrides[{i}]"),
+        };
+        format!("`{o}` ({place})")
+    };
+    format!(
+        "overrides give `{}` twice: {} and then {}; Hydra applies both in order, so the last value wins",
+        overrides[again].key.trim_start_matches(['+', '~']),
+        at(before),
+        at(again)
+    )
 }
 
 fn ray_user_agent() -> String {
@@ -231,6 +319,19 @@ fn resolve_model(target: &Target, model: &str, notes: &mut Vec<String>) -> Resul
     use crate::data::hf_cache::HubCache;
     use crate::data::hub_types::{ModelSpec, RepoKind};
     if model.starts_with('/') {
+        // A path on the shared storage must hold a model: verl would fail on the cluster.
+        if let Some(host) = target.host_path_of(model)
+            && !host.join("config.json").is_file()
+        {
+            return Err(Error::BadModel {
+                model: model.to_string(),
+                reason: format!(
+                    "{} holds no config.json (seen from this host at {})",
+                    model,
+                    host.display()
+                ),
+            });
+        }
         return Ok(model.to_string());
     }
     let spec = ModelSpec::parse(model).map_err(|e| Error::BadModel {

@@ -20,6 +20,41 @@ pub struct SubmitReport {
     pub entrypoint: String,
 }
 
+/// A verl job whose `trainer.nnodes` x `trainer.n_gpus_per_node` the cluster cannot hold
+/// would wait forever for its placement groups: refused before it is submitted.
+fn check_demand(
+    demand: super::resolve::GpuDemand,
+    nodes: &[crate::ray::RayNode],
+) -> Result<(), Error> {
+    let workers: Vec<&crate::ray::RayNode> = nodes
+        .iter()
+        .filter(|n| n.alive() && !n.is_head_node)
+        .collect();
+    let fitting = workers
+        .iter()
+        .filter(|n| n.gpus() >= f64::from(demand.gpus_per_node))
+        .count();
+    if fitting >= demand.nnodes as usize {
+        return Ok(());
+    }
+    let have = workers
+        .iter()
+        .map(|n| format!("{} GPU(s)", n.gpus()))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(Error::Infeasible {
+        demand: format!(
+            "trainer.nnodes={} x trainer.n_gpus_per_node={}",
+            demand.nnodes, demand.gpus_per_node
+        ),
+        cluster: if have.is_empty() {
+            "no live worker".to_string()
+        } else {
+            format!("{} live worker(s) with {have}", workers.len())
+        },
+    })
+}
+
 /// Submits a prepared job: checks the id is free, stages the records, POSTs, publishes.
 pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport, Error> {
     let api = JobsApi { ray: &target.ray };
@@ -35,6 +70,11 @@ pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport
     }
     if api.exists(id).await? {
         return Err(JobsError::Duplicate(id.clone()).into());
+    }
+    if let Some(demand) = prepared.demand
+        && let Ok(nodes) = target.ray.nodes().await
+    {
+        check_demand(demand, &nodes)?;
     }
     let staged = match &records {
         Some(records) => {

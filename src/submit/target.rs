@@ -25,6 +25,8 @@ pub struct Target {
     pub entrypoint_num_cpus: Option<f64>,
     pub entrypoint_num_gpus: Option<f64>,
     pub entrypoint_resources: BTreeMap<String, f64>,
+    /// `runtime_env.worker_process_setup_hook` (a JobSpec's own wins).
+    pub setup_hook: Option<String>,
     /// The configuration as used, secrets redacted: (file name, YAML).
     pub config_record: (String, String),
 }
@@ -33,6 +35,12 @@ fn default_resources(given: Option<&BTreeMap<String, f64>>) -> BTreeMap<String, 
     given
         .cloned()
         .unwrap_or_else(|| BTreeMap::from([("worker_node".to_string(), 1.0)]))
+}
+
+fn hook(env: &crate::config::profile::RuntimeEnvSection) -> Option<String> {
+    env.worker_process_setup_hook
+        .as_ref()
+        .map(ToString::to_string)
 }
 
 pub(crate) fn redacted_yaml<T: Serialize>(value: &T) -> String {
@@ -58,6 +66,7 @@ impl Target {
             entrypoint_num_cpus: submit.entrypoint_num_cpus,
             entrypoint_num_gpus: submit.entrypoint_num_gpus,
             entrypoint_resources: default_resources(submit.entrypoint_resources.as_ref()),
+            setup_hook: hook(&submit.runtime_env),
             config_record: ("profile.yaml".into(), redacted_yaml(p)),
         }
     }
@@ -73,6 +82,7 @@ impl Target {
             entrypoint_num_cpus: config.entrypoint_num_cpus,
             entrypoint_num_gpus: config.entrypoint_num_gpus,
             entrypoint_resources: default_resources(config.entrypoint_resources.as_ref()),
+            setup_hook: hook(&config.runtime_env),
             config_record: ("ray_config.yaml".into(), redacted_yaml(config)),
         }
     }
@@ -85,11 +95,9 @@ impl Target {
 
     /// A path inside the containers, as seen from this host (when it is on the shared storage).
     pub fn host_path_of(&self, container_path: &str) -> Option<PathBuf> {
-        let rest = container_path.strip_prefix(&self.mount)?;
-        Some(
-            self.host_shared
-                .as_ref()?
-                .join(rest.trim_start_matches('/')),
-        )
+        // Component-wise and lexically clean: `/mnt/shared2` is not under `/mnt/shared`.
+        let path = crate::ids::ContainerPath::parse_as("path", container_path).ok()?;
+        let shared = path.under(&self.mount)?;
+        Some(shared.on_host(self.host_shared.as_ref()?))
     }
 }

@@ -70,6 +70,13 @@ fn content(line: &str) -> &str {
         s = skip_ansi(&s[close + 1..]);
         s = s.strip_prefix(' ').unwrap_or(s);
     }
+    // A tqdm bar left without its newline, the step line printed right after it (verl's
+    // SFT trainer, in the driver: `Epoch 1/4:  12%|█▎   | 1/8 [00:01<00:10,  1.49s/it]step:2 - ...`).
+    if let Some(i) = s.find("]step:")
+        && s[..i].contains('|')
+    {
+        s = &s[i + 1..];
+    }
     strip_repeated_suffix(s)
 }
 
@@ -240,6 +247,8 @@ mod tests {
             "\x1b[36m(TaskRunner pid=1234, ip=10.0.0.3)\x1b[0m step:2 - a:0.5 \x1b[32m[repeated 2x across cluster]\x1b[0m",
             "Training Progress:  20%|##   | 1/5\r(TaskRunner pid=9) step:2 - a:0.5\r",
             "step:2 - a:0.5 [repeated 3x across cluster]",
+            // verl 0.8.0's SFT trainer, as seen in a real run's driver log.
+            "Epoch 1/4:  12%|\u{2588}\u{258e}        | 1/8 [00:01<00:10,  1.49s/it]step:2 - a:0.5",
         ] {
             assert_eq!(step(line), (2, vec![("a".into(), 0.5)]), "{line:?}");
         }

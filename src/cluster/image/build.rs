@@ -286,7 +286,7 @@ async fn build_in(
     Ok(image_id)
 }
 
-fn host_ca_bundle() -> Option<PathBuf> {
+pub(super) fn host_ca_bundle() -> Option<PathBuf> {
     ["PIP_CERT", "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE"]
         .iter()
         .filter_map(|v| std::env::var_os(v).map(PathBuf::from))
@@ -294,7 +294,7 @@ fn host_ca_bundle() -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-fn host_pip_config() -> Option<PathBuf> {
+pub(super) fn host_pip_config() -> Option<PathBuf> {
     let home = dirs::home_dir().unwrap_or_default();
     std::env::var_os("PIP_CONFIG_FILE")
         .map(PathBuf::from)

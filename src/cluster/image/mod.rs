@@ -14,6 +14,7 @@ mod apt;
 mod build;
 mod distribute;
 mod import;
+mod layer;
 mod process;
 
 use std::path::Path;
@@ -33,7 +34,13 @@ pub use distribute::{
     DistributeError, Distribution, Engine, HostFailure, HostImage, Outcome, distribute,
     names_registry, pull_on,
 };
+pub use layer::{
+    LABEL_VERL_LOCK, LayerSpec, VERL_LOCK, VERL_VERSION, build_layer,
+    default_tag as verl_default_tag, is_verl_tag,
+};
 
+/// The Ray version argus's images pin unless told otherwise.
+pub const DEFAULT_RAY_VERSION: &str = "2.51.1";
 /// Bumped whenever the recipe below changes what ends up in the image.
 const RECIPE_VERSION: u32 = 2;
 /// Installed beside Ray in every image: verl reads its parquet datasets with pyarrow.
@@ -98,10 +105,22 @@ pub async fn ensure_built(
     reference: &str,
     reporter: &dyn Reporter,
 ) -> Result<(), BuildError> {
+    let docker = super::docker::connect(docker_host).await?;
+    if is_verl_tag(reference) {
+        // The layer's inputs are this argus's lock and shim: a layer built from others
+        // is rebuilt (pip's download cache makes that quick), one from these is reused.
+        let base = format!("argus/ray:{DEFAULT_RAY_VERSION}");
+        Box::pin(ensure_built(docker_host, &base, reporter)).await?;
+        let spec = LayerSpec {
+            tag: reference.to_string(),
+            base,
+            force: false,
+        };
+        return build_layer(&docker, &spec, reporter).await.map(|_| ());
+    }
     let Some(version) = reference.strip_prefix("argus/ray:") else {
         return Ok(());
     };
-    let docker = super::docker::connect(docker_host).await?;
     if docker.inspect_image(reference).await.is_ok() {
         return Ok(());
     }
@@ -129,6 +148,9 @@ pub async fn digest(docker_host: Option<&str>, reference: &str) -> Result<Option
 
 /// The `argus image build` flags that produce `image` (for hints).
 pub fn build_flags_for(image: &str) -> String {
+    if image == verl_default_tag() {
+        return " --verl".to_string();
+    }
     match image.strip_prefix("argus/ray:") {
         Some(version) if version.chars().all(|c| c.is_ascii_digit() || c == '.') => {
             if version == "2.51.1" {

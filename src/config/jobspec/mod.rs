@@ -59,10 +59,15 @@ impl LoadedJobSpec {
                 base.join(p).display().to_string()
             }
         };
-        if let Code::Source(code) = &mut self.spec.code {
+        if let Code::Source(code) = &mut self.spec.code
+            && !code.source.starts_with(crate::snapshot::pypi::PREFIX)
+        {
             code.source = abs(&code.source);
         }
         if let Some(from) = &mut self.spec.data_from {
+            *from = abs(from);
+        }
+        if let Some(from) = &mut self.spec.model_from {
             *from = abs(from);
         }
     }
@@ -219,7 +224,16 @@ fn check(raw: RawJobSpec, src: &Source) -> Result<JobSpec, ConfigError> {
     let code = match (raw.code_path, raw.code_id, raw.code) {
         (Some(p), None, None) => Code::Path(p),
         (None, Some(id), None) => Code::Snapshot(id),
-        (None, None, Some(s)) => Code::Source(s),
+        (None, None, Some(s)) => {
+            if s.source.starts_with(crate::snapshot::pypi::PREFIX)
+                && let Err(why) = crate::snapshot::pypi::PinnedRelease::parse(&s.source)
+            {
+                return Err(src
+                    .error_at(&yaml_path!["code", "source"], why)
+                    .with_hint("a directory relative to the JobSpec, or pypi:<name>==<version> (e.g. pypi:verl==0.8.0)"));
+            }
+            Code::Source(s)
+        }
         (None, None, None) => {
             return Err(src
                 .error_at(&[], "missing code_path (or code_id, or code.source)")
@@ -309,6 +323,24 @@ fn check(raw: RawJobSpec, src: &Source) -> Result<JobSpec, ConfigError> {
         }
     }
     check_overrides(&raw.overrides, src)?;
+    if raw.model_from.is_some() {
+        match raw.model_id.as_deref() {
+            None => {
+                return Err(src
+                    .error_at(
+                        &yaml_path!["model_from"],
+                        "model_from needs model_id: the name the model gets in the shared HF cache",
+                    )
+                    .with_hint("model_id: argus/tiny-qwen2 (ORG/NAME)"));
+            }
+            Some(id) if crate::data::hub_types::ModelSpec::parse(id).is_err() => {
+                return Err(src
+                    .error_at(&yaml_path!["model_id"], format!("with model_from, model_id {id:?} must be a hub name: the model goes into the shared HF cache under it"))
+                    .with_hint("ORG/NAME, e.g. argus/tiny-qwen2"));
+            }
+            Some(_) => {}
+        }
+    }
     Ok(JobSpec {
         workload: raw.workload,
         submission_id: raw.submission_id,
@@ -327,10 +359,12 @@ fn check(raw: RawJobSpec, src: &Source) -> Result<JobSpec, ConfigError> {
         time_limit: raw.time_limit,
         entrypoint: raw.entrypoint,
         data_from: raw.data_from,
+        model_from: raw.model_from,
+        runtime_env: raw.runtime_env,
     })
 }
 
-/// Keys in Hydra's charset, each (without its +, ++ or ~) at most once.
+/// Keys in Hydra's charset.
 fn check_overrides(overrides: &Overrides, src: &Source) -> Result<(), ConfigError> {
     let at = |i: usize, key: &str| -> Vec<Seg> {
         let by_key = yaml_path!["overrides", key];
@@ -340,24 +374,13 @@ fn check_overrides(overrides: &Overrides, src: &Source) -> Result<(), ConfigErro
             yaml_path!["overrides", i].to_vec()
         }
     };
-    let mut seen: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    // A key given twice is Hydra's to apply (both, in order: the last value wins);
+    // `submit::prepare` warns, naming both.
     for (i, o) in overrides.0.iter().enumerate() {
         if !valid_key(&o.key) {
             return Err(src
                 .error_at(&at(i, &o.key), format!("invalid override key {:?}", o.key))
                 .with_hint(overrides::KEY_RULE));
-        }
-        if let Some(first) = seen.insert(bare_key(&o.key), i) {
-            return Err(src
-                .error_at(
-                    &at(i, &o.key),
-                    format!(
-                        "override {} is given twice (also as {:?})",
-                        bare_key(&o.key),
-                        overrides.0[first].key
-                    ),
-                )
-                .with_hint("each Hydra key at most once"));
         }
     }
     Ok(())
@@ -462,18 +485,6 @@ mod tests {
             5,
             3,
             "overrides.trainer.x: key \"trainer.x\" is given twice",
-        ),
-        (
-            "workload: ppo\ncode_id: a\noverrides: ['a.b=1', 'c=2', 'a.b=3']\n",
-            3,
-            29,
-            "override a.b is given twice",
-        ),
-        (
-            "workload: ppo\ncode_id: a\noverrides:\n  a.b: 1\n  +a.b: 2\n",
-            5,
-            9,
-            "override a.b is given twice (also as \"a.b\")",
         ),
         (
             "workload: ppo\ncode_id: a\noverrides: {'a=b': 1}\n",

@@ -9,7 +9,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::overrides::Overrides;
 use super::values::{ScalarString, TimeLimit};
-use crate::ids::{CodeName, CodeRef, ContainerPath, SubmissionId, UnderRoot};
+use crate::ids::{CodeName, CodeRef, ContainerPath, PythonName, SubmissionId, UnderRoot};
 use crate::string_enum;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,7 +45,8 @@ pub enum Code {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CodeSource {
-    /// A directory, relative to the JobSpec file.
+    /// A directory, relative to the JobSpec file; or `pypi:<name>==<version>`, a release's
+    /// sources from PyPI (its wheel, through this host's pip).
     pub source: String,
     /// The snapshot family under common/code/ (default verl).
     #[serde(default = "default_code_name")]
@@ -131,6 +132,26 @@ pub struct RawJobSpec {
     pub time_limit: Option<TimeLimit>,
     pub entrypoint: Option<String>,
     pub data_from: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_from: Option<String>,
+    #[serde(default, skip_serializing_if = "JobRuntimeEnv::is_empty")]
+    pub runtime_env: JobRuntimeEnv,
+}
+
+/// Ray `runtime_env` fields a JobSpec may set besides its `env_vars`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobRuntimeEnv {
+    /// `module.function` Ray runs in every worker process before anything else (over the
+    /// profile's `submit.runtime_env.worker_process_setup_hook`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_process_setup_hook: Option<PythonName>,
+}
+
+impl JobRuntimeEnv {
+    pub fn is_empty(&self) -> bool {
+        self.worker_process_setup_hook.is_none()
+    }
 }
 
 /// One training run, checked.
@@ -161,6 +182,11 @@ pub struct JobSpec {
     /// `argus run`: prepare the datasets from this raw copy (the hub repo's layout)
     /// instead of the hub. Relative to the JobSpec file.
     pub data_from: Option<String>,
+    /// `argus run`: put the model `model_id` names into the shared HF cache from this
+    /// local directory (a model's files: config.json, weights, tokenizer) instead of the
+    /// hub. Relative to the JobSpec file.
+    pub model_from: Option<String>,
+    pub runtime_env: JobRuntimeEnv,
 }
 
 impl From<JobSpec> for RawJobSpec {
@@ -190,6 +216,8 @@ impl From<JobSpec> for RawJobSpec {
             time_limit: j.time_limit,
             entrypoint: j.entrypoint,
             data_from: j.data_from,
+            model_from: j.model_from,
+            runtime_env: j.runtime_env,
         }
     }
 }

@@ -216,7 +216,7 @@ mod tests {
         let p = LoadedProfile::load(None).unwrap();
         assert_eq!(p.profile.workers.len(), 1);
         assert_eq!(p.worker_count(), 2);
-        assert_eq!(p.total_gpus(), 4);
+        assert_eq!(p.total_gpus(), 2);
         assert_eq!(p.dashboard_url(), "http://127.0.0.1:8265");
         assert!(p.shared_host_path().unwrap().is_absolute());
     }

@@ -247,8 +247,14 @@ pub struct NodeSpec {
     /// With `hosts:`, the host it runs on (the head's; default the first host).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
-    /// CPU limit of the container, also advertised to Ray as `--num-cpus`.
+    /// CPU limit of the container (Docker's `--cpus`); advertised to Ray as `--num-cpus`
+    /// (rounded up) unless `ray_cpus` says otherwise.
     pub cpus: Option<f64>,
+    /// CPUs the node advertises to Ray (`--num-cpus`). Ray's CPU is a scheduling unit, not
+    /// a core: a node may advertise more than its container may use (verl's placement asks
+    /// for CPUs per GPU that a small host does not have). Default: `cpus`, rounded up.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ray_cpus: Option<u32>,
     pub memory: Option<ByteSize>,
     /// `/dev/shm` size: Ray's object store lives there (Docker's default is 64 MiB).
     pub shm_size: Option<ByteSize>,
@@ -257,6 +263,9 @@ pub struct NodeSpec {
     /// Custom Ray resources, added to `head_node` / `worker_node`.
     #[serde(default)]
     pub resources: BTreeMap<String, f64>,
+    /// Environment of these containers only, over the profile's `env`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -294,11 +303,15 @@ pub struct WorkerGroup {
     // The fields of NodeSpec, spelled out: serde's `flatten` would disable
     // `deny_unknown_fields` and lose error locations.
     pub cpus: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ray_cpus: Option<u32>,
     pub memory: Option<ByteSize>,
     pub shm_size: Option<ByteSize>,
     pub object_store_memory: Option<ByteSize>,
     #[serde(default)]
     pub resources: BTreeMap<String, f64>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
 }
 
 impl Profile {
@@ -355,10 +368,12 @@ impl WorkerGroup {
         NodeSpec {
             host: None,
             cpus: self.cpus,
+            ray_cpus: self.ray_cpus,
             memory: self.memory,
             shm_size: self.shm_size,
             object_store_memory: self.object_store_memory,
             resources: self.resources.clone(),
+            env: self.env.clone(),
         }
     }
 }
@@ -432,4 +447,8 @@ pub struct SubmitSection {
 pub struct RuntimeEnvSection {
     #[serde(default)]
     pub env_vars: BTreeMap<String, String>,
+    /// Ray's `worker_process_setup_hook`: `module.function` run in every worker process
+    /// before it does anything else (the CPU stand-in for a GPU in `profiles/jobs/*-cpu.yaml`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_process_setup_hook: Option<crate::ids::PythonName>,
 }

@@ -89,20 +89,7 @@ pub fn validate(p: &Profile, src: &Source) -> Result<(), ConfigError> {
             )
             .with_hint("[registry/]name[:tag][@sha256:digest], e.g. argus/ray:2.51.1"));
     }
-    for (key, value) in &p.env {
-        let at = yaml_path!["env", key.as_str()];
-        if !env::valid_name(key) {
-            return Err(src
-                .error_at(&at, format!("{key:?} is not an environment variable name"))
-                .with_hint(env::NAME_RULE));
-        }
-        if let Some(why) = env::owned_in_containers(key) {
-            return Err(src.error_at(&at, format!("{key} cannot be set here: {why}")));
-        }
-        if value.contains('\0') {
-            return Err(src.error_at(&at, "the value contains a NUL byte"));
-        }
-    }
+    check_container_env(src, &yaml_path!["env"], &p.env)?;
     validate_hosts(p, src)?;
     // Workers first: in host mode their number decides which ports are taken.
     validate_workers(p, src)?;
@@ -770,12 +757,47 @@ pub fn check_job_env<'a>(
     Ok(())
 }
 
+/// Names and values of an `env:` mapping that goes into containers.
+fn check_container_env(
+    src: &Source,
+    at: &[Seg],
+    vars: &BTreeMap<String, String>,
+) -> Result<(), ConfigError> {
+    for (key, value) in vars {
+        let mut at = at.to_vec();
+        at.push(Seg::Key(key.clone()));
+        if !env::valid_name(key) {
+            return Err(src
+                .error_at(&at, format!("{key:?} is not an environment variable name"))
+                .with_hint(env::NAME_RULE));
+        }
+        if let Some(why) = env::owned_in_containers(key) {
+            return Err(src.error_at(&at, format!("{key} cannot be set here: {why}")));
+        }
+        if value.contains('\0') {
+            return Err(src.error_at(&at, "the value contains a NUL byte"));
+        }
+    }
+    Ok(())
+}
+
 fn validate_node(node: &NodeSpec, src: &Source, at: &[Seg]) -> Result<(), ConfigError> {
     let field = |key: &str| {
         let mut path = at.to_vec();
         path.push(Seg::Key(key.to_string()));
         path
     };
+    check_container_env(src, &field("env"), &node.env)?;
+    if let Some(cpus) = node.ray_cpus
+        && f64::from(cpus) > MAX_CPUS
+    {
+        return Err(src
+            .error_at(
+                &field("ray_cpus"),
+                format!("ray_cpus is {cpus}, must be at most {MAX_CPUS}"),
+            )
+            .with_hint("the number of CPUs the node advertises to Ray, e.g. 4 (0: Ray schedules no task there)"));
+    }
     if let Some(cpus) = node.cpus
         && (!cpus.is_finite() || cpus <= 0.0 || cpus > MAX_CPUS)
     {

