@@ -58,6 +58,9 @@ pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
     };
     let p = &loaded.profile;
     job.check_on_shared(p.submit.shared_root.as_deref().unwrap_or(&p.shared.mount))?;
+    // A verl run run with this command's profile ends with its training at a glance.
+    let summarize =
+        job.spec.workload != crate::config::jobspec::Workload::Custom && args.lock.is_none();
     let options = RunOptions {
         down_after: args.down_after,
         lock,
@@ -82,7 +85,7 @@ pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
         .unwrap_or_else(|| JobStatus::Unknown("not ended".into()));
     // A FAILED job's own last words (Ray's message is often generic), from its saved log.
     let tail = (status == JobStatus::Failed)
-        .then(|| report.driver_log.as_ref())
+        .then_some(report.driver_log.as_ref())
         .flatten()
         .and_then(|path| std::fs::read_to_string(path).ok())
         .map(|log| crate::submit::watch::driver_tail(&log))
@@ -96,6 +99,9 @@ pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
         if let Some(tail) = &tail {
             printer.info(super::job::tail_text(tail));
         }
+        if summarize && let Some(id) = &report.submission_id {
+            training_summary(cli, &report, id, printer).await;
+        }
     }
     if finished_before {
         printer.info(format!(
@@ -106,6 +112,42 @@ pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
         ));
     }
     Ok(status.exit())
+}
+
+/// `argus job status` of the run's job (steps, the last metrics) and its `job plot`,
+/// written beside the run's report. Best effort: the run's outcome is already decided.
+async fn training_summary(cli: &Cli, report: &RunReport, id: &str, printer: &Printer) {
+    use crate::cli::JobCommand;
+    let status = JobCommand::Status { id: id.to_string() };
+    if let Err(e) = super::job::run(cli, &status, printer).await {
+        printer.warn(format!("cannot show the job's status: {e}"));
+    }
+    let Some(lock) = &report.lock else { return };
+    // A job that ended before its first step has nothing to draw (its status said why).
+    let stepped = report
+        .driver_log
+        .as_ref()
+        .and_then(|path| std::fs::read_to_string(path).ok())
+        .is_some_and(|log| {
+            log.lines().any(|l| {
+                matches!(
+                    crate::training::log::parse_line(l),
+                    crate::training::log::Line::Step { .. }
+                )
+            })
+        });
+    if !stepped {
+        return;
+    }
+    let output = std::path::Path::new(lock).with_file_name("plot.png");
+    let plot = JobCommand::Plot {
+        ids: vec![id.to_string()],
+        keys: Vec::new(),
+        output: Some(output),
+    };
+    if let Err(e) = super::job::run(cli, &plot, printer).await {
+        printer.warn(format!("no plot of the job's metrics: {e}"));
+    }
 }
 
 fn report_path(report: &RunReport) -> String {

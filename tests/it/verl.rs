@@ -83,10 +83,6 @@ fn number(text: &str) -> f64 {
     inner.parse().unwrap_or(f64::NAN)
 }
 
-fn read_json(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).expect("read")).expect("json")
-}
-
 #[test]
 fn verl_grpo_trains_on_cpu_and_resumes_from_its_own_checkpoints() {
     if TestContext::skip_docker("verl_grpo_trains_on_cpu_and_resumes_from_its_own_checkpoints") {
@@ -205,23 +201,26 @@ fn verl_grpo_trains_on_cpu_and_resumes_from_its_own_checkpoints() {
         .collect();
     assert_eq!(joined_steps, [1, 2, 3, 4], "{joined:#}");
 
-    // A job verl itself rejects: verl's error in `job status`, exit 1, on the same cluster.
-    let bad = ctx
+    // The run replays from its lock: the same image, code, data and model, verl again.
+    let lock = report["lock"].as_str().expect("lock").to_string();
+    let replay = ctx
         .argus()
         .profile(&profile)
-        .args([
-            "submit",
-            "--resume",
-            &new_id,
-            "--set",
-            "overrides.trainer.nnodes=abc",
-            "--no-check",
-            "--wait",
-        ])
-        .run();
-    assert_ne!(bad.code, 0, "{}\n{}", bad.stdout, bad.stderr);
+        .args(["run", "--json", "--lock", &lock])
+        .run()
+        .code(0)
+        .json();
+    assert_eq!(replay["job_status"], "SUCCEEDED", "{replay:#}");
+    assert_eq!(replay["replay_of"], lock.as_str());
+    let replayed = replay["submission_id"].as_str().expect("id");
+    assert_ne!(replayed, id);
+    let log3 = std::fs::read_to_string(shared.join(format!("jobs/{replayed}/logs/driver.log")))
+        .expect("driver.log of the replay");
+    assert_eq!(
+        verl_step_lines(&log3).keys().copied().collect::<Vec<_>>(),
+        [1, 2]
+    );
 
-    let _ = read_json;
     let _ = ctx.argus().profile(&profile).args(["down"]).run();
 }
 
@@ -306,5 +305,19 @@ fn verl_sft_trains_on_cpu_with_a_model_from_the_hf_mirror() {
     .expect("yaml");
     assert_eq!(lock["model"]["repo"], "argus/tiny-qwen2");
     assert_eq!(lock["model"]["commit"].as_str().map(str::len), Some(40));
+
+    // A dataset without the `messages` column verl's SFT reads: verl's own error, exit 1.
+    let failed = ctx
+        .argus()
+        .profile(&profile)
+        .args(["run", "--new"])
+        .arg_path(&spec_path)
+        .args(["--set", "train_file=gsm8k", "--set", "val_file=gsm8k"])
+        .run()
+        .code(1)
+        .stderr_has("FAILED")
+        .stderr_has("the driver's last lines:")
+        .stderr_has("KeyError: 'messages'");
+    let _ = failed;
     let _ = ctx.argus().profile(&profile).args(["down"]).run();
 }
