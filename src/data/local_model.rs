@@ -229,3 +229,41 @@ pub fn import(
         bytes_downloaded: bytes,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn model_dir(config: &str) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("config.json"), config).unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/tokenizer.json"), "{}").unwrap();
+        dir
+    }
+
+    #[test]
+    fn the_commit_is_the_contents_hash_and_follows_every_byte() {
+        let a = model_dir("{\"a\": 1}");
+        let b = model_dir("{\"a\": 1}");
+        let c = model_dir("{\"a\": 2}");
+        let (ca, fa) = content_of(a.path()).unwrap();
+        assert_eq!(ca.len(), 40);
+        assert_eq!(ca, content_of(b.path()).unwrap().0);
+        assert_ne!(ca, content_of(c.path()).unwrap().0);
+        let paths: Vec<&str> = fa.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(paths, ["config.json", "sub/tokenizer.json"]);
+        assert_eq!(fa[0].etag.len(), 64);
+    }
+
+    #[test]
+    fn a_symlink_or_fifo_in_the_directory_is_refused_by_name() {
+        let a = model_dir("{}");
+        std::os::unix::fs::symlink("/etc/passwd", a.path().join("leak.json")).unwrap();
+        let err = content_of(a.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("leak.json") && err.contains("not a regular file"),
+            "{err}"
+        );
+    }
+}

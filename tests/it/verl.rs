@@ -321,3 +321,139 @@ fn verl_sft_trains_on_cpu_with_a_model_from_the_hf_mirror() {
     let _ = failed;
     let _ = ctx.argus().profile(&profile).args(["down"]).run();
 }
+
+#[test]
+fn the_shipped_jobspecs_are_checked_against_verl_0_8_0s_own_configs() {
+    let mut ctx = TestContext::new("verlcfg");
+    let name = ctx.cluster("c");
+    let shared = ctx.path("shared");
+    let profile = ctx.write(
+        "p.yaml",
+        &crate::harness::test_profile(&name, &shared, 8265, 1, ""),
+    );
+    // verl 0.8.0's Hydra configs (tests/fixtures/verl-0.8.0-config, from its wheel) as the
+    // snapshot the GPU JobSpecs name.
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot", "--code-id", "verl-snapshot-id"])
+        .arg_path(Path::new("tests/fixtures/verl-0.8.0-config"))
+        .run()
+        .code(0);
+    for job in ["ppo", "grpo", "sft"] {
+        let out = ctx
+            .argus()
+            .profile(&profile)
+            .args(["submit", "--dry-run", "--json"])
+            .arg_path(Path::new(&format!("profiles/jobs/{job}.yaml")))
+            .run()
+            .code(0)
+            .json();
+        assert!(
+            out["checked_overrides_against"]
+                .as_str()
+                .is_some_and(|s| s.contains("verl-snapshot-id")),
+            "{job}: {out:#}"
+        );
+        assert!(
+            out["notes"]
+                .as_array()
+                .is_none_or(|n| n.iter().all(|n| !n.to_string().contains("not checked"))),
+            "{job}: {out:#}"
+        );
+    }
+    // The CPU JobSpecs' overrides, as the same check judges them (with the snapshot named).
+    for job in ["verl-grpo-cpu", "verl-sft-cpu"] {
+        let text = std::fs::read_to_string(format!("profiles/jobs/{job}.yaml"))
+            .expect("jobspec")
+            .lines()
+            .filter(|l| {
+                !["code:", "  source:", "  name:", "model_from:", "data_from:"]
+                    .iter()
+                    .any(|p| l.starts_with(p))
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let spec = ctx.write(
+            &format!("{job}.yaml"),
+            &format!("code_id: verl-snapshot-id\n{text}\n"),
+        );
+        let out = ctx
+            .argus()
+            .profile(&profile)
+            .args(["submit", "--dry-run", "--json"])
+            .arg_path(&spec)
+            .run()
+            .code(0)
+            .json();
+        assert!(
+            out["checked_overrides_against"].as_str().is_some(),
+            "{job}: {out:#}"
+        );
+    }
+    // A key verl 0.8.0 does not have: refused before anything is sent, with the fix.
+    let bad = ctx.write(
+        "bad.yaml",
+        "workload: grpo\ncode_id: verl-snapshot-id\noverrides:\n  trainer.save_frq: 1\n",
+    );
+    ctx.argus()
+        .profile(&profile)
+        .args(["submit", "--dry-run"])
+        .arg_path(&bad)
+        .run()
+        .code(2)
+        .stderr_has("trainer.save_freq");
+}
+
+#[test]
+fn a_verl_job_the_cluster_cannot_hold_or_a_model_dir_without_config_is_refused_before_submission() {
+    if TestContext::skip_docker("a_verl_job_the_cluster_cannot_hold_is_refused") {
+        return;
+    }
+    crate::harness::ensure_image();
+    let mut ctx = TestContext::new("verldemand");
+    let name = ctx.cluster("c");
+    let shared = ctx.path("shared");
+    // One worker with 2 simulated GPUs.
+    let profile = ctx.write(
+        "p.yaml",
+        &crate::harness::test_profile(&name, &shared, free_port(), 1, ""),
+    );
+    ctx.argus().profile(&profile).args(["up"]).run().code(0);
+    std::fs::create_dir_all(shared.join("user/code")).expect("code dir");
+    std::fs::create_dir_all(shared.join("models/empty")).expect("model dir");
+    let jobs_before = std::fs::read_dir(shared.join("jobs")).map_or(0, |d| d.count());
+    let spec = ctx.write(
+        "big.yaml",
+        "workload: grpo\ncode_path: /mnt/shared/user/code\nnnodes: 2\nn_gpus_per_node: 2\n",
+    );
+    ctx.argus()
+        .profile(&profile)
+        .args(["submit", "--no-check"])
+        .arg_path(&spec)
+        .run()
+        .code(2)
+        .stderr_has("trainer.nnodes=2 x trainer.n_gpus_per_node=2")
+        .stderr_has("1 live worker(s) with 2 GPU(s)");
+    let spec = ctx.write(
+        "model.yaml",
+        "workload: grpo\ncode_path: /mnt/shared/user/code\nmodel_id: /mnt/shared/models/empty\n",
+    );
+    ctx.argus()
+        .profile(&profile)
+        .args(["submit", "--no-check"])
+        .arg_path(&spec)
+        .run()
+        .code(2)
+        .stderr_has("holds no config.json");
+    let jobs_after = std::fs::read_dir(shared.join("jobs")).map_or(0, |d| d.count());
+    assert_eq!(jobs_before, jobs_after, "nothing was recorded or submitted");
+    let list = ctx
+        .argus()
+        .profile(&profile)
+        .args(["job", "list", "--json"])
+        .run()
+        .code(0)
+        .json();
+    assert_eq!(list.as_array().map(Vec::len), Some(0), "{list:#}");
+    let _ = ctx.argus().profile(&profile).args(["down"]).run();
+}
