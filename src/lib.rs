@@ -76,7 +76,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Ok(code) => ExitCode::from(code as u8),
         Err(err) => {
             let (code, text) = error::report(&err);
-            eprint!("{text}");
+            printer.error(&text);
             ExitCode::from(code as u8)
         }
     }
@@ -93,6 +93,7 @@ fn init_logging(verbose: u8, quiet: bool) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(crate::ui::colour_on_stderr())
         .with_target(false)
         .try_init();
 }

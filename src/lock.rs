@@ -76,7 +76,10 @@ impl std::fmt::Display for Holder {
         write!(
             f,
             "`{}` (pid {} on {}, since {})",
-            self.command, self.pid, self.host, self.since
+            crate::config::secrets::redact_text(&self.command),
+            self.pid,
+            self.host,
+            self.since
         )
     }
 }
@@ -123,11 +126,34 @@ fn nonce() -> String {
     format!("{:016x}", h.finish())
 }
 
+/// The longest command line a holder record keeps (characters).
+const MAX_COMMAND_CHARS: usize = 200;
+
+/// This process's command line as recorded for other users to read: through the one
+/// redaction of command lines ([`crate::config::secrets::redact_args`]), so a
+/// `--set overrides.x.api_key=...` never reaches the shared storage in clear.
 fn command_line() -> String {
-    let args: Vec<String> = std::env::args().collect();
-    let mut line = args.join(" ");
-    line.truncate(200);
-    line
+    let args: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    recorded_command(&args)
+}
+
+/// A command line as a holder record keeps it.
+fn recorded_command(args: &[String]) -> String {
+    crate::config::secrets::redact_args(args, MAX_COMMAND_CHARS)
+}
+
+/// The record a lock's holder writes into `owner.json`.
+fn holder_record(me: &Owner, command: String, nonce: &str) -> Holder {
+    Holder {
+        host: me.host.clone(),
+        pid: me.pid,
+        start: me.start,
+        command,
+        since: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        nonce: nonce.to_string(),
+    }
 }
 
 fn read_holder(dir: &Path) -> Option<Holder> {
@@ -244,14 +270,7 @@ fn try_create(dir: &Path, nonce: &str) -> std::io::Result<bool> {
         std::fs::create_dir(&tmp)?;
     }
     let me = Owner::me();
-    let holder = Holder {
-        host: me.host.clone(),
-        pid: me.pid,
-        start: me.start,
-        command: command_line(),
-        since: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-        nonce: nonce.to_string(),
-    };
+    let holder = holder_record(me, command_line(), nonce);
     let json = serde_json::to_vec_pretty(&holder).map_err(std::io::Error::other)?;
     let filled = fsx::write_atomic(&tmp.join("owner.json"), &json)
         .and_then(|()| fsx::write_atomic(&tmp.join("heartbeat"), b"0"));
@@ -453,5 +472,24 @@ mod tests {
             "{err}"
         );
         assert_eq!(read_holder(&dir).unwrap().nonce, "far");
+    }
+    #[test]
+    fn the_holder_record_never_carries_a_secret_from_the_command_line() {
+        let args = [
+            "argus",
+            "run",
+            "job.yaml",
+            "--set",
+            "overrides.x.api_key=a$b'c\\d-clear",
+        ]
+        .map(String::from);
+        let record = holder_record(Owner::me(), recorded_command(&args), "n");
+        let json = serde_json::to_string(&record).unwrap();
+        assert!(!json.contains("a$b"), "{json}");
+        assert!(json.contains("overrides.x.api_key=<redacted>"), "{json}");
+        let shown = waiting_message("run x", &record);
+        assert!(!shown.contains("a$b"), "{shown}");
+        // What this process records goes through the same function.
+        assert!(command_line().chars().count() <= MAX_COMMAND_CHARS);
     }
 }

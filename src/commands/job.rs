@@ -9,7 +9,6 @@ use crate::cli::{Cli, JobCommand, SubmitArgs};
 use crate::cluster::access;
 use crate::config::jobspec::LoadedJobSpec;
 use crate::config::ray_config::RayConfig;
-use crate::config::secrets::redact_json;
 use crate::exit::Exit;
 use crate::ray::jobs::{JobInfo, JobsApi};
 use crate::submit::watch::{self, WaitOptions};
@@ -82,7 +81,7 @@ pub async fn submit(cli: &Cli, args: &SubmitArgs, printer: &Printer) -> Result<E
         printer.warn(note);
     }
     if args.dry_run {
-        let payload = redact_json(prepared.payload.clone());
+        let payload = prepared.shown_payload();
         if printer.json {
             printer.json(&serde_json::json!({"payload": payload, "checked_overrides_against": prepared.checked_overrides_against}));
         } else {

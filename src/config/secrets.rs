@@ -39,6 +39,64 @@ pub fn is_secret_name(name: &str) -> bool {
         })
 }
 
+/// Whether a Hydra override's value is secret: its key's last segment is secret-named
+/// (`wandb.api_key`, `+db.password`). The one rule for overrides, wherever they are
+/// collected (the JobSpec) or written out (the entrypoint shown, recorded or printed, is
+/// built from overrides whose secret values are replaced by [`REDACTED`] *before* Hydra
+/// formatting and shell quoting, so no quoted form of a secret is ever searched for).
+pub fn is_secret_override_key(key: &str) -> bool {
+    let key = key.trim_start_matches(['+', '~']);
+    is_secret_name(key.rsplit('.').next().unwrap_or(key))
+}
+
+/// A command line (argv, program first) as argus records or prints it (a lock's holder,
+/// a report): secret values replaced structurally, then by value, then joined with
+/// spaces and cut to `max_chars` characters (on a character boundary).
+///
+/// Structurally: `K=V` words (`--set overrides.wandb.api_key=V`, `--set=...`, `HF_TOKEN=V`)
+/// whose key is secret-named by [`is_secret_override_key`] keep `K=<redacted>`, and the
+/// value of a flag whose name is secret-named (`--hf-token V`, `--hf-token=V`) is replaced.
+/// Then every known secret value is redacted ([`known`]).
+pub fn redact_args<S: AsRef<str>>(args: &[S], max_chars: usize) -> String {
+    let known = known();
+    let mut out: Vec<String> = Vec::with_capacity(args.len());
+    let mut secret_next = false;
+    for arg in args {
+        let arg = arg.as_ref();
+        if secret_next {
+            secret_next = false;
+            out.push(REDACTED.into());
+            continue;
+        }
+        let word = if let Some(flag) = arg.strip_prefix("--").filter(|f| !f.is_empty()) {
+            match flag.split_once('=') {
+                Some((name, _)) if is_secret_name(name) => format!("--{name}={REDACTED}"),
+                Some((name, value)) => format!("--{name}={}", redact_assignment(value)),
+                None => {
+                    secret_next = is_secret_name(flag);
+                    arg.to_string()
+                }
+            }
+        } else {
+            redact_assignment(arg)
+        };
+        out.push(known.redact_str(&word).into_owned());
+    }
+    let line = out.join(" ");
+    match line.char_indices().nth(max_chars) {
+        Some((cut, _)) => line[..cut].to_string(),
+        None => line,
+    }
+}
+
+/// `key=<redacted>` when `key` is secret-named, else the word unchanged.
+fn redact_assignment(word: &str) -> String {
+    match word.split_once('=') {
+        Some((key, _)) if is_secret_override_key(key) => format!("{key}={REDACTED}"),
+        _ => word.to_string(),
+    }
+}
+
 /// A set of secret values and the redactor that hides them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Secrets {
@@ -313,5 +371,40 @@ mod tests {
         remember(&s);
         let text = redact_text("a tok-from-env-123 b remembered-secret c");
         assert_eq!(text, "a <redacted> b <redacted> c");
+    }
+    #[test]
+    fn a_command_line_is_redacted_by_key_by_flag_and_by_value() {
+        let args = [
+            "argus",
+            "run",
+            "job.yaml",
+            "--set",
+            "overrides.x.api_key=a$b'c\\d-secret",
+            "--set=overrides.trainer.wandb_password=pw-0123456",
+            "--set",
+            "total_training_steps=5",
+            "--hf-token",
+            "hf_tok_value",
+            "--db-secret=inline-value",
+            "HF_TOKEN=env-tok-xyz",
+        ];
+        let line = redact_args(&args, 1000);
+        for secret in [
+            "a$b",
+            "pw-0123456",
+            "hf_tok_value",
+            "inline-value",
+            "env-tok-xyz",
+        ] {
+            assert!(!line.contains(secret), "{secret} in {line}");
+        }
+        assert_eq!(
+            line,
+            "argus run job.yaml --set overrides.x.api_key=<redacted> --set=overrides.trainer.wandb_password=<redacted> --set total_training_steps=5 --hf-token <redacted> --db-secret=<redacted> HF_TOKEN=<redacted>"
+        );
+        // Cut on a character boundary, never inside one.
+        assert_eq!(redact_args(&["é".repeat(300)], 200).chars().count(), 200);
+        assert!(is_secret_override_key("+wandb.api_key"));
+        assert!(!is_secret_override_key("data.tokenizer"));
     }
 }

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use saphyr_parser::{Event, Parser, Span};
+use saphyr_parser::{Event, Parser, ScalarStyle, Span};
 use serde::de::DeserializeOwned;
 
 /// A YAML document and the name it is reported under.
@@ -20,23 +20,34 @@ pub struct Source {
 }
 
 impl Source {
+    /// A document; a leading UTF-8 byte order mark (as some editors write) is skipped.
     pub fn new(origin: impl Into<PathBuf>, text: impl Into<String>) -> Self {
+        let mut text = text.into();
+        if text.starts_with('\u{feff}') {
+            text.drain(..'\u{feff}'.len_utf8());
+        }
         Self {
             origin: origin.into(),
-            text: text.into(),
+            text,
         }
     }
 
-    /// Reads a file; an unreadable file is reported as a config error at 1:1.
+    /// Reads a profile or JobSpec from disk: a regular file of at most
+    /// [`MAX_FILE_BYTES`], UTF-8. Anything else (a FIFO, a device, a directory, a huge
+    /// file) is refused as a config error before it is read, never waited on: the file
+    /// is opened non-blocking and judged by what the open handle is.
     pub fn read(path: &Path) -> Result<Self, ConfigError> {
-        std::fs::read_to_string(path)
+        read_regular(path, MAX_FILE_BYTES)
             .map(|text| Self::new(path, text))
-            .map_err(|e| ConfigError {
+            .map_err(|message| ConfigError {
                 origin: path.to_path_buf(),
                 line: 0,
                 column: 0,
-                message: format!("cannot read: {e}"),
-                hint: None,
+                message,
+                hint: Some(format!(
+                    "a profile or JobSpec is a regular UTF-8 file of at most {}",
+                    human_size(MAX_FILE_BYTES)
+                )),
             })
     }
 
@@ -51,6 +62,76 @@ impl Source {
             hint: None,
         }
     }
+}
+
+/// The largest profile or JobSpec read from disk (1 MiB: the shipped ones are a few KiB).
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
+
+fn human_size(bytes: u64) -> String {
+    if bytes.is_multiple_of(1 << 20) {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+/// The text of a regular file of at most `max` bytes, or why not (the message).
+fn read_regular(path: &Path, max: u64) -> Result<String, String> {
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let kind = |t: std::fs::FileType| {
+        if t.is_dir() {
+            "a directory"
+        } else if t.is_fifo() {
+            "a FIFO (named pipe)"
+        } else if t.is_char_device() {
+            "a character device"
+        } else if t.is_block_device() {
+            "a block device"
+        } else if t.is_socket() {
+            "a socket"
+        } else {
+            "not a regular file"
+        }
+    };
+    let not_regular = |t| format!("cannot read: it is {}, not a regular file", kind(t));
+    let too_big = |size: u64| {
+        format!(
+            "cannot read: it is larger than {} ({size} bytes or more)",
+            human_size(max)
+        )
+    };
+    // Judged before opening (a device is never opened) and again on the open handle
+    // (the path may have been swapped in between).
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read: {e}"))?;
+    if !meta.is_file() {
+        return Err(not_regular(meta.file_type()));
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(path)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    let meta = file.metadata().map_err(|e| format!("cannot read: {e}"))?;
+    if !meta.is_file() {
+        return Err(not_regular(meta.file_type()));
+    }
+    if meta.len() > max {
+        return Err(too_big(meta.len()));
+    }
+    let mut bytes = Vec::new();
+    file.take(max + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot read: {e}"))?;
+    if bytes.len() as u64 > max {
+        return Err(too_big(bytes.len() as u64));
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "cannot read: not UTF-8 text (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        )
+    })
 }
 
 /// One step of a key path into a document.
@@ -139,25 +220,19 @@ impl fmt::Display for ConfigError {
 
 /// Deserializes a document, turning serde_yaml's error into a located [`ConfigError`].
 ///
-/// A key given twice in one mapping is refused first, at the second one: serde would
-/// keep the last silently for maps (`env`, `env_vars`, `overrides`) and report a
-/// struct's duplicate field at the mapping's start.
+/// The document's structure is checked first ([`find_structural_error`]): a key given
+/// twice in one mapping, also through an alias or a merge (`<<: *a`), and a NUL byte in
+/// any key or value are refused where they are written. serde would keep the last of a
+/// duplicate map key silently (`env`, `env_vars`, `overrides`), report a struct's
+/// duplicate field at the mapping's start, and pass a NUL on to a path or a shell word.
 pub fn parse<T: DeserializeOwned>(source: &Source) -> Result<T, ConfigError> {
-    if let Some(dup) = find_duplicate_key(&source.text) {
-        let mut path = dup.path;
-        path.push(Seg::Key(dup.key.clone()));
+    if let Some(found) = find_structural_error(&source.text) {
         return Err(ConfigError {
             origin: source.origin.clone(),
-            line: dup.line,
-            column: dup.column,
-            message: format!(
-                "{}: key {:?} is given twice (first at line {}, column {})",
-                display_path(&path),
-                dup.key,
-                dup.first.0,
-                dup.first.1
-            ),
-            hint: Some("each key at most once in a mapping; remove one of them".into()),
+            line: found.line,
+            column: found.column,
+            message: format!("{}: {}", display_path(&found.path), found.message),
+            hint: Some(found.hint.into()),
         });
     }
     serde_yaml::from_str(&source.text).map_err(|e| {
@@ -181,21 +256,22 @@ pub fn parse<T: DeserializeOwned>(source: &Source) -> Result<T, ConfigError> {
     })
 }
 
-/// A key that a mapping has twice: where its mapping is, and both places.
+/// Something wrong with a document's structure, and where (1-based).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DuplicateKey {
+pub struct StructuralError {
+    /// The node's key path (for a duplicate: the mapping's path and the key).
     pub path: Vec<Seg>,
-    pub key: String,
-    /// The second occurrence (1-based).
     pub line: usize,
     pub column: usize,
-    /// The first occurrence (1-based line, column).
-    pub first: (usize, usize),
+    pub message: String,
+    pub hint: &'static str,
 }
 
-/// The first key given twice in any mapping of the document (scalar keys, compared as
-/// written). A document the YAML parser refuses has none: serde reports it instead.
-pub fn find_duplicate_key(text: &str) -> Option<DuplicateKey> {
+/// The first structural error of the document: a key given twice in a mapping (scalar
+/// keys compared as written, aliases resolved, keys brought in by `<<` merges counted as
+/// given there), or a NUL byte in a key or a value. A document the YAML parser refuses
+/// has none: serde reports it instead.
+pub fn find_structural_error(text: &str) -> Option<StructuralError> {
     let mut events = Parser::new_from_str(text).map_while(Result::ok);
     // Documents after the first are refused by serde; look at the first only.
     let first = events.find(|(ev, _)| {
@@ -204,77 +280,157 @@ pub fn find_duplicate_key(text: &str) -> Option<DuplicateKey> {
             Event::StreamStart | Event::DocumentStart(_) | Event::Nothing
         )
     })?;
+    let mut walker = Walker::default();
     let mut path = Vec::new();
-    duplicate_in(&mut events, first, &mut path, 0)
+    walker
+        .node(&mut events, first, &mut path, 0)
+        .err()
+        .flatten()
 }
 
 /// Nesting deeper than this is left to serde (which has its own recursion limit).
 const MAX_DEPTH: usize = 128;
 
-fn duplicate_in<'a>(
-    events: &mut impl Iterator<Item = Spanned<'a>>,
-    node: Spanned<'a>,
-    path: &mut Vec<Seg>,
-    depth: usize,
-) -> Option<DuplicateKey> {
-    if depth > MAX_DEPTH {
-        skip(events, node);
-        return None;
-    }
-    match node.0 {
-        Event::MappingStart(..) => {
-            let mut seen: HashMap<String, (usize, usize)> = HashMap::new();
-            loop {
-                let key = events.next()?;
-                if matches!(key.0, Event::MappingEnd) {
-                    return None;
+/// What an anchored node is, as far as keys go.
+#[derive(Debug, Clone)]
+enum Shape {
+    Scalar(String),
+    /// A mapping's scalar keys (merged ones included).
+    Mapping(Vec<String>),
+    Other,
+}
+
+/// Err(Some) is a finding; Err(None) a document that ended early (serde reports it).
+type Walked = Result<Shape, Option<StructuralError>>;
+
+#[derive(Default)]
+struct Walker {
+    anchors: HashMap<usize, Shape>,
+}
+
+const DUPLICATE_HINT: &str =
+    "each key at most once in a mapping (keys merged with `<<` count); remove one of them";
+
+impl Walker {
+    fn node<'a>(
+        &mut self,
+        events: &mut impl Iterator<Item = Spanned<'a>>,
+        node: Spanned<'a>,
+        path: &mut Vec<Seg>,
+        depth: usize,
+    ) -> Walked {
+        if depth > MAX_DEPTH {
+            skip(events, node);
+            return Ok(Shape::Other);
+        }
+        let (shape, anchor) = match node.0 {
+            Event::Scalar(ref value, _, anchor, _) => {
+                if value.contains('\0') {
+                    return Err(Some(StructuralError {
+                        path: path.clone(),
+                        line: node.1.start.line(),
+                        column: node.1.start.col() + 1,
+                        message: "contains a NUL byte, which no path, shell word or Hydra value can carry".into(),
+                        hint: "remove the NUL (`\\0`, `\\x00`, `\\u0000`) from the value",
+                    }));
                 }
-                let name = match &key.0 {
-                    Event::Scalar(name, ..) => Some(name.to_string()),
-                    _ => None,
-                };
-                let at = (key.1.start.line(), key.1.start.col() + 1);
-                if name.is_none() {
-                    skip(events, key);
-                }
-                if let Some(name) = &name {
-                    if let Some(first) = seen.get(name) {
-                        return Some(DuplicateKey {
-                            path: path.clone(),
-                            key: name.clone(),
-                            line: at.0,
-                            column: at.1,
-                            first: *first,
-                        });
+                (Shape::Scalar(value.to_string()), anchor)
+            }
+            Event::Alias(id) => return Ok(self.anchors.get(&id).cloned().unwrap_or(Shape::Other)),
+            Event::MappingStart(anchor, _) => (self.mapping(events, path, depth)?, anchor),
+            Event::SequenceStart(anchor, _) => {
+                let mut index = 0;
+                loop {
+                    let item = events.next().ok_or(None)?;
+                    if matches!(item.0, Event::SequenceEnd) {
+                        break;
                     }
-                    seen.insert(name.clone(), at);
+                    path.push(Seg::Index(index));
+                    self.node(events, item, path, depth + 1)?;
+                    path.pop();
+                    index += 1;
                 }
-                let value = events.next()?;
-                path.push(Seg::Key(name.unwrap_or_else(|| "?".into())));
-                let found = duplicate_in(events, value, path, depth + 1);
-                path.pop();
-                if found.is_some() {
-                    return found;
-                }
+                (Shape::Other, anchor)
             }
+            _ => (Shape::Other, 0),
+        };
+        if anchor != 0 {
+            self.anchors.insert(anchor, shape.clone());
         }
-        Event::SequenceStart(..) => {
-            let mut index = 0;
-            loop {
-                let item = events.next()?;
-                if matches!(item.0, Event::SequenceEnd) {
-                    return None;
-                }
-                path.push(Seg::Index(index));
-                let found = duplicate_in(events, item, path, depth + 1);
-                path.pop();
-                if found.is_some() {
-                    return found;
-                }
-                index += 1;
+        Ok(shape)
+    }
+
+    fn mapping<'a>(
+        &mut self,
+        events: &mut impl Iterator<Item = Spanned<'a>>,
+        path: &mut Vec<Seg>,
+        depth: usize,
+    ) -> Walked {
+        let mut seen: HashMap<String, (usize, usize)> = HashMap::new();
+        let mut keys = Vec::new();
+        let mut add = |name: &str, at: (usize, usize), path: &[Seg]| match seen.get(name) {
+            Some(first) => {
+                let mut path = path.to_vec();
+                path.push(Seg::Key(name.to_string()));
+                Err(Some(StructuralError {
+                    path,
+                    line: at.0,
+                    column: at.1,
+                    message: format!(
+                        "key {name:?} is given twice (first at line {}, column {})",
+                        first.0, first.1
+                    ),
+                    hint: DUPLICATE_HINT,
+                }))
             }
+            None => {
+                seen.insert(name.to_string(), at);
+                keys.push(name.to_string());
+                Ok(())
+            }
+        };
+        loop {
+            let key = events.next().ok_or(None)?;
+            if matches!(key.0, Event::MappingEnd) {
+                break;
+            }
+            let at = (key.1.start.line(), key.1.start.col() + 1);
+            let merge =
+                matches!(&key.0, Event::Scalar(k, ScalarStyle::Plain, _, None) if k == "<<");
+            let name = match self.node(events, key, path, depth + 1)? {
+                Shape::Scalar(name) => Some(name),
+                _ => None,
+            };
+            let value = events.next().ok_or(None)?;
+            if merge {
+                // `<<: *a`, `<<: {..}` or `<<: [*a, *b]`: their keys are given here.
+                let mut merged = Vec::new();
+                if let Event::SequenceStart(..) = value.0 {
+                    loop {
+                        let item = events.next().ok_or(None)?;
+                        if matches!(item.0, Event::SequenceEnd) {
+                            break;
+                        }
+                        if let Shape::Mapping(k) = self.node(events, item, path, depth + 1)? {
+                            merged.extend(k);
+                        }
+                    }
+                } else if let Shape::Mapping(k) = self.node(events, value, path, depth + 1)? {
+                    merged = k;
+                }
+                for name in &merged {
+                    add(name, at, path)?;
+                }
+                continue;
+            }
+            if let Some(name) = &name {
+                add(name, at, path)?;
+            }
+            path.push(Seg::Key(name.unwrap_or_else(|| "?".into())));
+            self.node(events, value, path, depth + 1)?;
+            path.pop();
         }
-        _ => None,
+        Ok(Shape::Mapping(keys))
     }
 }
 
@@ -539,5 +695,96 @@ mod tests {
             err.to_string(),
             "f.yaml:2:1: unknown field `b`, expected `a`"
         );
+    }
+    #[test]
+    fn only_regular_files_of_bounded_size_are_read_and_never_waited_on() {
+        let dir = std::env::temp_dir().join(format!("argus-yaml-read-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo.yaml");
+        let _ = std::fs::remove_file(&fifo);
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid C string; mkfifo only creates a node.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let big = dir.join("big.yaml");
+        std::fs::write(&big, "a: 1\n".repeat(300_000)).unwrap();
+        let started = std::time::Instant::now();
+        for (path, says) in [
+            (fifo.as_path(), "FIFO"),
+            (Path::new("/dev/zero"), "character device"),
+            (dir.as_path(), "directory"),
+            (big.as_path(), "larger than 1 MiB"),
+        ] {
+            let err = Source::read(path).unwrap_err();
+            let text = err.to_string();
+            assert!(text.contains(says), "{text}");
+            assert!(text.contains("at most 1 MiB"), "{text}");
+            assert_eq!(err.line, 0);
+        }
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_leading_byte_order_mark_is_skipped() {
+        #[derive(serde::Deserialize, Debug)]
+        #[serde(deny_unknown_fields)]
+        struct T {
+            a: u32,
+        }
+        let dir = std::env::temp_dir().join(format!("argus-yaml-bom-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("bom.yaml");
+        std::fs::write(&file, "\u{feff}a: 1\n").unwrap();
+        let t: T = parse(&Source::read(&file).unwrap()).unwrap();
+        assert_eq!(t.a, 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let err = parse::<T>(&Source::new("b.yaml", "\u{feff}a: 1\nb: 2\n")).unwrap_err();
+        assert_eq!((err.line, err.column), (2, 1), "{err}");
+    }
+
+    #[test]
+    fn duplicates_through_aliases_and_merges_are_refused() {
+        for (text, line, column, path) in [
+            ("base: &a {A: 1}\nenv:\n  <<: *a\n  A: 2\n", 4, 3, "env.A"),
+            ("base: &a {A: 1}\nenv:\n  A: 2\n  <<: *a\n", 4, 3, "env.A"),
+            (
+                "x: &a {A: 1}\ny: &b {A: 2}\nenv: {<<: [*a, *b]}\n",
+                3,
+                7,
+                "env.A",
+            ),
+            ("env: {<<: {A: 1}, A: 2}\n", 1, 19, "env.A"),
+            ("a: &k A\nenv: {A: 1, *k : 2}\n", 2, 13, "env.A"),
+        ] {
+            let err = parse::<serde_yaml::Value>(&Source::new("d.yaml", text)).unwrap_err();
+            assert_eq!((err.line, err.column), (line, column), "{text:?}: {err}");
+            assert!(err.message.starts_with(&format!("{path}: key")), "{err}");
+        }
+        // A merge without a clash, and an alias used as a value, are fine.
+        parse::<serde_yaml::Value>(&Source::new(
+            "d.yaml",
+            "b: &a {A: 1}\nenv: {<<: *a, B: 2}\nc: *a\n",
+        ))
+        .unwrap();
+    }
+
+    #[test]
+    fn a_nul_byte_is_refused_where_it_is_written() {
+        for (text, line, column, path) in [
+            ("overrides: {x.y: \"a\\0b\"}\n", 1, 18, "overrides.x.y"),
+            ("overrides:\n  x.y: \"a\\x00b\"\n", 2, 8, "overrides.x.y"),
+            ("env: {\"A\\u0000\": 1}\n", 1, 7, "env"),
+            ("list: [a, \"\\0\"]\n", 1, 11, "list[1]"),
+        ] {
+            let err = parse::<serde_yaml::Value>(&Source::new("n.yaml", text)).unwrap_err();
+            assert_eq!((err.line, err.column), (line, column), "{text:?}: {err}");
+            assert!(
+                err.message
+                    == format!(
+                        "{path}: contains a NUL byte, which no path, shell word or Hydra value can carry"
+                    ),
+                "{err}"
+            );
+        }
     }
 }

@@ -159,9 +159,14 @@ pub fn jobspec_from_value(
     )?)
 }
 
-/// A JobSpec as a YAML value with its secrets redacted (what a lock or a Slurm run keeps).
+/// A JobSpec as a YAML value with its secrets redacted (what a lock or a Slurm run keeps):
+/// secret override values structurally, before Hydra formatting quotes them
+/// ([`crate::config::jobspec::Overrides::redacted`]), then by name and by value.
 pub fn jobspec_value(spec: &crate::config::jobspec::JobSpec) -> serde_yaml::Value {
-    yaml_value(spec)
+    yaml_value(&crate::config::jobspec::JobSpec {
+        overrides: spec.overrides.redacted(),
+        ..spec.clone()
+    })
 }
 
 /// What a run does before it needs a cluster, as `argus run` does it: everything checked,
@@ -478,7 +483,7 @@ async fn stages(
                 },
                 ray_version: cluster.ray_version.clone(),
                 profile: yaml_value(profile),
-                jobspec: yaml_value(&{
+                jobspec: jobspec_value(&{
                     let mut s = spec.clone();
                     s.submission_id = None;
                     s

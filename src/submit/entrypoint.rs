@@ -5,7 +5,7 @@
 //! quoted for the POSIX shell Ray runs the entrypoint with (shlex's checked quoting); a
 //! word no shell can carry (a NUL byte) is refused. Pure.
 
-use crate::config::jobspec::{Override, OverrideValue, Workload};
+use crate::config::jobspec::{Override, OverrideValue, Overrides, Workload};
 use crate::exit::{Classify, Exit};
 
 #[derive(Debug, thiserror::Error)]
@@ -307,6 +307,15 @@ fn override_word(o: &Override) -> Result<String, Error> {
                 reason: e.to_string(),
             }),
         OverrideValue::Raw(_) | OverrideValue::Delete => Ok(o.to_string()),
+    }
+}
+
+/// The inputs as shown and recorded: secret override values replaced by `<redacted>`
+/// before Hydra formatting and shell quoting ([`Overrides::redacted`]).
+pub fn redacted(i: &EntrypointInputs) -> EntrypointInputs {
+    EntrypointInputs {
+        user_overrides: Overrides(i.user_overrides.clone()).redacted().0,
+        ..i.clone()
     }
 }
 

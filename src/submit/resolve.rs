@@ -21,8 +21,14 @@ pub struct Prepared {
     pub workload: Workload,
     pub code_id: Option<String>,
     pub code_path: String,
+    /// What Ray runs: secrets in clear. Never printed or recorded: see
+    /// [`Prepared::shown_entrypoint`] and [`Prepared::shown_payload`].
     pub entrypoint: String,
     pub payload: serde_json::Value,
+    /// The entrypoint built the same way from overrides whose secret values were
+    /// replaced before quoting: what is printed and recorded.
+    #[serde(skip)]
+    pub shown_entrypoint: String,
     pub checked_overrides_against: Option<String>,
     pub notes: Vec<String>,
     #[serde(skip)]
@@ -36,6 +42,18 @@ pub struct Prepared {
     /// `trainer.n_gpus_per_node` GPUs each), checked against Ray's nodes before submitting.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub demand: Option<GpuDemand>,
+}
+
+impl Prepared {
+    /// The payload as printed and recorded: the shown entrypoint in place of the real
+    /// one, then secrets redacted by name and by value (env vars, metadata).
+    pub fn shown_payload(&self) -> serde_json::Value {
+        let mut payload = self.payload.clone();
+        if let Some(map) = payload.as_object_mut() {
+            map.insert("entrypoint".into(), self.shown_entrypoint.clone().into());
+        }
+        crate::config::secrets::redact_json(payload)
+    }
 }
 
 /// `nnodes` nodes with `gpus_per_node` GPUs each.
@@ -179,6 +197,10 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
     };
     let work_dir = format!("{}/{submission_id}/work", layout.jobs().display());
     let entrypoint = entrypoint::in_work_dir(&work_dir, &entrypoint::build(&inputs)?)?;
+    let shown_entrypoint = entrypoint::in_work_dir(
+        &work_dir,
+        &entrypoint::build(&entrypoint::redacted(&inputs))?,
+    )?;
 
     // Hydra's verdict on the whole command line (argus's implied overrides, then the
     // user's), against the configs inside the code snapshot.
@@ -268,10 +290,14 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
         code_path,
         entrypoint,
         payload,
+        shown_entrypoint,
         checked_overrides_against,
         notes,
         time_limit_s: spec.time_limit.map(|t| t.0.as_secs()),
-        jobspec_record: redacted_yaml(spec),
+        jobspec_record: redacted_yaml(&crate::config::jobspec::JobSpec {
+            overrides: spec.overrides.redacted(),
+            ..spec.clone()
+        }),
         resumes: None,
         demand,
     })

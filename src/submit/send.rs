@@ -101,7 +101,7 @@ pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport
             .and_then(|()| {
                 write(
                     "config/submit_payload.json",
-                    &serde_json::to_vec_pretty(&redact_json(prepared.payload.clone()))
+                    &serde_json::to_vec_pretty(&prepared.shown_payload())
                         .unwrap_or_default(),
                 )
             })
@@ -135,7 +135,7 @@ pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport
             code_path: prepared.code_path.clone(),
             // A secret may be an override value on the command line: records carry it
             // redacted by value (the payload file is redacted the same way).
-            entrypoint: redact_text(&prepared.entrypoint),
+            entrypoint: redact_text(&prepared.shown_entrypoint),
             cluster: target.cluster.clone(),
             dashboard: target.ray.endpoint().to_string(),
             submitted_at: humantime::format_rfc3339_millis(std::time::SystemTime::now())
@@ -154,7 +154,7 @@ pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport
             record.submitted_at,
             target.cluster,
             target.ray.endpoint(),
-            redact_text(&prepared.entrypoint)
+            redact_text(&prepared.shown_entrypoint)
         );
         let _ = std::fs::write(dir.join("logs/submit.out"), out);
         if let Ok(jobs) = api.list_raw().await {
@@ -170,6 +170,6 @@ pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport
         submission_id: id.clone(),
         record_dir,
         dashboard: target.ray.endpoint().to_string(),
-        entrypoint: redact_text(&prepared.entrypoint),
+        entrypoint: redact_text(&prepared.shown_entrypoint),
     })
 }

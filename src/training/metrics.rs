@@ -381,8 +381,16 @@ impl KeyPattern {
     }
 }
 
+/// A text cell (a metric name, from the job's log) per RFC 4180, safe to open in a
+/// spreadsheet (OWASP's CSV injection advice): a cell a spreadsheet would read as a
+/// formula (starting with `=`, `+`, `-`, `@`, tab or CR) gets a leading `'` and is quoted;
+/// a cell with a comma, quote, CR or LF is quoted, quotes doubled. Numbers are written
+/// by [`push_number`], never through here.
 fn csv_field(text: &str) -> String {
-    if text.contains([',', '"', '\n', '\r']) {
+    let formula = text.starts_with(['=', '+', '-', '@', '\t', '\r']);
+    if formula {
+        format!("\"'{}\"", text.replace('"', "\"\""))
+    } else if text.contains([',', '"', '\n', '\r']) {
         format!("\"{}\"", text.replace('"', "\"\""))
     } else {
         text.to_string()
@@ -626,5 +634,27 @@ step:2 - critic/score/mean:0.5 - actor/lr:1e-06 - timing_s/step:2.5 - actor/entr
         assert_eq!(j["rows"][2]["metrics"]["critic/score/mean"], 0.5);
         assert_eq!(j["rows"][2]["job"], "j");
         assert!(j["rows"][1]["metrics"].get("actor/entropy").is_none());
+    }
+    #[test]
+    fn metric_names_cannot_inject_formulas_into_csv() {
+        let mut t = Table::new("j");
+        t.push_step(
+            1,
+            &[
+                ("=HYPERLINK(\"http://x\",\"y\")", 1.0),
+                ("+1", 2.0),
+                ("-2", 3.0),
+                ("@SUM(A1)", 4.0),
+                ("a,b", 5.0),
+                ("plain/key", -6.0),
+            ],
+        );
+        let mut out = Vec::new();
+        t.write_csv(&t.select(&[]).unwrap(), &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "step,\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\",\"'+1\",\"'-2\",\"'@SUM(A1)\",\"a,b\",plain/key\n\
+             1,1,2,3,4,5,-6\n"
+        );
     }
 }

@@ -34,7 +34,7 @@ impl Printer {
     /// Data for scripts and pipes (tables, ids, paths).
     pub fn data(&self, text: impl AsRef<str>) {
         let mut out = std::io::stdout().lock();
-        stdout_result(writeln!(out, "{}", text.as_ref()));
+        stdout_result(writeln!(out, "{}", super::safe(text.as_ref())));
     }
 
     /// Text on stdout exactly as given, flushed at once (a job's log as it streams).
@@ -59,13 +59,19 @@ impl Printer {
     /// A message for humans on stderr; silent with `-q`.
     pub fn info(&self, text: impl AsRef<str>) {
         if self.verbosity != Verbosity::Quiet {
-            eprintln!("{}", text.as_ref());
+            eprintln!("{}", super::safe(text.as_ref()));
         }
     }
 
     /// A warning on stderr; shown even with `-q`.
     pub fn warn(&self, text: impl AsRef<str>) {
-        eprintln!("warning: {}", text.as_ref());
+        eprintln!("warning: {}", super::safe(text.as_ref()));
+    }
+
+    /// A failed command's report (`error: ...`, causes, hint) on stderr, shown even with
+    /// `-q`; its text (YAML keys, records, remote answers) made safe to print.
+    pub fn error(&self, report: &str) {
+        eprint!("{}", super::safe(report));
     }
 
     /// Whether progress bars show (an interactive stderr, not `-q`/`-v`/`--no-progress`).

@@ -56,6 +56,7 @@ impl Reporter for ProgressReporter {
         if self.quiet {
             return;
         }
+        let message = super::safe(message);
         if self.bars {
             let _ = self.multi.println(message);
         } else {
@@ -99,6 +100,7 @@ impl IndicatifTask {
             self.label,
             self.started.elapsed().as_secs_f64()
         );
+        let line = super::safe(&line).into_owned();
         match &self.bar {
             Some(bar) => {
                 bar.set_style(
@@ -117,7 +119,7 @@ impl Task for IndicatifTask {
     fn update(&self, message: &str) {
         tracing::debug!(task = %self.label, "{message}");
         if let Some(bar) = &self.bar {
-            bar.set_message(truncate(message, 100).into_owned());
+            bar.set_message(super::safe(&truncate(message, 100)).into_owned());
         }
     }
 

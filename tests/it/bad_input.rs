@@ -325,7 +325,7 @@ fn cases(good: &str) -> Vec<Case> {
             "submission_id with NUL",
             submit,
             job("submission_id: \"a\\0b\"\n"),
-            &["invalid submission id \"a\\0b\": '\\0' is not allowed"],
+            &[":4:16: submission_id: contains a NUL byte"],
         ),
         case(
             "submission_id look-alike",

@@ -854,7 +854,7 @@ fn a_nul_in_an_override_value_is_refused_naming_the_key() {
             .arg_path(&spec)
             .run()
             .code(2)
-            .stderr_has("override \"trainer.experiment_name\" contains a NUL byte");
+            .stderr_has("j.yaml:5:28: overrides.trainer.experiment_name: contains a NUL byte");
     }
 }
 

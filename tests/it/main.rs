@@ -10,6 +10,7 @@ mod export;
 mod export_job;
 mod harness;
 mod hostile_cli;
+mod hostile_files;
 mod hostile_hub;
 mod hosts;
 mod hub;

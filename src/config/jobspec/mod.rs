@@ -18,7 +18,7 @@ pub use types::{Code, CodeSource, DataFile, JobSpec, RawJobSpec, Workload};
 pub use values::{MAX_TIME_LIMIT, ScalarString, TimeLimit};
 
 use super::profile::check_job_env;
-use super::secrets::{self, Secrets, is_secret_name};
+use super::secrets::{self, Secrets};
 use super::yaml::{self, ConfigError, Seg, Source};
 use crate::ids::SubmissionId;
 use crate::yaml_path;
@@ -148,8 +148,7 @@ pub fn secrets_of(spec: &JobSpec) -> Secrets {
             .map(|(k, v)| (k.as_str(), v.0.as_str())),
     );
     for o in &spec.overrides.0 {
-        let last = o.key.rsplit('.').next().unwrap_or(&o.key);
-        if is_secret_name(last) {
+        if secrets::is_secret_override_key(&o.key) {
             match &o.value {
                 OverrideValue::Raw(v) => s.add(v),
                 OverrideValue::Yaml(v) => s.add(&yaml::to_string(v)),
@@ -514,7 +513,7 @@ mod tests {
             "workload: ppo\ncode_id: a\nsubmission_id: \"a\\0b\"\n",
             3,
             16,
-            "'\\0' is not allowed",
+            "submission_id: contains a NUL byte",
         ),
         (
             "workload: ppo\ncode_id: a\nsubmission_id: \"ppо\"\n",

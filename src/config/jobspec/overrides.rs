@@ -50,6 +50,32 @@ pub enum OverrideValue {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Overrides(pub Vec<Override>);
 
+impl Overrides {
+    /// The same overrides with every secret value (key secret-named, see
+    /// [`crate::config::secrets::is_secret_override_key`]) replaced by `<redacted>`,
+    /// structurally, before anything formats or quotes them: what argus shows and
+    /// records (the entrypoint printed and written, the JobSpec record) is built from
+    /// these, so no quoted form of a secret has to be searched for afterwards.
+    pub fn redacted(&self) -> Overrides {
+        Overrides(self.0.iter().map(Override::redacted).collect())
+    }
+}
+
+impl Override {
+    /// This override with its value replaced by `<redacted>` when its key is secret.
+    pub fn redacted(&self) -> Override {
+        let secret = crate::config::secrets::is_secret_override_key(&self.key)
+            && !matches!(self.value, OverrideValue::Delete);
+        if !secret {
+            return self.clone();
+        }
+        Override {
+            key: self.key.clone(),
+            value: OverrideValue::Raw(crate::config::secrets::REDACTED.into()),
+        }
+    }
+}
+
 impl Serialize for Overrides {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeSeq;
