@@ -563,6 +563,15 @@ pub struct ImageBuildArgs {
     /// --tag then names the verl image (default argus/verl:0.8.0-cpu).
     #[arg(long, conflicts_with = "pip")]
     pub verl: bool,
+
+    /// With --verl: install this requirements file instead of argus's CPU lock
+    /// (assets/verl/requirements.lock), e.g. a GPU host's lock with vLLM.
+    #[arg(long, value_name = "FILE", requires = "verl")]
+    pub lock: Option<PathBuf>,
+
+    /// With --verl: leave the CPU shim out (GPU hosts need none).
+    #[arg(long, requires = "verl")]
+    pub no_shim: bool,
 }
 
 #[cfg(test)]

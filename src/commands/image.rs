@@ -8,12 +8,32 @@ use crate::config::LoadedProfile;
 use crate::exit::Exit;
 use crate::ui::Printer;
 
+/// A requirements file of the user's (a GPU host's lock, with vLLM): a regular file of at
+/// most 1 MiB, read before anything is built.
+fn read_lock(path: &std::path::Path) -> Result<String> {
+    let bad = |why: String| image::BuildError::Input {
+        what: "--lock".into(),
+        value: format!("{}: {why}", path.display()),
+    };
+    let meta = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?;
+    if !meta.is_file() || meta.len() > 1 << 20 {
+        return Err(bad("not a regular file of at most 1 MiB".into()).into());
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    if text.contains('\0') {
+        return Err(bad("contains a NUL byte".into()).into());
+    }
+    Ok(text)
+}
+
 pub async fn build(cli: &Cli, args: &ImageBuildArgs, printer: &Printer) -> Result<Exit> {
     // The Docker endpoint comes from the profile when one is given.
     let host = match &cli.profile {
         Some(path) => LoadedProfile::load(Some(path))?.profile.docker.host,
         None => None,
     };
+    // Everything given is read and checked before anything is built.
+    let mut user_lock = args.lock.as_deref().map(read_lock).transpose()?;
     let base_tag = format!("argus/ray:{}", args.ray_version);
     let spec = image::BuildSpec {
         tag: if args.verl {
@@ -33,11 +53,15 @@ pub async fn build(cli: &Cli, args: &ImageBuildArgs, printer: &Printer) -> Resul
         .await
         .with_context(|| format!("cannot build image {}", spec.tag))?;
     if args.verl {
-        let layer = image::LayerSpec {
-            tag: args.tag.clone().unwrap_or_else(image::verl_default_tag),
-            base: spec.tag.clone(),
-            force: args.force,
-        };
+        let mut layer = image::LayerSpec::cpu(
+            args.tag.clone().unwrap_or_else(image::verl_default_tag),
+            spec.tag.clone(),
+            args.force,
+        );
+        if let Some(lock) = user_lock.take() {
+            layer.lock = lock;
+        }
+        layer.shim = !args.no_shim;
         let base_seconds = report.seconds;
         report = image::build_layer(&docker, &layer, &reporter)
             .await

@@ -101,8 +101,7 @@ pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport
             .and_then(|()| {
                 write(
                     "config/submit_payload.json",
-                    &serde_json::to_vec_pretty(&prepared.shown_payload())
-                        .unwrap_or_default(),
+                    &serde_json::to_vec_pretty(&prepared.shown_payload()).unwrap_or_default(),
                 )
             })
             .and_then(|()| write("debug/nodes_before.json", nodes.as_bytes()));

@@ -181,6 +181,14 @@ fn verl_grpo_trains_on_cpu_and_resumes_from_its_own_checkpoints() {
         .as_str()
         .expect("submission_id")
         .to_string();
+    // The resumed job saved into the same directory, at its own save_freq.
+    assert!(checkpoints.join("global_step_4/actor").is_dir());
+    assert_eq!(
+        std::fs::read_to_string(checkpoints.join("latest_checkpointed_iteration.txt"))
+            .expect("latest")
+            .trim(),
+        "4"
+    );
     let log2 = std::fs::read_to_string(shared.join(format!("jobs/{new_id}/logs/driver.log")))
         .expect("driver.log of the resumed job");
     assert!(log2.contains("global_step_2"), "{log2}");

@@ -76,6 +76,24 @@ pub struct LayerSpec {
     /// The image it is built on (argus's Ray image), by reference.
     pub base: String,
     pub force: bool,
+    /// The requirements pip installs: [`VERL_LOCK`], or a lock of the user's (a GPU host's,
+    /// with vLLM).
+    pub lock: String,
+    /// Whether the CPU shim goes in (not on GPU hosts).
+    pub shim: bool,
+}
+
+impl LayerSpec {
+    /// The CPU image of this argus: its lock and its shim.
+    pub fn cpu(tag: String, base: String, force: bool) -> Self {
+        LayerSpec {
+            tag,
+            base,
+            force,
+            lock: VERL_LOCK.to_string(),
+            shim: true,
+        }
+    }
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -86,21 +104,22 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// The hash of what decides the layer's content.
-fn inputs_hash(base_id: &str) -> String {
+fn inputs_hash(base_id: &str, spec: &LayerSpec) -> String {
     let mut text = format!(
         "layer={LAYER_RECIPE}\nbase={base_id}\nlock={}\n",
-        sha256_hex(VERL_LOCK.as_bytes())
+        sha256_hex(spec.lock.as_bytes())
     );
-    for (name, body) in CPU_SHIM {
-        text.push_str(&format!("shim/{name}={}\n", sha256_hex(body.as_bytes())));
+    if spec.shim {
+        for (name, body) in CPU_SHIM {
+            text.push_str(&format!("shim/{name}={}\n", sha256_hex(body.as_bytes())));
+        }
     }
     sha256_hex(text.as_bytes())[..16].to_string()
 }
 
 /// Requirements in the lock (for progress: how many pip has still to collect).
-fn lock_entries() -> usize {
-    VERL_LOCK
-        .lines()
+fn lock_entries(lock: &str) -> usize {
+    lock.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
         .count()
@@ -118,7 +137,7 @@ pub async fn build_layer(
         .await
         .map_err(docker_err(format!("inspect base image {}", spec.base)))?;
     let base_id = base.id.clone().unwrap_or_default();
-    let inputs = inputs_hash(&base_id);
+    let inputs = inputs_hash(&base_id, spec);
     if !spec.force {
         match docker.inspect_image(&spec.tag).await {
             Ok(info) => {
@@ -147,7 +166,7 @@ pub async fn build_layer(
     // What pip needs from this host, mounted read-only at /argus-build.
     let staging = tempdir_for(&inputs)?;
     let result = async {
-        stage(&staging)?;
+        stage(&staging, spec)?;
         let task = reporter.task("pip install (verl's dependencies)");
         let id = install_and_commit(docker, spec, &inputs, &base_id, &staging, &*task).await;
         match &id {
@@ -188,16 +207,19 @@ fn tempdir_for(inputs: &str) -> Result<PathBuf, BuildError> {
     if dir.exists() {
         std::fs::remove_dir_all(&dir).map_err(io_err(&dir))?;
     }
-    std::fs::create_dir_all(dir.join("argus_verl_cpu")).map_err(io_err(&dir))?;
+    std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
     Ok(dir)
 }
 
 /// The lock, the shim, this host's CA bundle and pip configuration.
-fn stage(dir: &Path) -> Result<(), BuildError> {
+fn stage(dir: &Path, spec: &LayerSpec) -> Result<(), BuildError> {
     let write = |path: PathBuf, body: &[u8]| std::fs::write(&path, body).map_err(io_err(&path));
-    write(dir.join("requirements.lock"), VERL_LOCK.as_bytes())?;
-    for (name, body) in CPU_SHIM {
-        write(dir.join("argus_verl_cpu").join(name), body.as_bytes())?;
+    write(dir.join("requirements.lock"), spec.lock.as_bytes())?;
+    if spec.shim {
+        std::fs::create_dir_all(dir.join("argus_verl_cpu")).map_err(io_err(dir))?;
+        for (name, body) in CPU_SHIM {
+            write(dir.join("argus_verl_cpu").join(name), body.as_bytes())?;
+        }
     }
     if let Some(ca) = host_ca_bundle() {
         let to = dir.join("ca.crt");
@@ -223,9 +245,12 @@ export PIP_CACHE_DIR=/argus-pip-cache
 {VENV}/bin/pip install --progress-bar off -r /argus-build/requirements.lock
 site=$({VENV}/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 rm -rf "$site/argus_verl_cpu"
-cp -r /argus-build/argus_verl_cpu "$site/argus_verl_cpu"
-find "$site/argus_verl_cpu" -type f -exec chmod 0644 {{}} +
-{VENV}/bin/python3 -c 'import torch, transformers, hydra, tensordict, argus_verl_cpu'
+{VENV}/bin/python3 -c 'import torch, transformers, hydra, tensordict'
+if [ -d /argus-build/argus_verl_cpu ]; then
+  cp -r /argus-build/argus_verl_cpu "$site/argus_verl_cpu"
+  find "$site/argus_verl_cpu" -type f -exec chmod 0644 {{}} +
+  {VENV}/bin/python3 -c 'import argus_verl_cpu'
+fi
 mkdir -p /etc/argus
 {VENV}/bin/pip freeze > /etc/argus/pip-freeze-verl.txt
 cp /argus-build/requirements.lock /etc/argus/verl-requirements.lock
@@ -288,7 +313,7 @@ async fn run_and_commit(
         .await
         .map_err(docker_err("start the build container"))?;
     // Follow pip's output: the line under way, and how many requirements it has collected.
-    let total = lock_entries() as u64;
+    let total = lock_entries(&spec.lock) as u64;
     let mut collected = 0u64;
     let mut tail: Vec<String> = Vec::new();
     let options = LogsOptionsBuilder::new()
@@ -338,7 +363,7 @@ async fn run_and_commit(
         Some((repo, tag)) if !tag.contains('/') => (repo.to_string(), tag.to_string()),
         _ => (spec.tag.clone(), "latest".to_string()),
     };
-    let lock_hash = sha256_hex(VERL_LOCK.as_bytes());
+    let lock_hash = sha256_hex(spec.lock.as_bytes());
     let changes = [
         r#"CMD ["bash"]"#.to_string(),
         format!("LABEL {LABEL_INPUTS}={inputs}"),

@@ -106,17 +106,26 @@ pub async fn ensure_built(
     reporter: &dyn Reporter,
 ) -> Result<(), BuildError> {
     let docker = super::docker::connect(docker_host).await?;
-    if is_verl_tag(reference) {
+    if reference == verl_default_tag() {
         // The layer's inputs are this argus's lock and shim: a layer built from others
         // is rebuilt (pip's download cache makes that quick), one from these is reused.
         let base = format!("argus/ray:{DEFAULT_RAY_VERSION}");
         Box::pin(ensure_built(docker_host, &base, reporter)).await?;
-        let spec = LayerSpec {
-            tag: reference.to_string(),
-            base,
-            force: false,
-        };
+        let spec = LayerSpec::cpu(reference.to_string(), base, false);
         return build_layer(&docker, &spec, reporter).await.map(|_| ());
+    }
+    if is_verl_tag(reference) {
+        // Another verl image (a GPU host's, from its own lock): used as it is, never
+        // rebuilt from the CPU lock.
+        if docker.inspect_image(reference).await.is_ok() {
+            return Ok(());
+        }
+        return Err(BuildError::Input {
+            what: "image".into(),
+            value: format!(
+                "{reference} is absent: build it with `argus image build --verl --tag {reference} [--lock FILE] [--no-shim]`"
+            ),
+        });
     }
     let Some(version) = reference.strip_prefix("argus/ray:") else {
         return Ok(());
