@@ -32,9 +32,31 @@ pub async fn build(cli: &Cli, args: &ImageBuildArgs, printer: &Printer) -> Resul
         Some(path) => LoadedProfile::load(Some(path))?.profile.docker.host,
         None => None,
     };
-    // Everything given is read and checked before anything is built.
+    // Everything given is read and checked before anything is built or dialled.
     let mut user_lock = args.lock.as_deref().map(read_lock).transpose()?;
+    let invalid = |what: &str, value: &str| image::BuildError::Input {
+        what: what.into(),
+        value: value.into(),
+    };
+    if !image::valid_version_word(&args.ray_version) {
+        return Err(invalid("--ray-version", &args.ray_version).into());
+    }
+    if !image::valid_version_word(&args.suite) {
+        return Err(invalid("--suite", &args.suite).into());
+    }
+    if let Some(tag) = &args.tag
+        && !image::valid_tag(tag)
+    {
+        return Err(invalid("--tag (a lower-case [registry/]name[:tag])", tag).into());
+    }
     let base_tag = format!("argus/ray:{}", args.ray_version);
+    if args.verl && args.tag.as_deref() == Some(base_tag.as_str()) {
+        return Err(invalid(
+            "--tag (the verl image would replace the Ray image it is built on)",
+            &base_tag,
+        )
+        .into());
+    }
     let spec = image::BuildSpec {
         tag: if args.verl {
             base_tag.clone()
@@ -53,8 +75,14 @@ pub async fn build(cli: &Cli, args: &ImageBuildArgs, printer: &Printer) -> Resul
         .await
         .with_context(|| format!("cannot build image {}", spec.tag))?;
     if args.verl {
+        // Another Ray version makes another image: its default tag says so.
+        let default_tag = if args.ray_version == image::DEFAULT_RAY_VERSION {
+            image::verl_default_tag()
+        } else {
+            format!("{}-ray{}", image::verl_default_tag(), args.ray_version)
+        };
         let mut layer = image::LayerSpec::cpu(
-            args.tag.clone().unwrap_or_else(image::verl_default_tag),
+            args.tag.clone().unwrap_or(default_tag),
             spec.tag.clone(),
             args.force,
         );

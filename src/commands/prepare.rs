@@ -99,9 +99,14 @@ pub async fn run(loaded: &LoadedProfile, args: &PrepareArgs, printer: &Printer) 
                 "already complete".to_string()
             } else {
                 format!(
-                    "{} files, {} downloaded",
+                    "{} files, {} {}",
                     report.files_downloaded,
-                    human_bytes(report.bytes_downloaded)
+                    human_bytes(report.bytes_downloaded),
+                    if args.model_from.is_some() {
+                        "copied"
+                    } else {
+                        "downloaded"
+                    }
                 )
             };
             printer.info(format!(

@@ -140,11 +140,22 @@ pub fn import(
     reporter: &dyn Reporter,
 ) -> Result<ModelReport, Error> {
     let spec = ModelSpec::parse(model).map_err(|e| Error::LocalModel(format!("{model}: {e}")))?;
-    if !dir.is_dir() {
+    // A directory has no revisions: its commit is its content's hash, under `main`.
+    if model.contains('@') {
         return Err(Error::LocalModel(format!(
-            "{} is not a directory",
-            dir.display()
+            "{model}: a model from a directory is put under its name alone (refs/main -> the hash of its content); leave out @{}",
+            spec.revision
         )));
+    }
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(Error::LocalModel(format!(
+                "{} is not a directory",
+                dir.display()
+            )));
+        }
+        Err(e) => return Err(Error::LocalModel(format!("{}: {e}", dir.display()))),
     }
     let listed = files_of(dir)?;
     if !listed.iter().any(|(p, _)| p.as_str() == "config.json") {
@@ -202,6 +213,18 @@ pub fn import(
             path: repo_path.to_string(),
             etag: etag.to_string(),
         });
+    }
+    if let Some(before) = cache.ref_commit(RepoKind::Model, &spec.repo, &spec.revision)
+        && before != commit
+    {
+        reporter.note(&format!(
+            "model {}: {} moved from {} to {} (the directory's content differs from what the cache held); jobs naming {} now get this content",
+            spec.repo,
+            spec.revision,
+            before.short(),
+            commit.short(),
+            spec.repo
+        ));
     }
     cache
         .write_ref(RepoKind::Model, &spec.repo, &spec.revision, &commit, &dirs)

@@ -59,13 +59,32 @@ impl PinnedRelease {
     pub fn requirement(&self) -> String {
         format!("{}=={}", self.name, self.version)
     }
+
+    /// The name as PyPI compares names (PEP 503: lower case, runs of `-`, `_`, `.` as
+    /// one `-`), so `VERL` and `verl` are one release and one cache entry.
+    pub fn normalized_name(&self) -> String {
+        let mut out = String::new();
+        let mut sep = false;
+        for c in self.name.chars() {
+            if matches!(c, '-' | '_' | '.') {
+                sep = true;
+            } else {
+                if sep && !out.is_empty() {
+                    out.push('-');
+                }
+                sep = false;
+                out.push(c.to_ascii_lowercase());
+            }
+        }
+        out
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum PypiError {
     #[error("invalid code.source: {0}")]
     Invalid(String),
-    #[error("pip could not download {requirement} (exit status {status}):\n{output}")]
+    #[error("pip could not download {requirement} ({status}):\n{output}")]
     Download {
         requirement: String,
         status: String,
@@ -131,7 +150,12 @@ pub fn cache_dir(release: &PinnedRelease) -> PathBuf {
     dirs::cache_dir()
         .unwrap_or_else(std::env::temp_dir)
         .join("argus/pypi")
-        .join(format!("{}-{}", release.name, release.version))
+        // `==` cannot occur in a normalized name or a version: two releases never share it.
+        .join(format!(
+            "{}=={}",
+            release.normalized_name(),
+            release.version
+        ))
 }
 
 /// The release's sources on this host, downloaded and unpacked once.
@@ -141,7 +165,8 @@ pub async fn local_tree(
 ) -> Result<PathBuf, PypiError> {
     let dir = cache_dir(release);
     let tree = dir.join("src");
-    if tree.is_dir() {
+    // A directory of our own, not a link planted to another tree.
+    if std::fs::symlink_metadata(&tree).is_ok_and(|m| m.is_dir()) {
         return Ok(tree);
     }
     let task = reporter.task(&format!("pypi {}", release.requirement()));
@@ -170,8 +195,12 @@ async fn fetch(
     let outcome = async {
         task.update(&format!("pip download {}", release.requirement()));
         let requirement = release.requirement();
+        // -I: isolated, so no module of the current directory (a `pip/` planted in a
+        // checkout) or PYTHON* variable is taken for Python's own; run in our work dir.
         let output = tokio::process::Command::new("python3")
+            .current_dir(&work)
             .args([
+                "-I",
                 "-m",
                 "pip",
                 "download",
@@ -188,10 +217,14 @@ async fn fetch(
             .map_err(io("run python3 -m pip for", &work))?;
         if !output.status.success() {
             let text = String::from_utf8_lossy(&output.stderr);
+            let mut text = last_lines(&text, 15);
+            if text.is_empty() {
+                text = last_lines(&String::from_utf8_lossy(&output.stdout), 15);
+            }
             return Err(PypiError::Download {
                 requirement,
                 status: output.status.to_string(),
-                output: last_lines(&text, 15),
+                output: text,
             });
         }
         let wheel = std::fs::read_dir(&work)
@@ -206,7 +239,8 @@ async fn fetch(
         let unpacked = work.join("src");
         // Python's own zipfile: it refuses members that would land outside the target.
         let output = tokio::process::Command::new("python3")
-            .args(["-m", "zipfile", "-e"])
+            .current_dir(&work)
+            .args(["-I", "-m", "zipfile", "-e"])
             .arg(&wheel)
             .arg(&unpacked)
             .stdin(Stdio::null())
@@ -260,6 +294,11 @@ mod tests {
         let r = PinnedRelease::parse("pypi:verl==0.8.0").unwrap();
         assert_eq!((r.name.as_str(), r.version.as_str()), ("verl", "0.8.0"));
         assert_eq!(r.requirement(), "verl==0.8.0");
+        // One cache entry per release, whatever the spelling; none shared by two.
+        let dir = |s: &str| cache_dir(&PinnedRelease::parse(s).unwrap());
+        assert_eq!(dir("pypi:VERL==0.8.0"), dir("pypi:verl==0.8.0"));
+        assert_eq!(dir("pypi:a_b.c==1"), dir("pypi:A-B-C==1"));
+        assert_ne!(dir("pypi:foo==1-1"), dir("pypi:foo-1==1"));
         for bad in [
             "pypi:verl",
             "pypi:verl>=0.8",

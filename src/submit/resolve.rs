@@ -345,6 +345,11 @@ fn resolve_model(target: &Target, model: &str, notes: &mut Vec<String>) -> Resul
     use crate::data::hf_cache::HubCache;
     use crate::data::hub_types::{ModelSpec, RepoKind};
     if model.starts_with('/') {
+        // Lexically clean (no `..`, no control character) before it is looked at or sent.
+        crate::ids::ContainerPath::parse_as("model path", model).map_err(|e| Error::BadModel {
+            model: model.to_string(),
+            reason: e.to_string(),
+        })?;
         // A path on the shared storage must hold a model: verl would fail on the cluster.
         if let Some(host) = target.host_path_of(model)
             && !host.join("config.json").is_file()
@@ -377,6 +382,17 @@ fn resolve_model(target: &Target, model: &str, notes: &mut Vec<String>) -> Resul
                 .display()
                 .to_string());
         }
+    }
+    // verl takes a repo id or a path, never a revision: one that is not cached cannot be
+    // passed on without silently becoming `main`.
+    if spec.revision != crate::data::hub_types::Revision::main() {
+        return Err(Error::BadModel {
+            model: model.to_string(),
+            reason: format!(
+                "revision {} is not in the shared HF cache, and verl would load {} at main: `argus prepare --model {model}` puts it there",
+                spec.revision, spec.repo
+            ),
+        });
     }
     notes.push(format!("model {model} is not in the shared HF cache: verl will fetch it through HF_ENDPOINT (`argus prepare --model {model}` caches it)"));
     Ok(spec.repo.to_string())

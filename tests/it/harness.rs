@@ -191,6 +191,11 @@ impl Argus {
             .spawn()
             .expect("spawn argus")
     }
+    /// Runs it with this working directory.
+    pub fn in_dir(mut self, dir: &Path) -> Self {
+        self.command.current_dir(dir);
+        self
+    }
     pub fn profile(mut self, path: &Path) -> Self {
         self.command.arg("-p").arg(path);
         self

@@ -144,6 +144,40 @@ pub async fn ensure_built(
     build(&docker, &spec, reporter).await.map(|_| ())
 }
 
+/// An image reference Docker takes as a tag: `[registry/]name[:tag]`, a lower-case name of
+/// `[a-z0-9._/-]` (a registry may have a port), a tag of `[A-Za-z0-9._-]`, 1 to 128 long.
+pub fn valid_tag(reference: &str) -> bool {
+    let (name, tag) = match reference.rsplit_once(':') {
+        Some((name, tag)) if !tag.contains('/') => (name, Some(tag)),
+        _ => (reference, None),
+    };
+    let name_ok = !name.is_empty()
+        && reference.len() <= 255
+        && !name.starts_with(['/', '.', '-', '_'])
+        && !name.ends_with(['/', '.', '-', '_'])
+        && !name.contains("//")
+        && !name.contains("..")
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-/:".contains(c));
+    let tag_ok = tag.is_none_or(|t| {
+        !t.is_empty()
+            && t.len() <= 128
+            && !t.starts_with(['.', '-'])
+            && t.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+    });
+    name_ok && tag_ok
+}
+
+/// A Ray version or Debian suite as argus passes them on: letters, digits and dots.
+pub fn valid_version_word(word: &str) -> bool {
+    !word.is_empty()
+        && word.len() <= 32
+        && !word.starts_with('.')
+        && word.chars().all(|c| c.is_ascii_alphanumeric() || c == '.')
+}
+
 /// The registry digest of a local image, when it came from a registry.
 pub async fn digest(docker_host: Option<&str>, reference: &str) -> Result<Option<String>, Error> {
     let docker = super::docker::connect(docker_host).await?;
@@ -257,6 +291,27 @@ mod tests {
         };
         assert_eq!(a.inputs_hash(), b.inputs_hash());
         assert_ne!(a.inputs_hash(), c.inputs_hash());
+    }
+
+    #[test]
+    fn tags_and_versions_are_checked_before_anything_is_built() {
+        for good in [
+            "argus/ray:2.51.1",
+            "argus/verl:0.8.0-cpu",
+            "reg.example:5000/a/b:v1",
+            "x",
+        ] {
+            assert!(valid_tag(good), "{good}");
+        }
+        for bad in [
+            "a b", "../x", "x:", "UPPER:1", "", "/x", "a//b", "a:b c", "a:-x",
+        ] {
+            assert!(!valid_tag(bad), "{bad}");
+        }
+        assert!(valid_version_word("2.51.1") && valid_version_word("bookworm"));
+        for bad in ["2.51.1;id", "../x", "", ".x", "a b"] {
+            assert!(!valid_version_word(bad), "{bad}");
+        }
     }
 
     #[test]

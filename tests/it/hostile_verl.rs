@@ -1,0 +1,121 @@
+//! What a hostile try of the verl inputs found: a module planted where argus runs Python,
+//! release names that could share a cache entry, model paths and revisions that would
+//! have been passed on unchecked. Offline: nothing here reaches a cluster or a registry.
+
+use std::path::Path;
+
+use crate::harness::{TestContext, test_profile};
+
+fn profile(ctx: &mut TestContext) -> std::path::PathBuf {
+    let name = ctx.cluster("c");
+    let shared = ctx.path("shared");
+    std::fs::create_dir_all(&shared).expect("shared");
+    ctx.write("p.yaml", &test_profile(&name, &shared, 8265, 1, ""))
+}
+
+#[test]
+fn a_pip_module_in_the_working_directory_is_never_run() {
+    let mut ctx = TestContext::new("plantpip");
+    let profile = profile(&mut ctx);
+    let checkout = ctx.path("checkout");
+    std::fs::create_dir_all(checkout.join("pip")).expect("pip dir");
+    let marker = ctx.path("planted-ran");
+    std::fs::write(checkout.join("pip/__init__.py"), "").expect("write");
+    std::fs::write(
+        checkout.join("pip/__main__.py"),
+        format!(
+            "open({:?}, 'w').write('ran')\n",
+            marker.display().to_string()
+        ),
+    )
+    .expect("write");
+    let spec = ctx.write(
+        "checkout/job.yaml",
+        "workload: grpo\ncode: {source: 'pypi:nosuch-argus-test==1.0'}\n",
+    );
+    let run = ctx
+        .argus()
+        .profile(&profile)
+        .env("XDG_CACHE_HOME", ctx.path("cache"))
+        // pip fails on its own, without asking any index.
+        .env("PIP_NO_INDEX", "1")
+        .env("PIP_FIND_LINKS", ctx.path("no-wheels"))
+        .args(["export", "kuberay"])
+        .arg_path(&spec)
+        .args(["--pvc", "x", "--image", "y"])
+        .in_dir(&checkout)
+        .run();
+    assert_ne!(run.code, 0, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("nosuch-argus-test==1.0"),
+        "{}",
+        run.stderr
+    );
+    assert!(!marker.exists(), "the planted pip module ran");
+}
+
+#[test]
+fn a_planted_link_in_the_release_cache_is_not_taken_for_the_release() {
+    let mut ctx = TestContext::new("pypilink");
+    let profile = profile(&mut ctx);
+    let cache = ctx.path("cache/argus/pypi/linked==1.0");
+    std::fs::create_dir_all(&cache).expect("cache");
+    std::os::unix::fs::symlink("/etc", cache.join("src")).expect("link");
+    let spec = ctx.write(
+        "job.yaml",
+        "workload: grpo\ncode: {source: 'pypi:linked==1.0'}\n",
+    );
+    let run = ctx
+        .argus()
+        .profile(&profile)
+        .env("XDG_CACHE_HOME", ctx.path("cache"))
+        .env("PIP_NO_INDEX", "1")
+        .env("PIP_FIND_LINKS", ctx.path("no-wheels"))
+        .args(["export", "kuberay"])
+        .arg_path(&spec)
+        .args(["--pvc", "x", "--image", "y"])
+        .run();
+    // Not served from the planted link: pip is asked (and has nothing).
+    assert_ne!(run.code, 0);
+    assert!(
+        run.stderr.contains("pip could not download linked==1.0"),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn model_paths_and_revisions_that_would_be_passed_on_wrong_are_refused() {
+    let mut ctx = TestContext::new("modelrefs");
+    let profile = profile(&mut ctx);
+    for (model, says) in [
+        ("/mnt/shared/common/../nothere", ".. would leave its directory"),
+        ("acme/tiny@v1", "verl would load acme/tiny at main"),
+    ] {
+        let spec = ctx.write(
+            "j.yaml",
+            &format!("workload: grpo\ncode_path: /mnt/shared/user/code\nmodel_id: {model:?}\n"),
+        );
+        ctx.argus()
+            .profile(&profile)
+            .args(["submit", "--dry-run", "--no-check"])
+            .arg_path(&spec)
+            .run()
+            .code(2)
+            .stderr_has(says);
+    }
+    // A directory has no revisions: @REV with --model-from is refused, nothing written.
+    ctx.argus()
+        .profile(&profile)
+        .args([
+            "prepare",
+            "--model",
+            "acme/tiny@0123456789012345678901234567890123456789",
+        ])
+        .args(["--model-from"])
+        .arg_path(Path::new("assets/verl/tiny-qwen2"))
+        .run()
+        .code(2)
+        .stderr_has("leave out @");
+    assert!(!ctx.path("shared/common/hf/hub/models--acme--tiny").exists());
+}
