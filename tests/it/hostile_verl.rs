@@ -89,7 +89,10 @@ fn model_paths_and_revisions_that_would_be_passed_on_wrong_are_refused() {
     let mut ctx = TestContext::new("modelrefs");
     let profile = profile(&mut ctx);
     for (model, says) in [
-        ("/mnt/shared/common/../nothere", ".. would leave its directory"),
+        (
+            "/mnt/shared/common/../nothere",
+            ".. would leave its directory",
+        ),
         ("acme/tiny@v1", "verl would load acme/tiny at main"),
     ] {
         let spec = ctx.write(
