@@ -89,6 +89,45 @@ impl RayNode {
     }
 }
 
+/// One placement group as `/api/v0/placement_groups?detail=true` reports it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PlacementGroup {
+    pub placement_group_id: String,
+    /// The Jobs API's `job_id` (hex) of the job that made it.
+    #[serde(default)]
+    pub creator_job_id: String,
+    /// PENDING, CREATED, REMOVED, RESCHEDULING.
+    pub state: String,
+    #[serde(default)]
+    pub stats: Option<PlacementGroupStats>,
+    #[serde(default)]
+    pub bundles: Vec<PlacementBundle>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PlacementGroupStats {
+    /// INFEASIBLE when no node of the cluster could ever give a bundle what it asks.
+    #[serde(default)]
+    pub scheduling_state: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PlacementBundle {
+    #[serde(default)]
+    pub unit_resources: BTreeMap<String, f64>,
+}
+
+impl PlacementGroup {
+    /// Pending and, as Ray's scheduler judged it, never to be placed on this cluster.
+    pub fn infeasible(&self) -> bool {
+        self.state == "PENDING"
+            && self
+                .stats
+                .as_ref()
+                .is_some_and(|s| s.scheduling_state == "INFEASIBLE")
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct RayClient {
     http: reqwest::Client,
@@ -270,6 +309,30 @@ impl RayClient {
         #[derive(Deserialize)]
         struct Inner {
             result: Vec<RayNode>,
+        }
+        let envelope: Envelope = serde_json::from_str(&body).map_err(|e| RayError::Decode {
+            path: path.to_string(),
+            detail: e.to_string(),
+        })?;
+        Ok(envelope.data.result.result)
+    }
+
+    /// `GET /api/v0/placement_groups`: the placement groups the GCS knows (detail: their
+    /// scheduling state and bundles).
+    pub async fn placement_groups(&self) -> Result<Vec<PlacementGroup>, RayError> {
+        let path = "/api/v0/placement_groups?limit=10000&detail=true";
+        let body = self.get_text(path).await?;
+        #[derive(Deserialize)]
+        struct Envelope {
+            data: Data,
+        }
+        #[derive(Deserialize)]
+        struct Data {
+            result: Inner,
+        }
+        #[derive(Deserialize)]
+        struct Inner {
+            result: Vec<PlacementGroup>,
         }
         let envelope: Envelope = serde_json::from_str(&body).map_err(|e| RayError::Decode {
             path: path.to_string(),

@@ -68,9 +68,11 @@ pub async fn wait(
         let guard = async {
             let mut stopped = None;
             let mut ended_at: Option<Instant> = None;
+            let mut infeasible = InfeasibleWatch::default();
             loop {
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 let info = api.get(id).await?;
+                infeasible.check(&target.ray, &info).await;
                 enforce_limit(&api, &info, options.time_limit, &mut stopped).await?;
                 if let Some(e) = timed_out(&info.status) {
                     return Err(e);
@@ -96,8 +98,10 @@ pub async fn wait(
             result = &mut guard => stopped_by_argus = result?,
         }
     }
+    let mut infeasible = InfeasibleWatch::default();
     loop {
         info = api.get(id).await?;
+        infeasible.check(&target.ray, &info).await;
         enforce_limit(&api, &info, options.time_limit, &mut stopped_by_argus).await?;
         if info.status.is_finished() {
             break;
@@ -109,6 +113,73 @@ pub async fn wait(
     }
     record_end(target, id, &info, stopped_by_argus).await;
     Ok(info)
+}
+
+/// Says once, on stderr, when a running job waits for a placement group the cluster can
+/// never give (Ray judges it INFEASIBLE: verl's workers ask for more CPUs, GPUs or custom
+/// resources than any node has), instead of leaving the job to wait silently until its
+/// time limit. Asks Ray at most every 10 s.
+#[derive(Default)]
+struct InfeasibleWatch {
+    last: Option<Instant>,
+    said: bool,
+}
+
+impl InfeasibleWatch {
+    async fn check(&mut self, ray: &crate::ray::RayClient, info: &JobInfo) {
+        if self.said || info.status != JobStatus::Running {
+            return;
+        }
+        if self
+            .last
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(10))
+        {
+            return;
+        }
+        self.last = Some(Instant::now());
+        let Some(job_id) = info.job_id.as_deref() else {
+            return;
+        };
+        let Ok(groups) = ray.placement_groups().await else {
+            return;
+        };
+        let pending: Vec<_> = groups
+            .iter()
+            .filter(|g| g.creator_job_id == job_id && g.state == "PENDING")
+            .collect();
+        if pending.is_empty() {
+            return;
+        }
+        // A bundle no live node could hold even empty never fits; Ray itself says
+        // INFEASIBLE for some of these and NO_RESOURCES for others.
+        let nodes = ray.nodes().await.unwrap_or_default();
+        let fits_somewhere = |bundle: &std::collections::BTreeMap<String, f64>| {
+            nodes.iter().filter(|n| n.alive()).any(|n| {
+                bundle
+                    .iter()
+                    .all(|(k, v)| n.resources_total.get(k).copied().unwrap_or(0.0) >= *v)
+            })
+        };
+        if let Some(pg) = pending.into_iter().find(|g| {
+            g.infeasible()
+                || (!nodes.is_empty()
+                    && g.bundles.iter().any(|b| !fits_somewhere(&b.unit_resources)))
+        }) {
+            self.said = true;
+            let bundles: Vec<String> = pg
+                .bundles
+                .iter()
+                .map(|b| serde_json::to_string(&b.unit_resources).unwrap_or_default())
+                .collect();
+            tracing::warn!(
+                "job {}: its placement group {} asks for more than any node of this cluster has (infeasible: bundles {}); it will wait until it is stopped. Give the nodes what it asks (profile: ray_cpus, gpus, resources; then `argus up`) or ask for less, and `argus job stop {}`",
+                info.submission_id.as_deref().unwrap_or(""),
+                pg.placement_group_id,
+                bundles.join(", "),
+                info.submission_id.as_deref().unwrap_or("")
+            );
+        }
+    }
 }
 
 /// Fallback for `--follow`: print what `/logs` adds, once a second, until the job ends.

@@ -524,6 +524,8 @@ fn training_jobs_on_a_real_cluster() {
         ],
     )
     .code(0);
+    // A model directory as submit requires one (the stand-in never loads it).
+    ctx.write("shared/models/none/config.json", "{}");
     let spec = |id: &str, extra: &str| -> PathBuf {
         ctx.write(
             &format!("{id}.yaml"),

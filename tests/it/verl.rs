@@ -463,5 +463,34 @@ fn a_verl_job_the_cluster_cannot_hold_or_a_model_dir_without_config_is_refused_b
         .code(0)
         .json();
     assert_eq!(list.as_array().map(Vec::len), Some(0), "{list:#}");
+
+    // A job that runs but asks Ray for a placement no node can give (as verl does when the
+    // nodes advertise too few CPUs): said while waiting, not left to its time limit.
+    std::fs::write(
+        shared.join("user/code/pg.py"),
+        "import time, ray\nfrom ray.util.placement_group import placement_group\nray.init()\npg = placement_group([{'CPU': 64, 'cpu': 1}])\nprint('asked', flush=True)\ntime.sleep(300)\n",
+    )
+    .expect("pg.py");
+    let spec = ctx.write(
+        "pg.yaml",
+        "workload: custom\nsubmission_id: pg-infeasible\ncode_path: /mnt/shared/user/code\nentrypoint: python3 /mnt/shared/user/code/pg.py\n",
+    );
+    ctx.argus()
+        .profile(&profile)
+        .args(["submit"])
+        .arg_path(&spec)
+        .run()
+        .code(0);
+    ctx.argus()
+        .profile(&profile)
+        .args(["job", "wait", "pg-infeasible", "--timeout", "60"])
+        .run()
+        .code(1)
+        .stderr_has("infeasible")
+        .stderr_has(r#"{"CPU":64.0,"cpu":1.0}"#);
+    ctx.argus()
+        .profile(&profile)
+        .args(["job", "stop", "pg-infeasible", "--wait"])
+        .run();
     let _ = ctx.argus().profile(&profile).args(["down"]).run();
 }
