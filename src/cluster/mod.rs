@@ -21,6 +21,15 @@ use crate::exit::{Classify, Exit};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    #[error(
+        "worker group {group} asks for {gpus} real GPU(s) a worker ({mode}) but names no device_ids: on Docker hosts argus must be told which GPUs each worker gets"
+    )]
+    NoDeviceIds {
+        group: String,
+        gpus: u32,
+        mode: String,
+        workers: u32,
+    },
     #[error("cannot reach the Docker Engine at {endpoint}")]
     DockerUnreachable {
         endpoint: String,
@@ -105,6 +114,7 @@ fn unreachable_hosts(hosts: &[hosts::Unreachable]) -> String {
 impl Classify for Error {
     fn exit(&self) -> Exit {
         match self {
+            Error::NoDeviceIds { .. } => Exit::Usage,
             Error::DockerUnreachable { .. }
             | Error::ImageUnavailable { .. }
             | Error::HostsUnreachable(_)
@@ -128,6 +138,9 @@ impl Classify for Error {
 
     fn hint(&self) -> Option<String> {
         match self {
+            Error::NoDeviceIds { gpus, workers, .. } => Some(format!(
+                "device_ids: a list of {workers} lists of {gpus} GPU ids (e.g. [[0, 1], [2, 3]]); a profile without them is for `argus slurm submit` or `argus export kuberay`, where Slurm or the device plugin chooses"
+            )),
             Error::DockerUnreachable { .. } => Some("is the Docker daemon running? The endpoint comes from the profile's docker.host, else DOCKER_HOST, else /var/run/docker.sock".into()),
             Error::ImageUnavailable { image, .. } => Some(format!("build it here without a registry: argus image build{}", image::build_flags_for(image))),
             Error::NameTaken { name, .. } => Some(format!("remove or rename that container (docker rm -f {name}), or give the profile another name")),

@@ -235,6 +235,20 @@ pub async fn up(
 ) -> Result<UpReport, Error> {
     let started = Instant::now();
     let profile = &loaded.profile;
+    // Real GPUs on Docker hosts: argus must know which (Slurm's node step sets them).
+    for group in &profile.workers {
+        if group.gpus > 0
+            && group.gpu_mode != crate::config::profile::GpuMode::Simulated
+            && group.device_ids.is_none()
+        {
+            return Err(Error::NoDeviceIds {
+                group: group.name.clone(),
+                gpus: group.gpus,
+                mode: group.gpu_mode.as_str().to_string(),
+                workers: group.count(),
+            });
+        }
+    }
     let token = super::auth::token_for_up(loaded, options.dry_run)?;
     let engines = hosts::connect_every(loaded).await?;
     hosts::check_distinct(&engines).await?;

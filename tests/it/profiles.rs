@@ -266,3 +266,38 @@ fn secrets_never_appear_in_clear_in_a_printed_payload_or_an_error() {
 fn nothing_under(dir: &Path) -> bool {
     std::fs::read_dir(dir).map_or(true, |mut d| d.next().is_none())
 }
+
+/// Which GPUs a worker gets is Slurm's or the device plugin's to say in their engines, so a
+/// profile without device_ids loads and exports; on Docker hosts `up` must be told them,
+/// and refuses before anything is dialled or created.
+#[test]
+fn real_gpus_without_device_ids_export_but_up_on_docker_hosts_refuses_them() {
+    let ctx = TestContext::new("nodevids");
+    let shared = ctx.path("shared");
+    let path = ctx.write(
+        "p.yaml",
+        &format!(
+            "name: nodevids\nimage: reg.example/argus/ray:2.51.1\nshared: {{host_path: {}}}\nworkers:\n  - {{name: gpu, count: 2, gpus: 4, gpu_mode: nvidia, cpus: 8, memory: 64g}}\n",
+            shared.display()
+        ),
+    );
+    let out = ctx.path("cluster.yaml");
+    ctx.argus()
+        .profile(&path)
+        .args(["export", "kuberay", "--pvc", "argus-shared", "-o"])
+        .arg_path(&out)
+        .run()
+        .code(0);
+    let yaml = std::fs::read_to_string(&out).expect("exported");
+    assert!(yaml.contains("nvidia.com/gpu: \"4\""), "{yaml}");
+    ctx.argus()
+        .profile(&path)
+        .env("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+        .args(["up"])
+        .run()
+        .code(2)
+        .stderr_has(
+            "worker group gpu asks for 4 real GPU(s) a worker (nvidia) but names no device_ids",
+        )
+        .stderr_has("device_ids: a list of 2 lists of 4 GPU ids");
+}

@@ -309,19 +309,10 @@ fn validate_workers(p: &Profile, src: &Source) -> Result<(), ConfigError> {
                     .error_at(&at("gpus"), format!("gpu_mode {mode} needs gpus ≥ 1"))
                     .with_hint("gpus: 1 or more, or gpu_mode: simulated"));
             }
-            // Under Slurm the allocation gives each worker its GPUs.
-            (_, None) if p.slurm.is_some() => {}
-            (_, None) => {
-                return Err(src
-                    .error_at(
-                        &at("gpu_mode"),
-                        "real GPUs need explicit device_ids, one list per worker",
-                    )
-                    .with_hint(format!(
-                        "device_ids: a list of {count} lists of {} GPU ids",
-                        group.gpus
-                    )));
-            }
+            // Which GPUs a worker gets: Slurm's allocation, Kubernetes' device plugin, or
+            // device_ids, which `argus up` on Docker hosts requires (see
+            // `cluster::reconcile::up`); so a profile for Slurm or KubeRay loads without them.
+            (_, None) => {}
             (_, Some(lists)) => {
                 if lists.len() != count as usize {
                     return Err(src
