@@ -111,7 +111,7 @@ pub async fn kuberay(cli: &Cli, args: &KubeRayArgs, printer: &Printer) -> Result
     let name = &exported.name;
     match exported.kind {
         "RayJob" => printer.info(format!(
-            "RayJob {name}: kubectl{ns} apply -f {file}; follow it with kubectl{ns} get rayjob {name} -w and kubectl{ns} logs -f job/{name}"
+            "RayJob {name}: kubectl{ns} apply -f {file}; follow it with kubectl{ns} get rayjob {name} -w (the operator submits the job over HTTP: its driver log is `ray job logs -f` through a port-forward of its cluster's head Service, port 8265)"
         )),
         _ => printer.info(format!(
             "RayCluster {name}: kubectl{ns} apply -f {file}; then kubectl{ns} port-forward svc/{name}-head-svc {port}:8265 and argus submit JOBSPEC",
