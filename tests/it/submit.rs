@@ -131,11 +131,11 @@ fn override_typos_are_caught_with_a_suggestion_and_new_keys_pass() {
         .stderr_has("did you mean `trainer.save_freq`?");
     ctx.argus()
         .profile(&profile)
-        .args(["submit", "--dry-run", "--set", "overrides.+new.key=1"])
+        .args(["submit", "--dry-run", "--set", "overrides.+new.option=1"])
         .arg_path(Path::new("profiles/jobs/ppo.yaml"))
         .run()
         .code(0)
-        .stdout_has("+new.key=1");
+        .stdout_has("+new.option=1");
     ctx.argus()
         .profile(&profile)
         .args([
