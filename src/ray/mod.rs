@@ -296,21 +296,29 @@ impl RayClient {
 
     /// `GET /api/v0/nodes`: every node the GCS knows, alive or dead.
     pub async fn nodes(&self) -> Result<Vec<RayNode>, RayError> {
-        let path = "/api/v0/nodes?limit=10000&detail=true";
+        self.state_list("/api/v0/nodes?limit=10000&detail=true")
+            .await
+    }
+
+    /// A list of Ray's state API: `data.result.result[]` (keys as Ray sends them).
+    async fn state_list<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+    ) -> Result<Vec<T>, RayError> {
         let body = self.get_text(path).await?;
         #[derive(Deserialize)]
-        struct Envelope {
-            data: Data,
+        struct Envelope<T> {
+            data: Data<T>,
         }
         #[derive(Deserialize)]
-        struct Data {
-            result: Inner,
+        struct Data<T> {
+            result: Inner<T>,
         }
         #[derive(Deserialize)]
-        struct Inner {
-            result: Vec<RayNode>,
+        struct Inner<T> {
+            result: Vec<T>,
         }
-        let envelope: Envelope = serde_json::from_str(&body).map_err(|e| RayError::Decode {
+        let envelope: Envelope<T> = serde_json::from_str(&body).map_err(|e| RayError::Decode {
             path: path.to_string(),
             detail: e.to_string(),
         })?;
@@ -320,25 +328,8 @@ impl RayClient {
     /// `GET /api/v0/placement_groups`: the placement groups the GCS knows (detail: their
     /// scheduling state and bundles).
     pub async fn placement_groups(&self) -> Result<Vec<PlacementGroup>, RayError> {
-        let path = "/api/v0/placement_groups?limit=10000&detail=true";
-        let body = self.get_text(path).await?;
-        #[derive(Deserialize)]
-        struct Envelope {
-            data: Data,
-        }
-        #[derive(Deserialize)]
-        struct Data {
-            result: Inner,
-        }
-        #[derive(Deserialize)]
-        struct Inner {
-            result: Vec<PlacementGroup>,
-        }
-        let envelope: Envelope = serde_json::from_str(&body).map_err(|e| RayError::Decode {
-            path: path.to_string(),
-            detail: e.to_string(),
-        })?;
-        Ok(envelope.data.result.result)
+        self.state_list("/api/v0/placement_groups?limit=10000&detail=true")
+            .await
     }
 
     /// `GET /api/version`: the Ray version the cluster runs.

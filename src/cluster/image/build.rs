@@ -125,7 +125,8 @@ pub async fn build(
     })
 }
 
-async fn existing(
+/// The image under `tag` when it was built from `inputs` (its label says so).
+pub(super) async fn existing(
     docker: &Docker,
     tag: &str,
     inputs: &str,

@@ -24,8 +24,8 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
 
-use super::super::docker::{docker_err, is_not_found};
-use super::build::{BuildReport, host_ca_bundle, host_pip_config};
+use super::super::docker::docker_err;
+use super::build::{BuildReport, existing, host_ca_bundle, host_pip_config};
 use super::{BuildError, LABEL_INPUTS, VENV, io_err, short_id};
 use crate::ui::{Reporter, Task};
 
@@ -138,29 +138,13 @@ pub async fn build_layer(
         .map_err(docker_err(format!("inspect base image {}", spec.base)))?;
     let base_id = base.id.clone().unwrap_or_default();
     let inputs = inputs_hash(&base_id, spec);
-    if !spec.force {
-        match docker.inspect_image(&spec.tag).await {
-            Ok(info) => {
-                let labels = info
-                    .config
-                    .as_ref()
-                    .and_then(|c| c.labels.clone())
-                    .unwrap_or_default();
-                if labels.get(LABEL_INPUTS) == Some(&inputs) {
-                    return Ok(BuildReport {
-                        tag: spec.tag.clone(),
-                        image_id: info.id.unwrap_or_default(),
-                        inputs,
-                        reused: true,
-                        size_bytes: info.size.unwrap_or(0).max(0) as u64,
-                        mirror: None,
-                        seconds: started.elapsed().as_secs_f64(),
-                    });
-                }
-            }
-            Err(e) if is_not_found(&e) => {}
-            Err(e) => return Err(docker_err(format!("inspect image {}", spec.tag))(e).into()),
-        }
+    if !spec.force
+        && let Some(report) = existing(docker, &spec.tag, &inputs).await?
+    {
+        return Ok(BuildReport {
+            seconds: started.elapsed().as_secs_f64(),
+            ..report
+        });
     }
 
     // What pip needs from this host, mounted read-only at /argus-build.
