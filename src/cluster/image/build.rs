@@ -71,20 +71,7 @@ pub async fn build(
             value: spec.ray_version.clone(),
         });
     }
-    let cache = dirs::cache_dir()
-        .unwrap_or_else(std::env::temp_dir)
-        .join("argus/image-build");
-    std::fs::create_dir_all(&cache).map_err(io_err(&cache))?;
-    // Concurrent builds of the same inputs wait for each other, then find the image.
-    let lock_path = cache.join(format!("{inputs}.lock"));
-    let lock = std::fs::File::create(&lock_path).map_err(io_err(&lock_path))?;
-    let lock = tokio::task::spawn_blocking(move || lock.lock().map(|_| lock))
-        .await
-        .map_err(|e| BuildError::Io {
-            path: lock_path.display().to_string(),
-            source: std::io::Error::other(e),
-        })?
-        .map_err(io_err(&cache))?;
+    let (cache, lock) = lock_inputs(&inputs).await?;
 
     if !spec.force
         && let Some(report) = existing(docker, &spec.tag, &inputs).await?
@@ -110,17 +97,48 @@ pub async fn build(
     let _ = std::fs::remove_dir_all(&work);
     drop(lock);
     let image_id = result?;
-    let info = docker
-        .inspect_image(&spec.tag)
+    built(docker, &spec.tag, image_id, inputs, Some(mirror), started).await
+}
+
+/// Holds the build lock of `inputs` (in this host's cache directory): concurrent builds
+/// of the same inputs wait for each other, then find the image. Returns the directory.
+pub(super) async fn lock_inputs(inputs: &str) -> Result<(PathBuf, std::fs::File), BuildError> {
+    let cache = dirs::cache_dir()
+        .unwrap_or_else(std::env::temp_dir)
+        .join("argus/image-build");
+    std::fs::create_dir_all(&cache).map_err(io_err(&cache))?;
+    let lock_path = cache.join(format!("{inputs}.lock"));
+    let lock = std::fs::File::create(&lock_path).map_err(io_err(&lock_path))?;
+    let lock = tokio::task::spawn_blocking(move || lock.lock().map(|_| lock))
         .await
-        .map_err(docker_err(format!("inspect image {}", spec.tag)))?;
+        .map_err(|e| BuildError::Io {
+            path: lock_path.display().to_string(),
+            source: std::io::Error::other(e),
+        })?
+        .map_err(io_err(&cache))?;
+    Ok((cache, lock))
+}
+
+/// The report of an image just built under `tag` (its size as the engine counts it).
+pub(super) async fn built(
+    docker: &Docker,
+    tag: &str,
+    image_id: String,
+    inputs: String,
+    mirror: Option<String>,
+    started: Instant,
+) -> Result<BuildReport, BuildError> {
+    let info = docker
+        .inspect_image(tag)
+        .await
+        .map_err(docker_err(format!("inspect image {tag}")))?;
     Ok(BuildReport {
-        tag: spec.tag.clone(),
+        tag: tag.to_string(),
         image_id,
         inputs,
         reused: false,
         size_bytes: info.size.unwrap_or(0).max(0) as u64,
-        mirror: Some(mirror),
+        mirror,
         seconds: started.elapsed().as_secs_f64(),
     })
 }

@@ -25,7 +25,7 @@ use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
 
 use super::super::docker::docker_err;
-use super::build::{BuildReport, existing, host_ca_bundle, host_pip_config};
+use super::build::{BuildReport, built, existing, host_ca_bundle, host_pip_config, lock_inputs};
 use super::{BuildError, LABEL_INPUTS, VENV, io_err, short_id};
 use crate::ui::{Reporter, Task};
 
@@ -138,6 +138,9 @@ pub async fn build_layer(
         .map_err(docker_err(format!("inspect base image {}", spec.base)))?;
     let base_id = base.id.clone().unwrap_or_default();
     let inputs = inputs_hash(&base_id, spec);
+    // Two builds of one layer (two tests, two users) wait for each other; the second
+    // then finds the first's image instead of installing 8 GB again.
+    let (_, _lock) = lock_inputs(&inputs).await?;
     if !spec.force
         && let Some(report) = existing(docker, &spec.tag, &inputs).await?
     {
@@ -162,19 +165,7 @@ pub async fn build_layer(
     .await;
     let _ = std::fs::remove_dir_all(&staging);
     let image_id = result?;
-    let info = docker
-        .inspect_image(&spec.tag)
-        .await
-        .map_err(docker_err(format!("inspect image {}", spec.tag)))?;
-    Ok(BuildReport {
-        tag: spec.tag.clone(),
-        image_id,
-        inputs,
-        reused: false,
-        size_bytes: info.size.unwrap_or(0).max(0) as u64,
-        mirror: None,
-        seconds: started.elapsed().as_secs_f64(),
-    })
+    built(docker, &spec.tag, image_id, inputs, None, started).await
 }
 
 fn pip_cache() -> Result<PathBuf, BuildError> {
