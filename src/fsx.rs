@@ -1,5 +1,5 @@
-//! Files on storage that other processes and other hosts read: atomic writes and
-//! temporary names that say who is writing them.
+//! Files on storage that other processes and other hosts read: atomic writes, temporary
+//! names that say who is writing them, and paths below a root that others can write into.
 //!
 //! A write that must survive a crash goes to a temporary name in the same directory, is
 //! fsynced, renamed over the final name, and the directory is fsynced. A temporary name
@@ -310,6 +310,156 @@ impl Drop for Dirs {
     }
 }
 
+/// Why a path below a shared root was refused: the storage is written by others, and
+/// argus (often root) must not be led outside it or onto a file someone swapped in.
+#[derive(Debug, thiserror::Error)]
+pub enum Unsafe {
+    #[error(
+        "{} is a symbolic link: argus does not follow links on the shared storage (anyone who can write there could have planted it)",
+        .path.display()
+    )]
+    Link { path: PathBuf },
+    #[error("{} is not a directory", .path.display())]
+    NotDir { path: PathBuf },
+    #[error("{} is not a regular file", .path.display())]
+    NotFile { path: PathBuf },
+    #[error(
+        "{:?} does not stay below {}: only plain names are allowed there",
+        .rel, .root.display()
+    )]
+    Escapes { root: PathBuf, rel: PathBuf },
+}
+
+impl Unsafe {
+    /// The refusal inside an I/O error made by this module, if that is what it is.
+    pub fn of(error: &std::io::Error) -> Option<&Unsafe> {
+        error.get_ref().and_then(|e| e.downcast_ref::<Unsafe>())
+    }
+}
+
+impl From<Unsafe> for std::io::Error {
+    fn from(e: Unsafe) -> Self {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, e)
+    }
+}
+
+/// The plain names of `rel`, or [`Unsafe::Escapes`] when it is absolute or has `..`.
+fn plain_names<'a>(root: &Path, rel: &'a Path) -> Result<Vec<&'a std::ffi::OsStr>, Unsafe> {
+    use std::path::Component;
+    let mut names = Vec::new();
+    for component in rel.components() {
+        match component {
+            Component::Normal(name) => names.push(name),
+            Component::CurDir => {}
+            _ => {
+                return Err(Unsafe::Escapes {
+                    root: root.to_path_buf(),
+                    rel: rel.to_path_buf(),
+                });
+            }
+        }
+    }
+    Ok(names)
+}
+
+/// `root/rel`, checked one component at a time without following links: every existing
+/// component below `root` must be a real directory (the last one anything but a link).
+/// A component that does not exist ends the check (nothing below it exists either). The
+/// root itself is the caller's (a profile's mount) and may be a link.
+pub fn under(root: &Path, rel: impl AsRef<Path>) -> std::io::Result<PathBuf> {
+    let rel = rel.as_ref();
+    let names = plain_names(root, rel)?;
+    let mut path = root.to_path_buf();
+    for (i, name) in names.iter().enumerate() {
+        path.push(name);
+        match std::fs::symlink_metadata(&path) {
+            Ok(meta) if meta.file_type().is_symlink() => return Err(Unsafe::Link { path }.into()),
+            Ok(meta) if i + 1 < names.len() && !meta.is_dir() => {
+                return Err(Unsafe::NotDir { path }.into());
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                for rest in &names[i + 1..] {
+                    path.push(rest);
+                }
+                return Ok(path);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(path)
+}
+
+/// Like `create_dir_all(root/rel)`, one component at a time, each one checked to be a real
+/// directory after it is made (or found): a link planted anywhere below `root` is refused,
+/// never followed.
+pub fn create_dirs_under(root: &Path, rel: impl AsRef<Path>) -> std::io::Result<PathBuf> {
+    let rel = rel.as_ref();
+    let names = plain_names(root, rel)?;
+    let mut path = root.to_path_buf();
+    for name in names {
+        path.push(name);
+        match std::fs::create_dir(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+        let meta = std::fs::symlink_metadata(&path)?;
+        if meta.file_type().is_symlink() {
+            return Err(Unsafe::Link { path }.into());
+        }
+        if !meta.is_dir() {
+            return Err(Unsafe::NotDir { path }.into());
+        }
+    }
+    Ok(path)
+}
+
+/// Opens a regular file for reading without following a link at its last component
+/// (`O_NOFOLLOW`) and without blocking on a FIFO (`O_NONBLOCK`); anything but a regular
+/// file is refused. Check the directories above it with [`under`] first.
+pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                Unsafe::Link {
+                    path: path.to_path_buf(),
+                }
+                .into()
+            } else {
+                e
+            }
+        })?;
+    if !file.metadata()?.is_file() {
+        return Err(Unsafe::NotFile {
+            path: path.to_path_buf(),
+        }
+        .into());
+    }
+    Ok(file)
+}
+
+/// Reads `root/rel` whole, checked as [`under`] and opened as [`open_regular`], refusing
+/// a file longer than `cap` bytes (a record others can write must not eat the memory).
+pub fn read_under(root: &Path, rel: impl AsRef<Path>, cap: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let path = under(root, rel)?;
+    let file = open_regular(&path)?;
+    let mut bytes = Vec::new();
+    file.take(cap + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > cap {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("{} is larger than {cap} bytes", path.display()),
+        ));
+    }
+    Ok(bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -374,5 +524,65 @@ mod tests {
         write_atomic(&path, b"two").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"two");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn paths_under_a_root_never_follow_a_planted_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("shared");
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(root.join("jobs/a")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("secret"), b"s").unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("runs")).unwrap();
+        std::os::unix::fs::symlink(outside.join("secret"), root.join("jobs/a/job.json")).unwrap();
+
+        assert_eq!(under(&root, "jobs/a/x/y").unwrap(), root.join("jobs/a/x/y"));
+        for (rel, link) in [
+            ("runs/r1", "runs"),
+            ("runs", "runs"),
+            ("jobs/a/job.json", "jobs/a/job.json"),
+        ] {
+            let err = under(&root, rel).unwrap_err();
+            assert!(
+                matches!(Unsafe::of(&err), Some(Unsafe::Link { path }) if *path == root.join(link)),
+                "{rel}: {err}"
+            );
+        }
+        for rel in ["../outside", "/etc", "jobs/../../outside"] {
+            let err = under(&root, rel).unwrap_err();
+            assert!(
+                matches!(Unsafe::of(&err), Some(Unsafe::Escapes { .. })),
+                "{rel}: {err}"
+            );
+        }
+        let err = create_dirs_under(&root, "runs/new").unwrap_err();
+        assert!(
+            matches!(Unsafe::of(&err), Some(Unsafe::Link { .. })),
+            "{err}"
+        );
+        assert_eq!(
+            std::fs::read_dir(&outside).unwrap().count(),
+            1,
+            "nothing made outside"
+        );
+        assert!(create_dirs_under(&root, "jobs/b/logs").unwrap().is_dir());
+
+        let err = read_under(&root, "jobs/a/job.json", 1024).unwrap_err();
+        assert!(
+            matches!(Unsafe::of(&err), Some(Unsafe::Link { .. })),
+            "{err}"
+        );
+        std::fs::write(root.join("jobs/b/big"), vec![b'x'; 2048]).unwrap();
+        assert!(read_under(&root, "jobs/b/big", 1024).is_err());
+        assert_eq!(read_under(&root, "jobs/b/big", 4096).unwrap().len(), 2048);
+        let fifo = root.join("jobs/b/fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = read_under(&root, "jobs/b/fifo", 1024).unwrap_err();
+        assert!(
+            matches!(Unsafe::of(&err), Some(Unsafe::NotFile { .. })),
+            "{err}"
+        );
     }
 }
