@@ -373,7 +373,7 @@ json.dump(seen, sys.stdout)
     let dir = verl_shaped_configs(&code);
     let installed = python_json(DUMP, &json!({ "dir": dir }));
     let built_in: Json = serde_yaml::from_str(include_str!(
-        "../../src/submit/override_check/hydra_node.yaml"
+        "../../src/submit/override_check/compose/hydra_node.yaml"
     ))
     .expect("built-in hydra node");
     assert_eq!(installed, built_in);

@@ -123,6 +123,34 @@ pub fn check(
     overrides: &[Override],
     first_user: usize,
 ) -> Result<Outcome, Error> {
+    let parsed = parse_all(overrides, first_user)?;
+    let dir = code_root.join(CONFIG_DIR);
+    let composer = Composer::new(&dir);
+    let Some(primary) = composer.primary_file(config_name) else {
+        return Ok(Outcome::NotChecked {
+            reason: format!("no {config_name}.yaml under {}", dir.display()),
+        });
+    };
+    let origin = primary.display().to_string();
+
+    // As Hydra splits them: `group=option` where the key names a config group (and the
+    // value is not a mapping) changes the defaults list; everything else is a config key.
+    let (groups, keys): (Vec<_>, Vec<_>) = parsed.into_iter().partition(|(_, p, _)| {
+        !matches!(p.value, Some(HydraValue::Dict(_))) && composer.group_exists(&p.key)
+    });
+    let mut tree = match compose(&dir, config_name, &groups, &origin)? {
+        Ok(tree) => tree,
+        Err(reason) => return Ok(Outcome::NotChecked { reason }),
+    };
+    apply_keys(&mut tree, keys, &origin)?;
+    Ok(Outcome::Checked { origin })
+}
+
+/// One override as written, parsed, and whether argus implied it (not the user).
+type Parsed = (String, ParsedOverride, bool);
+
+/// Every override parsed as Hydra parses it; a sweep is refused (a job is one run).
+fn parse_all(overrides: &[Override], first_user: usize) -> Result<Vec<Parsed>, Error> {
     let mut parsed = Vec::with_capacity(overrides.len());
     for (i, o) in overrides.iter().enumerate() {
         let text = o.to_string();
@@ -147,36 +175,32 @@ pub fn check(
         }
         parsed.push((text, p, implied));
     }
+    Ok(parsed)
+}
 
-    let dir = code_root.join(CONFIG_DIR);
-    let composer = Composer::new(&dir);
-    let Some(primary) = composer.primary_file(config_name) else {
-        return Ok(Outcome::NotChecked {
-            reason: format!("no {config_name}.yaml under {}", dir.display()),
-        });
-    };
-    let origin = primary.display().to_string();
-
-    // As Hydra splits them: `group=option` where the key names a config group (and the
-    // value is not a mapping) changes the defaults list; everything else is a config key.
-    let (groups, keys): (Vec<_>, Vec<_>) = parsed.into_iter().partition(|(_, p, _)| {
-        !matches!(p.value, Some(HydraValue::Dict(_))) && composer.group_exists(&p.key)
-    });
-
+/// The config composed with the group overrides; `Ok(Err(reason))` when argus does not
+/// model something it needs (the check is then skipped, saying why).
+fn compose(
+    dir: &Path,
+    config_name: &str,
+    groups: &[Parsed],
+    origin: &str,
+) -> Result<Result<tree::Node, String>, Error> {
+    let origin = origin.to_string();
     // The snapshot's own config first: if that fails, the snapshot is at fault.
-    let composed = match Composer::new(&dir).compose(config_name, &[]) {
+    let composed = match Composer::new(dir).compose(config_name, &[]) {
         Ok(c) => c,
-        Err(Fail::Unsupported(reason)) => return Ok(Outcome::NotChecked { reason }),
+        Err(Fail::Unsupported(reason)) => return Ok(Err(reason)),
         Err(fail) => return Err(config_error(fail, &origin)),
     };
-    let mut tree = if groups.is_empty() {
+    let tree = if groups.is_empty() {
         composed.tree
     } else {
         let group_overrides: Vec<ParsedOverride> =
             groups.iter().map(|(_, p, _)| p.clone()).collect();
-        match Composer::new(&dir).compose(config_name, &group_overrides) {
+        match Composer::new(dir).compose(config_name, &group_overrides) {
             Ok(c) => c.tree,
-            Err(Fail::Unsupported(reason)) => return Ok(Outcome::NotChecked { reason }),
+            Err(Fail::Unsupported(reason)) => return Ok(Err(reason)),
             Err(Fail::Refused(reason)) => {
                 let texts: Vec<&str> = groups.iter().map(|(t, _, _)| t.as_str()).collect();
                 return Err(Error::Refused {
@@ -192,7 +216,13 @@ pub fn check(
             Err(fail) => return Err(config_error(fail, &origin)),
         }
     };
+    Ok(Ok(tree))
+}
 
+/// Applies the config-key overrides in order, as Hydra does, refusing the first that
+/// Hydra would refuse (an unknown key with the closest known one suggested).
+fn apply_keys(config: &mut tree::Node, keys: Vec<Parsed>, origin: &str) -> Result<(), Error> {
+    let origin = origin.to_string();
     let mut suggestions: Option<Vec<String>> = None;
     for (text, p, implied) in keys {
         if p.package.is_some() {
@@ -207,8 +237,8 @@ pub fn check(
                 implied,
             });
         }
-        let before = tree.clone();
-        if let Err(refusal) = tree::apply(&mut tree, p.action, &p.key, p.value.as_ref()) {
+        let before = config.clone();
+        if let Err(refusal) = tree::apply(config, p.action, &p.key, p.value.as_ref()) {
             return Err(match refusal {
                 Refusal::NotAKey => {
                     let keys = suggestions.get_or_insert_with(|| {
@@ -260,7 +290,7 @@ pub fn check(
             });
         }
     }
-    Ok(Outcome::Checked { origin })
+    Ok(())
 }
 
 fn is_sweep(v: &HydraValue) -> bool {
