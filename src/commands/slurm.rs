@@ -189,6 +189,25 @@ async fn status(cli: &Cli, run_id: &str, printer: &Printer) -> Result<Exit> {
         }));
         return Ok(Exit::Success);
     }
+    printer.data(status_text(
+        run_id,
+        &record,
+        &state,
+        batch.as_ref(),
+        cluster.as_ref(),
+    ));
+    Ok(Exit::Success)
+}
+
+/// `slurm status` for a human: the Slurm job, the batch step, each node's containers,
+/// Ray's nodes and the job, with what could not be read.
+fn status_text(
+    run_id: &str,
+    record: &slurm::record::SlurmRecord,
+    state: &login::SlurmState,
+    batch: Option<&slurm::record::BatchReport>,
+    cluster: Option<&LiveCluster>,
+) -> String {
     let shown = state
         .state
         .clone()
@@ -206,7 +225,7 @@ async fn status(cli: &Cli, run_id: &str, printer: &Printer) -> Result<Exit> {
             .map(|r| format!(" ({r})"))
             .unwrap_or_default()
     );
-    if let Some(b) = &batch {
+    if let Some(b) = batch {
         text.push_str(&format!(
             "\ncluster {} (port slot {}), batch step: {}",
             b.cluster, b.slot, b.stage
@@ -217,7 +236,6 @@ async fn status(cli: &Cli, run_id: &str, printer: &Printer) -> Result<Exit> {
                 n.name, n.address, n.gpus
             ));
             if let Some(listed) = cluster
-                .as_ref()
                 .and_then(|c| c.containers.as_ref())
                 .and_then(|all| all.iter().find(|l| l.node == n.name))
             {
@@ -229,7 +247,7 @@ async fn status(cli: &Cli, run_id: &str, printer: &Printer) -> Result<Exit> {
                 }
             }
         }
-        if let Some(nodes) = cluster.as_ref().and_then(|c| c.ray_nodes.as_ref()) {
+        if let Some(nodes) = cluster.and_then(|c| c.ray_nodes.as_ref()) {
             let alive = nodes.iter().filter(|n| n.alive()).count();
             text.push_str(&format!("\nRay: {alive} of {} nodes ALIVE", nodes.len()));
             for n in nodes {
@@ -242,7 +260,7 @@ async fn status(cli: &Cli, run_id: &str, printer: &Printer) -> Result<Exit> {
                 ));
             }
         }
-        match cluster.as_ref().and_then(|c| c.job.as_ref()) {
+        match cluster.and_then(|c| c.job.as_ref()) {
             Some(job) => text.push_str(&format!(
                 "\njob {} {}{}",
                 record.submission_id,
@@ -266,8 +284,7 @@ async fn status(cli: &Cli, run_id: &str, printer: &Printer) -> Result<Exit> {
         text.push_str(&format!("\n{what}: unavailable ({e})"));
     }
     text.push_str(&format!("\noutput: {}", record.output));
-    printer.data(text);
-    Ok(Exit::Success)
+    text
 }
 
 /// What a live Slurm run's cluster shows: each node's containers, Ray's nodes, the job.

@@ -397,18 +397,7 @@ async fn stages(
             .with_connect_retries(2),
     );
 
-    // up: not needed when the job's end is recorded and its inputs pinned.
-    rec.begin("up")?;
-    let cluster = match &pinned {
-        Some(lock) if records.read(&id).is_some_and(|r| r.is_final()) => up::Cluster {
-            image_id: lock.image.id.clone(),
-            ray_version: lock.ray_version.clone(),
-            note: "skipped: the job has ended".into(),
-        },
-        _ => up::up(ctx).await?,
-    };
-    rec.end(cluster.note.clone())?;
-
+    let cluster = stage_up(ctx, &mut rec, pinned.as_ref(), &records, &id).await?;
     let seen = job::observe(&target, &records, &id).await?;
     if options.new && seen.exists() {
         return Err(Error::SubmissionTaken { id });
@@ -419,28 +408,7 @@ async fn stages(
         (Some((_, lock)), None) => Some(inputs::observe_before(ctx, &spec, lock)?),
         _ => None,
     };
-
-    rec.begin("prepare")?;
-    let (datasets, model) = match &pinned {
-        Some(lock) => {
-            rec.end("pinned when the job was submitted")?;
-            (lock.datasets.clone(), lock.model.clone())
-        }
-        None => {
-            let (datasets, model) = inputs::prepare(ctx, &spec).await?;
-            rec.end(format!(
-                "{} datasets, {}",
-                datasets.len(),
-                if model.is_some() {
-                    "1 model"
-                } else {
-                    "no model"
-                }
-            ))?;
-            (datasets, model)
-        }
-    };
-
+    let (datasets, model) = stage_prepare(ctx, &mut rec, pinned.as_ref(), &spec).await?;
     rec.begin("snapshot")?;
     let code = match &pinned {
         Some(lock) => lock.code.clone(),
@@ -462,45 +430,131 @@ async fn stages(
         }
     }
 
-    // submit: the run's one job, unless it exists (then this run attaches to it).
-    rec.begin("submit")?;
-    rec.report.submission_id = Some(id.clone());
-    let lock_path = rec.lock_path();
     let lock = match pinned {
         Some(lock) => lock,
         None => {
-            let profile = &ctx.loaded.profile;
-            RunLock {
-                format: lock::FORMAT,
-                run_id: rec.report.run_id.clone(),
-                created: humantime::format_rfc3339_seconds(std::time::SystemTime::now())
-                    .to_string(),
-                argus_version: env!("CARGO_PKG_VERSION").into(),
-                image: ImagePin {
-                    reference: profile.image.clone(),
-                    id: cluster.image_id.clone(),
-                    digest: image::digest(profile.docker.host.as_deref(), &profile.image).await?,
-                },
-                ray_version: cluster.ray_version.clone(),
-                profile: yaml_value(profile),
-                jobspec: jobspec_value(&{
-                    let mut s = spec.clone();
-                    s.submission_id = None;
-                    s
-                }),
-                code,
-                datasets,
-                model,
-                submission_id: id.clone(),
-            }
+            let mut recorded = spec.clone();
+            recorded.submission_id = None;
+            new_lock(ctx, &rec, &cluster, &recorded, code, datasets, model, &id).await?
         }
     };
-    let note = match &seen {
+    let submitted = Submitted {
+        target: &target,
+        records: &records,
+        id: &id,
+    };
+    stage_submit(ctx, &mut rec, &submitted, &seen, &job, &lock).await?;
+    stage_wait(ctx, &mut rec, &submitted, &spec, on_log).await?;
+    if options.down_after {
+        rec.begin("down")?;
+        let note = up::down(ctx).await?;
+        rec.end(note)?;
+    }
+    Ok(Outcome::Ran(rec.finish()?))
+}
+
+/// The run's one job on its cluster.
+struct Submitted<'a> {
+    target: &'a Target,
+    records: &'a Records,
+    id: &'a str,
+}
+
+/// up: not needed when the job's end is recorded and its inputs pinned.
+async fn stage_up(
+    ctx: &Ctx<'_>,
+    rec: &mut Recorder,
+    pinned: Option<&RunLock>,
+    records: &Records,
+    id: &str,
+) -> Result<up::Cluster, Error> {
+    rec.begin("up")?;
+    let cluster = match pinned {
+        Some(lock) if records.read(id).is_some_and(|r| r.is_final()) => up::Cluster {
+            image_id: lock.image.id.clone(),
+            ray_version: lock.ray_version.clone(),
+            note: "skipped: the job has ended".into(),
+        },
+        _ => up::up(ctx).await?,
+    };
+    rec.end(cluster.note.clone())?;
+    Ok(cluster)
+}
+
+/// prepare: the datasets and the model, unless the job's lock pinned them.
+async fn stage_prepare(
+    ctx: &Ctx<'_>,
+    rec: &mut Recorder,
+    pinned: Option<&RunLock>,
+    spec: &crate::config::jobspec::JobSpec,
+) -> Result<(Vec<lock::DatasetPin>, Option<lock::ModelPin>), Error> {
+    rec.begin("prepare")?;
+    if let Some(lock) = pinned {
+        rec.end("pinned when the job was submitted")?;
+        return Ok((lock.datasets.clone(), lock.model.clone()));
+    }
+    let (datasets, model) = inputs::prepare(ctx, spec).await?;
+    let models = if model.is_some() {
+        "1 model"
+    } else {
+        "no model"
+    };
+    rec.end(format!("{} datasets, {models}", datasets.len()))?;
+    Ok((datasets, model))
+}
+
+/// The lock of a new run: everything it used, pinned (the JobSpec without its id).
+#[allow(clippy::too_many_arguments)]
+async fn new_lock(
+    ctx: &Ctx<'_>,
+    rec: &Recorder,
+    cluster: &up::Cluster,
+    spec: &crate::config::jobspec::JobSpec,
+    code: lock::CodePin,
+    datasets: Vec<lock::DatasetPin>,
+    model: Option<lock::ModelPin>,
+    id: &str,
+) -> Result<RunLock, Error> {
+    let profile = &ctx.loaded.profile;
+    Ok(RunLock {
+        format: lock::FORMAT,
+        run_id: rec.report.run_id.clone(),
+        created: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        argus_version: env!("CARGO_PKG_VERSION").into(),
+        image: ImagePin {
+            reference: profile.image.clone(),
+            id: cluster.image_id.clone(),
+            digest: image::digest(profile.docker.host.as_deref(), &profile.image).await?,
+        },
+        ray_version: cluster.ray_version.clone(),
+        profile: yaml_value(profile),
+        jobspec: jobspec_value(spec),
+        code,
+        datasets,
+        model,
+        submission_id: id.to_string(),
+    })
+}
+
+/// submit: the run's one job, unless it exists (then this run attaches to it).
+async fn stage_submit(
+    ctx: &Ctx<'_>,
+    rec: &mut Recorder,
+    job_of: &Submitted<'_>,
+    seen: &Seen,
+    job: &LoadedJobSpec,
+    lock: &RunLock,
+) -> Result<(), Error> {
+    let id = job_of.id;
+    rec.begin("submit")?;
+    rec.report.submission_id = Some(id.to_string());
+    let lock_path = rec.lock_path();
+    let note = match seen {
         Seen::Nowhere => {
-            let mut prepared = submit::prepare(&target, &job, true)?;
-            prepared.resumes = options.resumes.clone();
+            let mut prepared = submit::prepare(job_of.target, job, true)?;
+            prepared.resumes = ctx.options.resumes.clone();
             lock.write(&lock_path)?;
-            job::submit(&target, &prepared).await?
+            job::submit(job_of.target, &prepared).await?
         }
         Seen::Recorded(record) => {
             ctx.reporter.note(&format!(
@@ -513,7 +567,7 @@ async fn stages(
             ctx.reporter.note(&format!(
                 "job {id} is on the cluster but argus never recorded it: recording it and attaching"
             ));
-            job::adopt(&target, &records, info, &id)?;
+            job::adopt(job_of.target, job_of.records, info, id)?;
             format!("{id} (on the cluster without a record: adopted, attached)")
         }
     };
@@ -522,32 +576,35 @@ async fn stages(
     }
     rec.report.lock = Some(lock_path.display().to_string());
     rec.end(note)?;
+    Ok(())
+}
 
-    // wait: follow the job to its end (time_limit enforced).
+/// wait: follow the job to its end (time_limit enforced); collect: where its outputs are.
+async fn stage_wait(
+    ctx: &Ctx<'_>,
+    rec: &mut Recorder,
+    job_of: &Submitted<'_>,
+    spec: &crate::config::jobspec::JobSpec,
+    on_log: &mut (dyn FnMut(&str) + Send),
+) -> Result<(), Error> {
+    let id = job_of.id;
     rec.begin("wait")?;
     let wait = WaitOptions {
         timeout: None,
         time_limit: spec.time_limit.map(|t| t.0),
-        follow: options.follow,
+        follow: ctx.options.follow,
     };
-    let info = job::wait(&target, &records, &id, &wait, on_log).await?;
+    let info = job::wait(job_of.target, job_of.records, id, &wait, on_log).await?;
     rec.end(info.status.to_string())?;
 
-    // collect: where the job's outputs are.
     rec.begin("collect")?;
-    let job_dir = ctx.host.jobs().join(&id);
+    let job_dir = ctx.host.jobs().join(id);
     rec.report.job_status = Some(info.status.clone());
     rec.report.job_message = info.message.clone();
     rec.report.driver_log = Some(job_dir.join("logs/driver.log").display().to_string());
     rec.report.checkpoints = Some(job_dir.join("checkpoints").display().to_string());
-    rec.end(lock_path.display().to_string())?;
-
-    if options.down_after {
-        rec.begin("down")?;
-        let note = up::down(ctx).await?;
-        rec.end(note)?;
-    }
-    Ok(Outcome::Ran(rec.finish()?))
+    rec.end(rec.lock_path().display().to_string())?;
+    Ok(())
 }
 
 fn yaml_value<T: serde::Serialize>(value: &T) -> serde_yaml::Value {
