@@ -10,26 +10,34 @@ use tokio::time::Instant;
 
 pub const USER_AGENT: &str = concat!("argus/", env!("CARGO_PKG_VERSION"));
 
+/// A client builder with argus's user agent and the given timeouts; a caller adds what
+/// only it needs (a redirect policy, a Unix socket) and calls [`build`].
+pub fn builder(connect_timeout: Duration, timeout: Option<Duration>) -> reqwest::ClientBuilder {
+    let builder = reqwest::Client::builder()
+        .user_agent(USER_AGENT)
+        .connect_timeout(connect_timeout);
+    match timeout {
+        Some(timeout) => builder.timeout(timeout),
+        None => builder.read_timeout(Duration::from_secs(60)),
+    }
+}
+
+/// The client of a [`builder`].
+pub fn build(builder: reqwest::ClientBuilder) -> reqwest::Client {
+    builder
+        .build()
+        // Building only fails when no TLS provider is installed, which `argus::run` does
+        // first thing; tests that build clients install it too.
+        .unwrap_or_else(|e| panic!("HTTP client: {e}"))
+}
+
 /// A client with argus's user agent and the given timeouts and redirect policy.
 pub fn client(
     connect_timeout: Duration,
     timeout: Option<Duration>,
     redirects: reqwest::redirect::Policy,
 ) -> reqwest::Client {
-    let mut builder = reqwest::Client::builder()
-        .user_agent(USER_AGENT)
-        .connect_timeout(connect_timeout)
-        .redirect(redirects);
-    if let Some(timeout) = timeout {
-        builder = builder.timeout(timeout);
-    } else {
-        builder = builder.read_timeout(Duration::from_secs(60));
-    }
-    builder
-        .build()
-        // Building only fails when no TLS provider is installed, which `argus::run` does
-        // first thing; tests that build clients install it too.
-        .unwrap_or_else(|e| panic!("HTTP client: {e}"))
+    build(builder(connect_timeout, timeout).redirect(redirects))
 }
 
 /// How often and how patiently a request is retried.
@@ -109,9 +117,10 @@ pub enum Poll<T, P> {
 
 /// Calls `check` until it is ready or `deadline` passes, waiting `interval` between calls
 /// (never past the deadline). On timeout, returns the last pending observation.
-/// `check` runs at least once, even with a deadline already past.
+/// `check` runs at least once, even with a deadline already past. With no deadline it
+/// waits as long as it takes (for a condition raced against others, e.g. a signal).
 pub async fn poll_until<T, P, F, Fut>(
-    deadline: Instant,
+    deadline: impl Into<Option<Instant>>,
     interval: Duration,
     mut check: F,
 ) -> Result<T, P>
@@ -119,16 +128,19 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Poll<T, P>>,
 {
+    let deadline = deadline.into();
     loop {
         let last = match check().await {
             Poll::Ready(value) => return Ok(value),
             Poll::Pending(p) => p,
         };
         let now = Instant::now();
-        if now >= deadline {
-            return Err(last);
-        }
-        tokio::time::sleep(interval.min(deadline - now)).await;
+        let wait = match deadline {
+            Some(deadline) if now >= deadline => return Err(last),
+            Some(deadline) => interval.min(deadline - now),
+            None => interval,
+        };
+        tokio::time::sleep(wait).await;
     }
 }
 

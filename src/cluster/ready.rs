@@ -7,6 +7,7 @@
 //! (both times come from the same host's clock), and while the previous node is still
 //! ALIVE the cluster is not ready: a job submitted then would see a dead node.
 
+use crate::http::{Poll, poll_until};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -118,7 +119,7 @@ pub async fn wait_ready(
     mut on_progress: impl FnMut(&Readiness),
 ) -> Result<Readiness, (Readiness, Option<RayError>)> {
     let expected: Vec<&ExpectedNode> = containers.iter().map(|c| &c.expect).collect();
-    let mut last = Readiness {
+    let last = Readiness {
         missing: expected
             .iter()
             .map(|e| {
@@ -130,26 +131,23 @@ pub async fn wait_ready(
             .collect(),
         ..Default::default()
     };
-    let mut last_error;
-    let mut delay = Duration::from_millis(100);
-    loop {
+    // One observation at a time: the cells only carry the last one between polls.
+    let last = std::cell::RefCell::new(last);
+    let on_progress = std::cell::RefCell::new(&mut on_progress);
+    let check = || async {
         match observe(ray, &expected, incarnations).await {
             Ok(readiness) => {
-                on_progress(&readiness);
+                (on_progress.borrow_mut())(&readiness);
                 if readiness.is_ready() {
-                    return Ok(readiness);
+                    return Poll::Ready(readiness);
                 }
-                last = readiness;
-                last_error = None;
+                *last.borrow_mut() = readiness.clone();
+                Poll::Pending((readiness, None))
             }
-            Err(e) => last_error = Some(e),
+            Err(e) => Poll::Pending((last.borrow().clone(), Some(e))),
         }
-        if Instant::now() + delay > deadline {
-            return Err((last, last_error));
-        }
-        tokio::time::sleep(delay).await;
-        delay = (delay * 2).min(Duration::from_millis(200));
-    }
+    };
+    poll_until(deadline, Duration::from_millis(200), check).await
 }
 
 async fn observe(

@@ -160,18 +160,12 @@ impl RayClient {
     }
 
     fn build(base: String, token: Option<String>, socket: Option<std::path::PathBuf>) -> Self {
-        let mut builder = reqwest::Client::builder()
-            .user_agent(USER_AGENT)
-            .connect_timeout(Duration::from_secs(3))
-            .timeout(Duration::from_secs(30));
+        let mut builder =
+            crate::http::builder(Duration::from_secs(3), Some(Duration::from_secs(30)));
         if let Some(socket) = &socket {
             builder = builder.unix_socket(socket.as_path());
         }
-        let http = builder
-            .build()
-            // Building a client only fails when the TLS backend cannot initialise, which
-            // the process-wide provider installed in main rules out.
-            .unwrap_or_else(|e| panic!("HTTP client: {e}"));
+        let http = crate::http::build(builder);
         Self {
             http,
             base,
@@ -205,9 +199,9 @@ impl RayClient {
         path: &str,
         body: Option<&serde_json::Value>,
     ) -> Result<String, RayError> {
-        let mut delay = Duration::from_millis(300);
-        let mut attempt = 0;
-        loop {
+        // Only a request that could not be sent at all is retried: nothing reached Ray.
+        let retry = crate::http::Retry::new(self.connect_retries + 1, Duration::from_millis(300));
+        let send = |attempt: u32| {
             let mut request = self
                 .http
                 .request(method.clone(), format!("{}{path}", self.base));
@@ -217,42 +211,37 @@ impl RayClient {
             if let Some(body) = body {
                 request = request.json(body);
             }
-            let response = match request.send().await {
-                Ok(response) => response,
-                Err(e) if e.is_connect() && attempt < self.connect_retries => {
-                    attempt += 1;
-                    tracing::debug!("Ray at {} not reachable ({e}); retry {attempt}", self.base);
-                    tokio::time::sleep(delay).await;
-                    delay *= 2;
-                    continue;
-                }
-                Err(source) => {
-                    return Err(RayError::Unreachable {
-                        url: self.endpoint().to_string(),
-                        source,
-                    });
-                }
-            };
-            let status = response.status();
-            let text = response
-                .text()
-                .await
-                .map_err(|source| RayError::Unreachable {
-                    url: self.endpoint().to_string(),
-                    source,
-                })?;
-            return match status {
-                s if s.is_success() => Ok(text),
-                StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Err(RayError::Unauthorized {
-                    path: path.to_string(),
-                    status: status.as_u16(),
-                }),
-                _ => Err(RayError::Http {
-                    path: path.to_string(),
-                    status: status.as_u16(),
-                    body: summarize_body(&text),
-                }),
-            };
+            if attempt > 1 {
+                tracing::debug!("Ray at {} not reachable; retry {}", self.base, attempt - 1);
+            }
+            request.send()
+        };
+        let response = retry
+            .run(send, reqwest::Error::is_connect)
+            .await
+            .map_err(|source| RayError::Unreachable {
+                url: self.endpoint().to_string(),
+                source,
+            })?;
+        let status = response.status();
+        let text = response
+            .text()
+            .await
+            .map_err(|source| RayError::Unreachable {
+                url: self.endpoint().to_string(),
+                source,
+            })?;
+        match status {
+            s if s.is_success() => Ok(text),
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => Err(RayError::Unauthorized {
+                path: path.to_string(),
+                status: status.as_u16(),
+            }),
+            _ => Err(RayError::Http {
+                path: path.to_string(),
+                status: status.as_u16(),
+                body: summarize_body(&text),
+            }),
         }
     }
 

@@ -156,11 +156,15 @@ pub async fn run(
         Ok::<_, Error>(())
     };
     let stop = files.stop();
-    let told_to_stop = async {
-        while !stop.exists() {
-            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let told_to_stop = crate::http::poll_until(None, std::time::Duration::from_millis(200), || {
+        let told = stop.exists();
+        async move {
+            match told {
+                true => crate::http::Poll::Ready(()),
+                false => crate::http::Poll::Pending(()),
+            }
         }
-    };
+    });
     tokio::pin!(told_to_stop);
     let outcome = tokio::select! {
         r = work => match r {
