@@ -13,6 +13,7 @@ pub mod node;
 pub mod plan;
 pub mod ready;
 pub mod reconcile;
+pub mod route;
 pub mod status;
 pub mod storage_check;
 pub mod tunnel;

@@ -447,7 +447,7 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
         volume,
         shared_host_path: loaded.shared_host_path(),
         containers,
-        dashboard_url: super::access::dashboard_label(loaded),
+        dashboard_url: super::route::dashboard_label(loaded),
     }
 }
 

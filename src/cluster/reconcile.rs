@@ -186,11 +186,6 @@ pub struct UpOptions {
     pub timeout: Duration,
 }
 
-/// The cluster's token for any command but `up` (which makes it when absent): see `auth`.
-pub(crate) fn token(loaded: &LoadedProfile) -> Result<Option<String>, Error> {
-    super::auth::cluster_token(loaded, false)
-}
-
 /// Where a cluster's lock lives: on the shared storage when this host sees it (so `up`
 /// and `down` on two hosts exclude each other), else in this user's state directory.
 fn lock_dir(loaded: &LoadedProfile) -> std::path::PathBuf {

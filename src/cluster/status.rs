@@ -118,7 +118,7 @@ pub async fn status(loaded: &LoadedProfile) -> Result<StatusReport, Error> {
     } else {
         let ray = match hosts::engine(&engines, head_host) {
             Some(head) => {
-                let token = super::reconcile::token(loaded)?;
+                let token = super::auth::cluster_token(loaded, false)?;
                 access::ray_client_on(loaded, &head.docker, token).await
             }
             None => Err(Error::HostsUnreachable(
@@ -148,7 +148,7 @@ pub async fn status(loaded: &LoadedProfile) -> Result<StatusReport, Error> {
     };
     Ok(StatusReport {
         cluster,
-        dashboard_url: access::dashboard_label(loaded),
+        dashboard_url: super::route::dashboard_label(loaded),
         image,
         hosts: host_statuses,
         containers,
