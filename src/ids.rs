@@ -604,6 +604,73 @@ pub fn stays_under(path: &Path) -> bool {
         .all(|c| matches!(c, Component::Normal(_) | Component::CurDir))
 }
 
+/// The prefix of a `code.source` that names a release on PyPI.
+pub const PYPI_PREFIX: &str = "pypi:";
+
+/// `name==version`, each in the charset of PyPI's names and versions (so both are safe as
+/// a path segment and as one argument of pip).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinnedRelease {
+    pub name: String,
+    pub version: String,
+}
+
+impl PinnedRelease {
+    /// Parses `pypi:name==version` (the prefix is optional).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let body = text.strip_prefix(PYPI_PREFIX).unwrap_or(text);
+        let Some((name, version)) = body.split_once("==") else {
+            return Err(format!(
+                "{text:?} does not pin a version: write pypi:<name>==<version>, e.g. pypi:verl==0.8.0"
+            ));
+        };
+        let name_ok = !name.is_empty()
+            && name.len() <= 100
+            && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        let version_ok = !version.is_empty()
+            && version.len() <= 64
+            && version.starts_with(|c: char| c.is_ascii_digit())
+            && version
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '+' | '!' | '-' | '_'));
+        if !name_ok || !version_ok || name.contains("..") || version.contains("..") {
+            return Err(format!(
+                "{text:?} is not pypi:<name>==<version> (letters, digits, '.', '_', '-'; an exact version such as 0.8.0)"
+            ));
+        }
+        Ok(PinnedRelease {
+            name: name.to_string(),
+            version: version.to_string(),
+        })
+    }
+
+    pub fn requirement(&self) -> String {
+        format!("{}=={}", self.name, self.version)
+    }
+
+    /// The name as PyPI compares names (PEP 503: lower case, runs of `-`, `_`, `.` as
+    /// one `-`), so `VERL` and `verl` are one release and one cache entry.
+    pub fn normalized_name(&self) -> String {
+        let mut out = String::new();
+        let mut sep = false;
+        for c in self.name.chars() {
+            if matches!(c, '-' | '_' | '.') {
+                sep = true;
+            } else {
+                if sep && !out.is_empty() {
+                    out.push('-');
+                }
+                sep = false;
+                out.push(c.to_ascii_lowercase());
+            }
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

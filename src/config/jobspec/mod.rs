@@ -60,7 +60,7 @@ impl LoadedJobSpec {
             }
         };
         if let Code::Source(code) = &mut self.spec.code
-            && !code.source.starts_with(crate::snapshot::pypi::PREFIX)
+            && !code.source.starts_with(crate::ids::PYPI_PREFIX)
         {
             code.source = abs(&code.source);
         }
@@ -224,8 +224,8 @@ fn check(raw: RawJobSpec, src: &Source) -> Result<JobSpec, ConfigError> {
         (Some(p), None, None) => Code::Path(p),
         (None, Some(id), None) => Code::Snapshot(id),
         (None, None, Some(s)) => {
-            if s.source.starts_with(crate::snapshot::pypi::PREFIX)
-                && let Err(why) = crate::snapshot::pypi::PinnedRelease::parse(&s.source)
+            if s.source.starts_with(crate::ids::PYPI_PREFIX)
+                && let Err(why) = crate::ids::PinnedRelease::parse(&s.source)
             {
                 return Err(src
                     .error_at(&yaml_path!["code", "source"], why)
