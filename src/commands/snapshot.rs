@@ -109,6 +109,9 @@ fn check(layout: &Layout, id: &str, printer: &Printer) -> Result<Exit> {
                 printer.data(format!("{what:<8} {file}"));
             }
         }
+        for problem in &report.manifest {
+            printer.data(format!("manifest {problem}"));
+        }
         if report.ok() {
             printer.info(format!(
                 "snapshot {id} is intact: {} entries match its manifest",
@@ -120,10 +123,8 @@ fn check(layout: &Layout, id: &str, printer: &Printer) -> Result<Exit> {
         Ok(Exit::Success)
     } else {
         printer.warn(format!(
-            "snapshot {id} differs from its manifest: {} changed, {} missing, {} added",
-            report.changed.len(),
-            report.missing.len(),
-            report.added.len()
+            "snapshot {id} differs from its manifest: {}",
+            report.summary()
         ));
         Ok(Exit::Failed)
     }

@@ -1,16 +1,21 @@
 //! Content hashing: sha256 of every file, streamed (no whole-file buffers), in parallel;
-//! the tree hash covers paths, executable bits, link targets and bytes.
+//! the tree hash covers paths, permission bits, link targets and bytes.
+//!
+//! A file is read through one descriptor whose metadata must be what the walk saw, before
+//! and after the read: a file written to, truncated or replaced meanwhile is an error
+//! ([`Error::Changed`]), never a digest of bytes that were never there all at once.
 
+use std::io::{Read, Write};
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use sha2::{Digest, Sha256};
 
-pub use crate::digest::file_sha256;
 use crate::digest::hex;
 
-use super::walk::{Entry, GitState, Kind};
+use super::manifest::FileRecord;
+use super::walk::{Entry, GitState, Stamp};
 use super::{Error, io};
 use crate::ui::Task;
 
@@ -68,7 +73,7 @@ pub fn hash_entries(
     let done = AtomicUsize::new(0);
     parallel(entries, |mut entry| {
         if entry.is_file() {
-            entry.sha256 = file_sha256(&entry.source).map_err(io("cannot read", &entry.source))?;
+            entry.sha256 = read_unchanged(&entry, std::io::sink())?;
         }
         let n = done.fetch_add(1, Ordering::Relaxed) + 1;
         if n.is_multiple_of(200) {
@@ -78,22 +83,78 @@ pub fn hash_entries(
     })
 }
 
+/// Streams the file of `entry` into `sink` and returns the sha256 of exactly the bytes
+/// written there. The file is opened without following a link at its name; its metadata
+/// must match what the walk saw before the first byte and after the last, and the bytes
+/// must add up to the size the walk saw: otherwise it changed meanwhile
+/// ([`Error::Changed`]).
+pub fn read_unchanged(entry: &Entry, mut sink: impl Write) -> Result<String, Error> {
+    let path = &entry.source;
+    let changed = || Error::Changed { path: path.clone() };
+    let mut file = crate::fsx::open_regular(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => changed(),
+        _ if crate::fsx::Unsafe::of(&e).is_some() => changed(),
+        _ => io("cannot read", path)(e),
+    })?;
+    let stamp = |file: &std::fs::File| {
+        file.metadata()
+            .map(|m| Stamp::of(&m))
+            .map_err(io("cannot read", path))
+    };
+    if stamp(&file)? != entry.stamp {
+        return Err(changed());
+    }
+    let mut hasher = Sha256::new();
+    let mut buffer = vec![0u8; 256 * 1024];
+    let mut total = 0u64;
+    loop {
+        let n = file.read(&mut buffer).map_err(io("cannot read", path))?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buffer[..n]);
+        sink.write_all(&buffer[..n])
+            .map_err(io("cannot write a copy of", path))?;
+        total += n as u64;
+    }
+    if total != entry.stamp.size || stamp(&file)? != entry.stamp {
+        return Err(changed());
+    }
+    Ok(hex(&hasher.finalize()))
+}
+
 /// One hash for the whole tree: every entry's path, kind and content, in path order.
 pub fn tree_hash(entries: &[Entry]) -> String {
+    let records: Vec<FileRecord> = entries.iter().map(FileRecord::from).collect();
+    records_tree_hash(&records)
+}
+
+/// The tree hash of a manifest's records: what `tree_hash` gives the tree they describe,
+/// so a manifest can be checked against its own id.
+///
+/// Each record is `<kind>\0<sha256 or link target>\0<path>\n`. The kind is `f` (mode
+/// 0444), `x` (0555), `l` (a link) or `m<octal mode>` (any other mode): the first two are
+/// what every snapshot had before modes were kept, so their ids stay the same. No part
+/// holds a NUL and the kind holds no newline, so the encoding is unambiguous.
+pub fn records_tree_hash(records: &[FileRecord]) -> String {
     let mut hasher = Sha256::new();
-    for entry in entries {
-        match &entry.kind {
-            Kind::File { executable } => {
-                hasher.update(if *executable { b"x\0" } else { b"f\0" });
-                hasher.update(entry.sha256.as_bytes());
-            }
-            Kind::Symlink { target } => {
+    for record in records {
+        match (&record.link, &record.sha256) {
+            (Some(target), _) => {
                 hasher.update(b"l\0");
                 hasher.update(target.as_bytes());
             }
+            (None, sha) => {
+                match record.mode() {
+                    0o444 => hasher.update(b"f\0"),
+                    0o555 => hasher.update(b"x\0"),
+                    other => hasher.update(format!("m{other:o}\0").as_bytes()),
+                }
+                hasher.update(sha.as_deref().unwrap_or("").as_bytes());
+            }
         }
         hasher.update(b"\0");
-        hasher.update(entry.rel.as_bytes());
+        hasher.update(record.path.as_bytes());
         hasher.update(b"\n");
     }
     hex(&hasher.finalize())

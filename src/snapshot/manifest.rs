@@ -1,5 +1,6 @@
 //! The manifest inside every snapshot (`.argus/manifest.json`): where it came from and
-//! every file with its size, executable bit and sha256.
+//! every file with its size, permission bits and sha256. Its records hash to its
+//! `tree_hash` (`hash::records_tree_hash`), so a manifest can be checked against itself.
 
 use std::path::Path;
 
@@ -9,6 +10,10 @@ use super::walk::{Entry, GitState, Kind};
 use super::{Error, io};
 
 pub const MANIFEST: &str = ".argus/manifest.json";
+
+/// The largest manifest read (about three million files): a file others can write must
+/// not eat the memory.
+const MAX_MANIFEST_BYTES: u64 = 512 << 20;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Manifest {
@@ -30,6 +35,10 @@ pub struct FileRecord {
     pub size: u64,
     #[serde(default)]
     pub executable: bool,
+    /// For files: the permission bits in the snapshot, in octal ("0444"). Absent in
+    /// manifests written before modes were kept: 0555 or 0444 by `executable`.
+    #[serde(default, with = "octal", skip_serializing_if = "Option::is_none")]
+    pub mode: Option<u32>,
     /// For files.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
@@ -61,10 +70,13 @@ impl Manifest {
         }
     }
 
+    /// The manifest of the snapshot directory `snapshot` (which the caller checked), read
+    /// without following a link planted at `.argus` or at the manifest.
     pub fn read(snapshot: &Path) -> Result<Self, Error> {
         let path = snapshot.join(MANIFEST);
-        let text = std::fs::read_to_string(&path).map_err(io("cannot read the manifest", &path))?;
-        serde_json::from_str(&text).map_err(|e| Error::Io {
+        let bytes = crate::fsx::read_under(snapshot, MANIFEST, MAX_MANIFEST_BYTES)
+            .map_err(io("cannot read the manifest", &path))?;
+        serde_json::from_slice(&bytes).map_err(|e| Error::Io {
             action: "corrupt manifest",
             path,
             source: std::io::Error::other(e),
@@ -72,13 +84,25 @@ impl Manifest {
     }
 }
 
+impl FileRecord {
+    /// A file's permission bits in the snapshot.
+    pub fn mode(&self) -> u32 {
+        match self.mode {
+            Some(mode) => mode,
+            None if self.executable => 0o555,
+            None => 0o444,
+        }
+    }
+}
+
 impl From<&Entry> for FileRecord {
     fn from(entry: &Entry) -> Self {
         match &entry.kind {
-            Kind::File { executable } => FileRecord {
+            Kind::File { mode } => FileRecord {
                 path: entry.rel.clone(),
                 size: entry.size,
-                executable: *executable,
+                executable: mode & 0o111 != 0,
+                mode: Some(*mode),
                 sha256: Some(entry.sha256.clone()),
                 link: None,
             },
@@ -86,9 +110,33 @@ impl From<&Entry> for FileRecord {
                 path: entry.rel.clone(),
                 size: 0,
                 executable: false,
+                mode: None,
                 sha256: None,
                 link: Some(target.clone()),
             },
         }
+    }
+}
+
+/// A mode as an octal string ("0640"), as people read them.
+mod octal {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(mode: &Option<u32>, s: S) -> Result<S::Ok, S::Error> {
+        match mode {
+            Some(m) => s.serialize_str(&format!("{m:04o}")),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+        let Some(text) = Option::<String>::deserialize(d)? else {
+            return Ok(None);
+        };
+        u32::from_str_radix(&text, 8)
+            .ok()
+            .filter(|m| *m <= 0o7777)
+            .map(Some)
+            .ok_or_else(|| serde::de::Error::custom(format!("invalid mode {text:?}")))
     }
 }

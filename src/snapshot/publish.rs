@@ -1,39 +1,47 @@
 //! Publishing: copy into a temporary name in `<name>/` on the same filesystem (one that
-//! says which host and process writes it: `crate::fsx::temp_name`), make the files
-//! read-only, write the manifest, fsync the tree, then rename into place. A crash, Ctrl-C
-//! or full disk leaves nothing under a final name; the next run removes the leftovers,
-//! never those of a live writer on another host.
+//! says which host and process writes it: `crate::fsx::temp_name`), give the files their
+//! read-only modes, write the manifest, fsync the tree, then rename into place. A crash,
+//! Ctrl-C or full disk leaves nothing under a final name; the next run removes the
+//! leftovers, never those of a live writer on another host.
+//!
+//! Each file is hashed from the very bytes written into the copy, in the same pass, and
+//! must give the digest the manifest records; its source must still be what the walk saw
+//! after the copy. A file that changed in between fails the snapshot
+//! ([`Error::Changed`]): what is published is always what its manifest and id say.
+//!
+//! `dir` (the `<name>/` directory) is the caller's, checked to be a real directory on the
+//! storage; everything below it is made here, with names that are never followed.
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::hash::parallel;
+use super::hash::{parallel, read_unchanged};
 use super::manifest::{MANIFEST, Manifest};
 use super::walk::{Entry, Kind};
 use super::{Error, io};
 use crate::ui::Task;
 
 pub fn publish(
-    source: &Path,
     dir: &Path,
     code_id: &str,
     entries: &[Entry],
     manifest: &Manifest,
     task: &dyn Task,
 ) -> Result<(), Error> {
-    std::fs::create_dir_all(dir).map_err(io("cannot create", dir))?;
     let tmp = dir.join(crate::fsx::temp_name(code_id));
-    let result = fill(source, &tmp, entries, manifest, task).and_then(|()| {
+    let target = dir.join(code_id);
+    let result = fill(&tmp, entries, manifest, task).and_then(|()| {
         crate::fsx::fsync_tree(&tmp).map_err(io("cannot sync", &tmp))?;
         crate::testpoint::reach("snapshot:before-publish");
-        match std::fs::rename(&tmp, dir.join(code_id)) {
+        // rename(2) never follows a link at the target: a directory cannot replace one.
+        match std::fs::rename(&tmp, &target) {
             Ok(()) => crate::fsx::fsync_dir(dir).map_err(io("cannot sync", dir)),
             // Published by a concurrent identical snapshot in the meantime.
-            Err(_) if dir.join(code_id).join(MANIFEST).is_file() => remove_tree(&tmp),
+            Err(_) if published_as(&target, &manifest.tree_hash) => remove_tree(&tmp),
             Err(e) => Err(Error::Io {
                 action: "cannot publish",
-                path: dir.join(code_id),
+                path: target.clone(),
                 source: e,
             }),
         }
@@ -44,13 +52,13 @@ pub fn publish(
     result
 }
 
-fn fill(
-    _source: &Path,
-    tmp: &Path,
-    entries: &[Entry],
-    manifest: &Manifest,
-    task: &dyn Task,
-) -> Result<(), Error> {
+/// Whether `target` is a real snapshot directory whose manifest has `tree_hash`.
+fn published_as(target: &Path, tree_hash: &str) -> bool {
+    std::fs::symlink_metadata(target).is_ok_and(|m| m.is_dir())
+        && Manifest::read(target).is_ok_and(|m| m.tree_hash == tree_hash)
+}
+
+fn fill(tmp: &Path, entries: &[Entry], manifest: &Manifest, task: &dyn Task) -> Result<(), Error> {
     std::fs::create_dir(tmp).map_err(io("cannot create", tmp))?;
     // Directories first (sequentially), then the files in parallel.
     let mut dirs: Vec<&str> = entries
@@ -60,20 +68,14 @@ fn fill(
     dirs.sort_unstable();
     dirs.dedup();
     for d in dirs {
-        let path = tmp.join(d);
-        std::fs::create_dir_all(&path).map_err(io("cannot create", &path))?;
+        crate::fsx::create_dirs_under(tmp, d).map_err(io("cannot create", &tmp.join(d)))?;
     }
     let total = entries.len();
     let done = AtomicUsize::new(0);
     parallel(entries.iter().collect(), |entry: &Entry| {
         let to = tmp.join(&entry.rel);
         match &entry.kind {
-            Kind::File { executable } => {
-                std::fs::copy(&entry.source, &to).map_err(io("cannot copy to", &to))?;
-                let mode = if *executable { 0o555 } else { 0o444 };
-                std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode))
-                    .map_err(io("cannot set the mode of", &to))?;
-            }
+            Kind::File { mode } => copy_file(entry, &to, *mode)?,
             Kind::Symlink { target } => {
                 std::os::unix::fs::symlink(target, &to).map_err(io("cannot create link", &to))?
             }
@@ -84,15 +86,44 @@ fn fill(
         }
         Ok(())
     })?;
+    crate::fsx::create_dirs_under(tmp, ".argus").map_err(io("cannot create", tmp))?;
     let manifest_path = tmp.join(MANIFEST);
-    if let Some(parent) = manifest_path.parent() {
-        std::fs::create_dir_all(parent).map_err(io("cannot create", parent))?;
-    }
     let text = serde_json::to_vec_pretty(manifest).unwrap_or_default();
-    std::fs::write(&manifest_path, text).map_err(io("cannot write", &manifest_path))?;
-    std::fs::set_permissions(&manifest_path, std::fs::Permissions::from_mode(0o444))
-        .map_err(io("cannot set the mode of", &manifest_path))?;
-    Ok(())
+    write_new(&manifest_path, 0o444, |file| {
+        std::io::Write::write_all(file, &text).map_err(io("cannot write", &manifest_path))
+    })
+}
+
+/// Copies the file of `entry` to the new name `to` and gives it `mode`; the digest of the
+/// bytes written must be the one the manifest records.
+fn copy_file(entry: &Entry, to: &Path, mode: u32) -> Result<(), Error> {
+    write_new(to, mode, |file| {
+        let written = read_unchanged(entry, &mut *file)?;
+        if written != entry.sha256 {
+            return Err(Error::Changed {
+                path: entry.source.clone(),
+            });
+        }
+        Ok(())
+    })
+}
+
+/// Creates `path` (which must not exist: nothing planted there is followed), private to
+/// this user while `fill` writes it, then gives it `mode`.
+fn write_new(
+    path: &Path,
+    mode: u32,
+    fill: impl FnOnce(&mut std::fs::File) -> Result<(), Error>,
+) -> Result<(), Error> {
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(io("cannot create", path))?;
+    fill(&mut file)?;
+    file.set_permissions(std::fs::Permissions::from_mode(mode))
+        .map_err(io("cannot set the mode of", path))
 }
 
 /// Removes the leftovers of interrupted snapshots in `dir`: every temporary copy of

@@ -1,12 +1,15 @@
-//! Verification: re-hash a snapshot and compare it with its manifest.
+//! Verification: re-hash a snapshot and compare it with its manifest, and the manifest with
+//! itself (its records must give its tree hash). Nothing in the snapshot is followed: a
+//! link stands for itself, a file is opened without following one.
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::hash::{file_sha256, parallel};
+use super::hash::{parallel, records_tree_hash};
 use super::manifest::{FileRecord, Manifest};
 use super::{Error, io};
 
@@ -17,17 +20,55 @@ pub struct VerifyReport {
     pub changed: Vec<String>,
     pub missing: Vec<String>,
     pub added: Vec<String>,
+    /// What is wrong with the manifest itself (its records do not give its tree hash).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub manifest: Vec<String>,
 }
 
 impl VerifyReport {
     pub fn ok(&self) -> bool {
-        self.changed.is_empty() && self.missing.is_empty() && self.added.is_empty()
+        self.changed.is_empty()
+            && self.missing.is_empty()
+            && self.added.is_empty()
+            && self.manifest.is_empty()
+    }
+
+    /// One line: how many of each, and the first few paths.
+    pub fn summary(&self) -> String {
+        let mut parts: Vec<String> = self.manifest.clone();
+        for (what, files) in [
+            ("changed", &self.changed),
+            ("missing", &self.missing),
+            ("added", &self.added),
+        ] {
+            if !files.is_empty() {
+                let shown: Vec<&str> = files.iter().take(3).map(String::as_str).collect();
+                let more = if files.len() > 3 { ", ..." } else { "" };
+                parts.push(format!(
+                    "{} {what}: {}{more}",
+                    files.len(),
+                    shown.join(", ")
+                ));
+            }
+        }
+        parts.join("; ")
     }
 }
 
+/// Checks the snapshot directory `snapshot` (which the caller found with `find`).
 pub fn verify(snapshot: &Path) -> Result<VerifyReport, Error> {
     let manifest = Manifest::read(snapshot)?;
-    let mut on_disk: BTreeMap<String, std::path::PathBuf> = BTreeMap::new();
+    let mut report = VerifyReport {
+        path: snapshot.display().to_string(),
+        checked: manifest.files.len(),
+        ..Default::default()
+    };
+    if records_tree_hash(&manifest.files) != manifest.tree_hash {
+        report
+            .manifest
+            .push("its file list does not give its tree hash".to_string());
+    }
+    let mut on_disk: BTreeMap<String, PathBuf> = BTreeMap::new();
     for item in ignore::WalkBuilder::new(snapshot)
         .standard_filters(false)
         .follow_links(false)
@@ -44,21 +85,16 @@ pub fn verify(snapshot: &Path) -> Result<VerifyReport, Error> {
         let Ok(rel) = item.path().strip_prefix(snapshot) else {
             continue;
         };
-        let rel = rel
-            .components()
-            .map(|c| c.as_os_str().to_string_lossy())
-            .collect::<Vec<_>>()
-            .join("/");
+        // No manifest names a path that is not UTF-8: such a file was added.
+        let Some(rel) = rel.to_str() else {
+            report.added.push(format!("{rel:?}"));
+            continue;
+        };
         if rel.starts_with(".argus/") {
             continue;
         }
-        on_disk.insert(rel, item.path().to_path_buf());
+        on_disk.insert(rel.to_string(), item.path().to_path_buf());
     }
-    let mut report = VerifyReport {
-        path: snapshot.display().to_string(),
-        checked: manifest.files.len(),
-        ..Default::default()
-    };
     let mut present = Vec::new();
     for record in &manifest.files {
         match on_disk.remove(&record.path) {
@@ -66,13 +102,11 @@ pub fn verify(snapshot: &Path) -> Result<VerifyReport, Error> {
             None => report.missing.push(record.path.clone()),
         }
     }
-    report.added = on_disk.into_keys().collect();
-    let changed = parallel(
-        present,
-        |(record, path): (FileRecord, std::path::PathBuf)| {
-            Ok((!matches(&record, &path)?).then_some(record.path))
-        },
-    )?;
+    report.added.extend(on_disk.into_keys());
+    report.added.sort();
+    let changed = parallel(present, |(record, path): (FileRecord, PathBuf)| {
+        Ok((!matches(&record, &path)?).then_some(record.path))
+    })?;
     report.changed = changed.into_iter().flatten().collect();
     report.changed.sort();
     Ok(report)
@@ -84,12 +118,20 @@ fn matches(record: &FileRecord, path: &Path) -> Result<bool, Error> {
         let actual = std::fs::read_link(path).ok();
         return Ok(meta.file_type().is_symlink() && actual.as_deref() == Some(Path::new(target)));
     }
-    if !meta.is_file()
-        || meta.len() != record.size
-        || (meta.permissions().mode() & 0o111 != 0) != record.executable
-    {
+    if !meta.is_file() {
         return Ok(false);
     }
-    Ok(record.sha256.as_deref()
-        == Some(file_sha256(path).map_err(io("cannot read", path))?.as_str()))
+    let file = match crate::fsx::open_regular(path) {
+        Ok(file) => file,
+        // Swapped for a link or something else since the walk: not the recorded file.
+        Err(e) if crate::fsx::Unsafe::of(&e).is_some() => return Ok(false),
+        Err(e) => return Err(io("cannot read", path)(e)),
+    };
+    let meta = file.metadata().map_err(io("cannot read", path))?;
+    if meta.len() != record.size || meta.permissions().mode() & 0o7777 != record.mode() {
+        return Ok(false);
+    }
+    let digest = crate::digest::reader_sha256(file.take(record.size + 1))
+        .map_err(io("cannot read", path))?;
+    Ok(record.sha256.as_deref() == Some(digest.as_str()))
 }

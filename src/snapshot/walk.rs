@@ -1,6 +1,11 @@
 //! What a snapshot holds: the source tree minus `.git`, `__pycache__`, `*.pyc`, what the
 //! tree's own `.gitignore` files ignore, and `--exclude` patterns. Symlinks inside the tree
 //! stay symlinks (made relative); one pointing outside is an error unless followed.
+//!
+//! A path inside a snapshot is UTF-8 (the manifest is JSON): a name that is not is refused
+//! here, by its escaped bytes, rather than renamed into something two names could share.
+//! Each file keeps what the walk saw of it ([`Stamp`]), so hashing and copying can tell
+//! a file that changed underneath them.
 
 use std::path::{Component, Path, PathBuf};
 use std::process::Command;
@@ -12,8 +17,44 @@ use super::{Error, io};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
-    File { executable: bool },
-    Symlink { target: String },
+    /// `mode`: the permission bits the snapshot gives the file, the source's read and
+    /// execute bits (never wider: a 0600 file becomes 0400, a 0755 one 0555).
+    File {
+        mode: u32,
+    },
+    Symlink {
+        target: String,
+    },
+}
+
+/// The permission bits a snapshot gives a file whose source has `mode`: its read and
+/// execute bits, write and special bits dropped (snapshots are immutable).
+pub fn snapshot_mode(mode: u32) -> u32 {
+    mode & 0o555
+}
+
+/// What the walk saw of a file: if any of it differs when the file is read, the file
+/// changed in between and its bytes cannot be trusted to be the ones hashed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Stamp {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime: (i64, i64),
+    pub ctime: (i64, i64),
+}
+
+impl Stamp {
+    pub fn of(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        Stamp {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
 }
 
 /// One file or symlink of the snapshot.
@@ -25,6 +66,8 @@ pub struct Entry {
     pub source: PathBuf,
     pub kind: Kind,
     pub size: u64,
+    /// What the walk saw of a file (default for links).
+    pub stamp: Stamp,
     /// Filled in by `hash`.
     pub sha256: String,
 }
@@ -35,11 +78,19 @@ impl Entry {
     }
 }
 
-/// Every entry of the tree at `root`, sorted by path.
+/// Every entry of the tree at `root`, sorted by path; each path is there once.
 pub fn collect(root: &Path, excludes: &[String], follow_links: bool) -> Result<Vec<Entry>, Error> {
     let mut entries = Vec::new();
     collect_under(root, root, "", excludes, follow_links, 0, &mut entries)?;
     entries.sort_by(|a, b| a.rel.cmp(&b.rel));
+    // Two entries under one path would leave one of them silently lost in the copy.
+    if let Some(pair) = entries.windows(2).find(|w| w[0].rel == w[1].rel) {
+        return Err(Error::DuplicatePath {
+            path: pair[0].rel.clone(),
+            first: pair[0].source.clone(),
+            second: pair[1].source.clone(),
+        });
+    }
     Ok(entries)
 }
 
@@ -87,16 +138,14 @@ fn collect_under(
         if rel_here.as_os_str().is_empty() {
             continue;
         }
-        let rel = join_rel(prefix, rel_here);
         let Some(file_type) = item.file_type() else {
             continue;
         };
-        if file_type.is_dir() {
+        // Only what is copied needs a name the manifest can hold.
+        if file_type.is_dir() || path.as_os_str().as_encoded_bytes().ends_with(b".pyc") {
             continue;
         }
-        if rel.ends_with(".pyc") {
-            continue;
-        }
+        let rel = join_rel(prefix, rel_here, path)?;
         if file_type.is_symlink() {
             let target = std::fs::read_link(path).map_err(io("cannot read link", path))?;
             let parent = path.parent().unwrap_or(dir);
@@ -111,13 +160,15 @@ fn collect_under(
                     .parent()
                     .map(Path::to_path_buf)
                     .unwrap_or_default();
+                let target = relative(&link_dir, inside).ok_or_else(|| Error::NonUtf8Name {
+                    path: format!("{:?} (the target of link {rel})", parent.join(&target)),
+                })?;
                 out.push(Entry {
                     rel,
                     source: path.to_path_buf(),
-                    kind: Kind::Symlink {
-                        target: relative(&link_dir, inside),
-                    },
+                    kind: Kind::Symlink { target },
                     size: 0,
+                    stamp: Stamp::default(),
                     sha256: String::new(),
                 });
                 continue;
@@ -177,27 +228,33 @@ fn file_entry(rel: String, path: &Path) -> Result<Entry, Error> {
             kind,
         });
     }
-    let executable = meta.permissions().mode() & 0o111 != 0;
     Ok(Entry {
         rel,
         source: path.to_path_buf(),
-        kind: Kind::File { executable },
+        kind: Kind::File {
+            mode: snapshot_mode(meta.permissions().mode()),
+        },
         size: meta.len(),
+        stamp: Stamp::of(&meta),
         sha256: String::new(),
     })
 }
 
-fn join_rel(prefix: &str, rel: &Path) -> String {
-    let rel = rel
-        .components()
-        .map(|c| c.as_os_str().to_string_lossy())
-        .collect::<Vec<_>>()
-        .join("/");
-    if prefix.is_empty() {
+/// `prefix/rel` with `/` separators; a name that is not UTF-8 is refused (by `path`,
+/// escaped), never renamed: two such names could become one.
+fn join_rel(prefix: &str, rel: &Path, path: &Path) -> Result<String, Error> {
+    let mut names = Vec::new();
+    for c in rel.components() {
+        names.push(c.as_os_str().to_str().ok_or_else(|| Error::NonUtf8Name {
+            path: format!("{path:?}"),
+        })?);
+    }
+    let rel = names.join("/");
+    Ok(if prefix.is_empty() {
         rel
     } else {
         format!("{prefix}/{rel}")
-    }
+    })
 }
 
 /// Removes `.` and `..` without touching the filesystem.
@@ -215,23 +272,21 @@ fn normalize(path: &Path) -> PathBuf {
     out
 }
 
-/// The relative path from directory `from` to `to` (both relative to the tree root).
-fn relative(from: &Path, to: &Path) -> String {
+/// The relative path from directory `from` to `to` (both relative to the tree root);
+/// None when a name on the way is not UTF-8.
+fn relative(from: &Path, to: &Path) -> Option<String> {
     let from: Vec<_> = from.components().collect();
     let to: Vec<_> = to.components().collect();
     let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
-    let mut parts: Vec<String> =
-        std::iter::repeat_n("..".to_string(), from.len() - common).collect();
-    parts.extend(
-        to[common..]
-            .iter()
-            .map(|c| c.as_os_str().to_string_lossy().into_owned()),
-    );
-    if parts.is_empty() {
+    let mut parts: Vec<&str> = std::iter::repeat_n("..", from.len() - common).collect();
+    for c in &to[common..] {
+        parts.push(c.as_os_str().to_str()?);
+    }
+    Some(if parts.is_empty() {
         ".".to_string()
     } else {
         parts.join("/")
-    }
+    })
 }
 
 #[derive(Debug, Clone)]
@@ -267,12 +322,10 @@ mod tests {
 
     #[test]
     fn relative_paths_between_tree_dirs() {
-        assert_eq!(
-            relative(Path::new("a/b"), Path::new("a/c/f.py")),
-            "../c/f.py"
-        );
-        assert_eq!(relative(Path::new(""), Path::new("x")), "x");
-        assert_eq!(relative(Path::new("a"), Path::new("a/x")), "x");
+        let rel = |a: &str, b: &str| relative(Path::new(a), Path::new(b)).unwrap_or_default();
+        assert_eq!(rel("a/b", "a/c/f.py"), "../c/f.py");
+        assert_eq!(rel("", "x"), "x");
+        assert_eq!(rel("a", "a/x"), "x");
         assert_eq!(
             normalize(Path::new("/r/a/../b/./c")),
             PathBuf::from("/r/b/c")

@@ -612,3 +612,282 @@ fn bad_input_is_refused_and_changes_nothing() {
         .code(1)
         .stderr_has("cannot create");
 }
+
+/// Every entry under `dir`, recursively, links not followed (for "nothing was written").
+fn everything_under(dir: &Path) -> Vec<String> {
+    if std::fs::symlink_metadata(dir).is_err() {
+        return Vec::new();
+    }
+    files_under(dir)
+}
+
+/// A file written to between the hash and the copy (held there by a test point, not a
+/// timer): the snapshot fails, naming the file, and nothing is published or left behind;
+/// the next run, with the tree at rest, publishes what the manifest says.
+#[test]
+fn a_file_changed_while_it_is_snapshotted_fails_it_and_publishes_nothing() {
+    let (ctx, shared, profile) = context("snapchanged");
+    let src = ctx.path("src");
+    sample_tree(&src);
+    let family = shared.join("common/code/verl");
+    let tp = ctx.path("testpoint");
+    let child = ctx
+        .argus()
+        .profile(&profile)
+        .env("ARGUS_TESTPOINT", "snapshot:before-copy")
+        .env("ARGUS_TESTPOINT_FILE", &tp)
+        .args(["snapshot", "--code-id", "c1"])
+        .arg_path(&src)
+        .spawn_to(&ctx.path("1.out"), &ctx.path("1.err"));
+    crate::harness::poll(
+        "the snapshot to be hashed",
+        std::time::Duration::from_secs(60),
+        || tp.exists().then_some(()),
+    );
+    // Same size, other bytes: only the bytes themselves tell.
+    write(&src.join("pkg/core/model.py"), "W = 9\n");
+    std::fs::remove_file(&tp).expect("let it go on");
+    let status = child.wait_with_output().expect("wait").status;
+    let stderr = std::fs::read_to_string(ctx.path("1.err")).unwrap_or_default();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("pkg/core/model.py") && stderr.contains("changed while"),
+        "{stderr}"
+    );
+    assert!(
+        everything_under(&family).is_empty(),
+        "no snapshot, no temporary copy: {:?}",
+        everything_under(&family)
+    );
+
+    let report = ctx
+        .argus()
+        .profile(&profile)
+        .args(["snapshot", "--json", "--code-id", "c1"])
+        .arg_path(&src)
+        .run()
+        .code(0)
+        .json();
+    assert_eq!(report["created"], true);
+    assert_eq!(
+        std::fs::read_to_string(family.join("c1/pkg/core/model.py")).expect("copied"),
+        "W = 9\n"
+    );
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot", "verify", "c1"])
+        .run()
+        .code(0);
+}
+
+/// A published snapshot whose bytes were changed afterwards is never taken for the source
+/// it was made from: snapshotting that source again says so (exit 1) instead of reusing it.
+#[test]
+fn a_snapshot_that_no_longer_matches_its_manifest_is_never_reused() {
+    let (ctx, shared, profile) = context("snapreuse");
+    let src = ctx.path("src");
+    sample_tree(&src);
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot", "--code-id", "r1"])
+        .arg_path(&src)
+        .run()
+        .code(0);
+    let model = shared.join("common/code/verl/r1/pkg/core/model.py");
+    std::fs::set_permissions(&model, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    std::fs::write(&model, "W = 5\n").expect("tamper");
+    std::fs::set_permissions(&model, std::fs::Permissions::from_mode(0o444)).expect("chmod");
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot", "--code-id", "r1"])
+        .arg_path(&src)
+        .run()
+        .code(1)
+        .stderr_has("does not match its manifest")
+        .stderr_has("pkg/core/model.py")
+        .stderr_has("argus snapshot rm verl/r1");
+    assert_eq!(
+        std::fs::read_to_string(&model).expect("left as found"),
+        "W = 5\n"
+    );
+}
+
+/// Two names that are not UTF-8 (which a lossy rename would make one): refused, by their
+/// escaped bytes, exit 2, nothing written to the storage.
+#[test]
+fn names_that_are_not_utf8_are_refused_never_renamed() {
+    use std::os::unix::ffi::OsStrExt;
+    let (ctx, shared, profile) = context("snaputf8");
+    let src = ctx.path("src");
+    write(&src.join("a.py"), "A = 1\n");
+    for name in [b"m\xff.py".as_slice(), b"m\xfe.py"] {
+        std::fs::write(src.join(std::ffi::OsStr::from_bytes(name)), "x").expect("write");
+    }
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot"])
+        .arg_path(&src)
+        .run()
+        .code(2)
+        .stderr_has("not UTF-8")
+        .stderr_has(r"\x")
+        .stderr_has("--exclude");
+    assert!(
+        everything_under(&shared.join("common")).is_empty(),
+        "nothing written: {:?}",
+        everything_under(&shared.join("common"))
+    );
+}
+
+/// A file only its owner may read stays so in the snapshot (0600 -> 0400); executables
+/// keep their x; the manifest records the mode.
+#[test]
+fn a_private_file_stays_private_in_the_snapshot() {
+    let (ctx, shared, profile) = context("snapmode");
+    let src = ctx.path("src");
+    sample_tree(&src);
+    write(&src.join("pkg/secret.py"), "KEY = 1\n");
+    std::fs::set_permissions(
+        src.join("pkg/secret.py"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .expect("chmod");
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot", "--code-id", "m1"])
+        .arg_path(&src)
+        .run()
+        .code(0);
+    let dir = shared.join("common/code/verl/m1");
+    let mode = |rel: &str| {
+        std::fs::metadata(dir.join(rel))
+            .expect("meta")
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    assert_eq!(mode("pkg/secret.py"), 0o400, "never wider than the source");
+    assert_eq!(mode("scripts/run.sh"), 0o555);
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join(".argus/manifest.json")).expect("manifest"),
+    )
+    .expect("json");
+    let secret = manifest["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .find(|f| f["path"] == "pkg/secret.py")
+        .expect("recorded");
+    assert_eq!(secret["mode"], "0400");
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot", "verify", "m1"])
+        .run()
+        .code(0);
+}
+
+/// The storage inside the tree being snapshotted, before it has a `common/` (not there at
+/// all, then an empty directory): refused, exit 2, nothing written.
+#[test]
+fn a_tree_holding_a_fresh_shared_storage_is_refused() {
+    let ctx = TestContext::new("snapfresh");
+    let src = ctx.path("src");
+    write(&src.join("a.py"), "A = 1\n");
+    let shared = src.join("shared");
+    let profile = ctx.write(
+        "p.yaml",
+        &format!("name: snap\nimage: argus/ray:2.51.1\nshared: {{host_path: {}}}\nworkers: [{{name: gpu, count: 1}}]\n", shared.display()),
+    );
+    for made in [false, true] {
+        if made {
+            std::fs::create_dir(&shared).expect("mkdir");
+        }
+        ctx.argus()
+            .profile(&profile)
+            .args(["snapshot"])
+            .arg_path(&src)
+            .run()
+            .code(2)
+            .stderr_has("contains the shared storage");
+        assert_eq!(shared.exists(), made, "nothing written");
+        assert!(
+            everything_under(&shared).is_empty(),
+            "{:?}",
+            everything_under(&shared)
+        );
+    }
+}
+
+/// A symbolic link planted at `common/code/<name>` (or at `common/code`) by anyone who can
+/// write to the storage: argus refuses it, exit 2, and writes or reads nothing through it.
+#[test]
+fn a_link_planted_at_common_code_is_refused_never_followed() {
+    let (ctx, shared, profile) = context("snaplink");
+    let src = ctx.path("src");
+    sample_tree(&src);
+    let outside = ctx.path("outside");
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    let code = shared.join("common/code");
+    std::fs::create_dir_all(&code).expect("mkdir");
+    std::os::unix::fs::symlink(&outside, code.join("verl")).expect("plant");
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot", "--code-id", "l1"])
+        .arg_path(&src)
+        .run()
+        .code(2)
+        .stderr_has("is a symbolic link");
+    assert!(
+        everything_under(&outside).is_empty(),
+        "nothing written through the link"
+    );
+
+    // A snapshot that exists only behind the link is not read either.
+    std::fs::remove_file(code.join("verl")).expect("unplant");
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot", "--code-id", "l1"])
+        .arg_path(&src)
+        .run()
+        .code(0);
+    std::fs::rename(code.join("verl"), outside.join("verl")).expect("move away");
+    std::os::unix::fs::symlink(outside.join("verl"), code.join("verl")).expect("plant");
+    for args in [
+        vec!["snapshot", "list"],
+        vec!["snapshot", "verify", "l1"],
+        vec!["snapshot", "verify", "verl/l1"],
+        vec!["snapshot", "rm", "l1"],
+    ] {
+        ctx.argus()
+            .profile(&profile)
+            .args(&args)
+            .run()
+            .code(2)
+            .stderr_has("is a symbolic link");
+    }
+    assert!(outside.join("verl/l1").is_dir(), "left as found");
+
+    // common/code itself a link.
+    std::fs::remove_file(code.join("verl")).expect("unplant");
+    std::fs::remove_dir(&code).expect("rmdir");
+    std::os::unix::fs::symlink(&outside, &code).expect("plant");
+    for args in [vec!["snapshot", "list"], vec!["snapshot", "verify", "l1"]] {
+        ctx.argus()
+            .profile(&profile)
+            .args(&args)
+            .run()
+            .code(2)
+            .stderr_has("is a symbolic link");
+    }
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot", "--code-id", "l2"])
+        .arg_path(&src)
+        .run()
+        .code(2)
+        .stderr_has("is a symbolic link");
+    assert!(
+        !outside.join("verl/l2").exists(),
+        "nothing written through the link"
+    );
+}
