@@ -444,7 +444,7 @@ pub fn secrets(source: &Source, env_maps: &[&[&str]]) -> Vec<Finding> {
         });
         let what = match (key, value) {
             (Some(key), Some(value))
-                if in_env_map && !value.is_empty() && looks_secret_name(key) =>
+                if in_env_map && !value.is_empty() && crate::config::secrets::is_secret_name(key) =>
             {
                 Some(format!("`{key}` is a secret"))
             }
@@ -525,30 +525,6 @@ fn scalar_text(value: &serde_yaml::Value) -> Option<String> {
     }
 }
 
-/// A variable name that says its value is a secret: a word of it (split at `_`, `-`, `.`)
-/// is KEY, or ends in TOKEN, SECRET, PASSWORD, PASSWD, APIKEY or CREDENTIALS. Narrower
-/// than the redaction rule (any name containing TOKEN...), which may err on the safe side
-/// but here would refuse `TOKENIZERS_PARALLELISM`.
-pub fn looks_secret_name(name: &str) -> bool {
-    name.to_ascii_uppercase()
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .any(|word| {
-            matches!(
-                word,
-                "KEY" | "KEYS" | "TOKENS" | "SECRETS" | "PASSWORDS" | "CREDENTIAL"
-            ) || [
-                "TOKEN",
-                "SECRET",
-                "PASSWORD",
-                "PASSWD",
-                "APIKEY",
-                "CREDENTIALS",
-            ]
-            .iter()
-            .any(|w| word.ends_with(w))
-        })
-}
-
 /// What a value is when it is shaped like a well-known credential.
 pub fn secret_shape(value: &str) -> Option<&'static str> {
     if value.contains("PRIVATE KEY-----") {
@@ -621,7 +597,7 @@ mod tests {
             "RAY_AUTH_TOKEN",
             "api-key",
         ] {
-            assert!(looks_secret_name(name), "{name}");
+            assert!(crate::config::secrets::is_secret_name(name), "{name}");
         }
         for name in [
             "TOKENIZERS_PARALLELISM",
@@ -630,7 +606,7 @@ mod tests {
             "KEYBOARD",
             "HF_ENDPOINT",
         ] {
-            assert!(!looks_secret_name(name), "{name}");
+            assert!(!crate::config::secrets::is_secret_name(name), "{name}");
         }
     }
 

@@ -17,9 +17,10 @@ use super::types::*;
 use crate::cluster::plan::{ContainerPlan, GpuAttach};
 use crate::config::LoadedProfile;
 use crate::config::profile::GpuMode;
+use crate::config::secrets::is_secret_name;
 use crate::config::size::ByteSize;
 use crate::config::yaml::Seg;
-use crate::export::{Findings, looks_secret_name, quantity};
+use crate::export::{Findings, quantity};
 use crate::yaml_path;
 
 /// The shared storage as a pod volume: `--pvc`, else the profile's NFS export.
@@ -66,7 +67,7 @@ pub(super) fn shared_volume(
 fn env_list(env: &BTreeMap<String, String>, hf_secret: Option<&str>) -> Vec<EnvVar> {
     let mut out: Vec<EnvVar> = env
         .iter()
-        .filter(|(name, _)| !looks_secret_name(name))
+        .filter(|(name, _)| !is_secret_name(name))
         .map(|(name, value)| EnvVar {
             name: name.clone(),
             value: Some(value.clone()),
