@@ -212,7 +212,9 @@ pub struct SlurmSubmitArgs {
     pub account: Option<String>,
     #[arg(long, value_name = "Q")]
     pub qos: Option<String>,
-    /// One more sbatch option (one word, e.g. --exclusive). Repeatable.
+    /// One more sbatch option (one word, e.g. --exclusive). Repeatable. Options argus
+    /// writes itself (--nodes/-N, --output/-o, --job-name/-J, --ntasks, --error, --gres,
+    /// --gpus, --partition, --account, --qos, --time) are refused: use argus's own flags.
     #[arg(long = "sbatch-arg", value_name = "ARG", allow_hyphen_values = true)]
     pub sbatch_args: Vec<String>,
     /// argus's binary as the nodes see it (default: this binary's path).

@@ -31,6 +31,8 @@ pub enum Error {
         mode: String,
         workers: u32,
     },
+    #[error(transparent)]
+    Ports(Box<plan::PortClash>),
     #[error("cannot reach the Docker Engine at {endpoint}")]
     DockerUnreachable {
         endpoint: String,
@@ -115,7 +117,7 @@ fn unreachable_hosts(hosts: &[hosts::Unreachable]) -> String {
 impl Classify for Error {
     fn exit(&self) -> Exit {
         match self {
-            Error::NoDeviceIds { .. } => Exit::Usage,
+            Error::NoDeviceIds { .. } | Error::Ports(_) => Exit::Usage,
             Error::DockerUnreachable { .. }
             | Error::ImageUnavailable { .. }
             | Error::HostsUnreachable(_)
@@ -142,6 +144,10 @@ impl Classify for Error {
             Error::NoDeviceIds { gpus, workers, .. } => Some(format!(
                 "device_ids: a list of {workers} lists of {gpus} GPU ids (e.g. [[0, 1], [2, 3]]); a profile without them is for `argus slurm submit` or `argus export kuberay`, where Slurm or the device plugin chooses"
             )),
+            Error::Ports(clash) => Some(match &**clash {
+                plan::PortClash::Taken { key, holder, .. } => format!("give ray.{key} a port cluster {holder} does not use, or take that cluster down first (`argus down` with its profile)"),
+                plan::PortClash::NoBlocks { .. } => "fewer workers on that host, or take a cluster down there first: each Ray node of a host-mode cluster takes a block of 1000 ports from 20000".into(),
+            }),
             Error::DockerUnreachable { .. } => Some("is the Docker daemon running? The endpoint comes from the profile's docker.host, else DOCKER_HOST, else /var/run/docker.sock".into()),
             Error::ImageUnavailable { image, .. } => Some(format!("build it here without a registry: argus image build{}", image::build_flags_for(image))),
             Error::NameTaken { name, .. } => Some(format!("remove or rename that container (docker rm -f {name}), or give the profile another name")),

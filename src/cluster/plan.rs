@@ -4,14 +4,14 @@
 //! is running, and its hash (a label on each container) tells whether a running container
 //! still matches its spec.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::config::profile::{
-    GpuMode, HOST_MODE_PORT_BLOCK, NetworkMode, NodeSpec, Profile, SharedStorage,
+    GpuMode, HOST_MODE_PORT_BLOCK, NetworkMode, NodeSpec, Profile, SharedStorage, resources,
 };
 use crate::config::{Layout, LoadedProfile};
 
@@ -290,8 +290,7 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
 
     let mut containers = Vec::new();
     let head = head_name(&cluster);
-    let mut head_resources = BTreeMap::from([("head_node".to_string(), 1.0)]);
-    head_resources.extend(p.head.resources.clone());
+    let head_resources = resources::node_resources(true, &p.head.resources);
     let mut command = vec![
         "ray".to_string(),
         "start".to_string(),
@@ -367,8 +366,7 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
 
     for group in &p.workers {
         let node = group.node();
-        let mut resources = BTreeMap::from([("worker_node".to_string(), 1.0)]);
-        resources.extend(node.resources.clone());
+        let resources = resources::node_resources(false, &node.resources);
         for (index, host) in (0..).zip(group.placement(&head_host)) {
             let name = worker_name(&cluster, &group.name, index);
             let node_ip = advertised(host);
@@ -529,6 +527,157 @@ pub const HEAD_CLIENT_PORT_OFFSET: u32 = 6;
 /// The first port of host-mode block `n`.
 pub fn block_base(n: u32) -> u32 {
     HOST_MODE_PORT_BASE + HOST_MODE_PORT_BLOCK * n
+}
+
+/// What another cluster holds on one host: its containers' host-mode port blocks and the
+/// host ports its heads listen on or publish (read from the engine: see `reconcile`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HeldPorts {
+    pub host: String,
+    pub cluster: String,
+    pub container: String,
+    pub blocks: BTreeSet<u32>,
+    pub ports: BTreeSet<u16>,
+}
+
+/// A host's ports another cluster already holds.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PortClash {
+    #[error(
+        "{key} {port} of cluster {cluster} is already taken on host {host} by cluster {holder} (container {container})"
+    )]
+    Taken {
+        cluster: String,
+        key: &'static str,
+        port: u16,
+        host: String,
+        holder: String,
+        container: String,
+    },
+    #[error(
+        "no {nodes} free host-mode port blocks left on host {host} for cluster {cluster}: clusters {holders} hold the others"
+    )]
+    NoBlocks {
+        cluster: String,
+        nodes: u32,
+        host: String,
+        holders: String,
+    },
+}
+
+/// The port block a container's command puts it in (`--node-manager-port`), and the host
+/// ports its head listens on (`--port`, `--dashboard-port`, `--ray-client-server-port`).
+pub fn ports_of_command<'a>(
+    words: impl IntoIterator<Item = &'a str>,
+) -> (Option<u32>, BTreeSet<u16>) {
+    let mut block = None;
+    let mut ports = BTreeSet::new();
+    for word in words {
+        let Some((flag, value)) = word.split_once('=') else {
+            continue;
+        };
+        let Ok(port) = value.parse::<u16>() else {
+            continue;
+        };
+        match flag {
+            "--node-manager-port" if u32::from(port) >= HOST_MODE_PORT_BASE => {
+                block = Some((u32::from(port) - HOST_MODE_PORT_BASE) / HOST_MODE_PORT_BLOCK);
+            }
+            "--port" | "--dashboard-port" | "--ray-client-server-port" => {
+                ports.insert(port);
+            }
+            _ => {}
+        }
+    }
+    (block, ports)
+}
+
+/// Host mode: the first port block of this cluster on each of its hosts, so that no block
+/// is one another cluster's on the same host (several users share GPU hosts). A host keeps
+/// the block its running containers already use (`own`) while that stays free; otherwise the
+/// lowest run of free blocks is taken: the same engine state gives the same blocks. The
+/// head's own ports (`gcs_port`, `dashboard_port`, or the published dashboard in bridge
+/// mode) are refused when another cluster holds them, naming it. Pure.
+pub fn choose_first_blocks(
+    p: &Profile,
+    held: &[HeldPorts],
+    own: &BTreeMap<String, u32>,
+) -> Result<BTreeMap<String, u32>, PortClash> {
+    let head_host = p.head_host();
+    fn on<'a>(held: &'a [HeldPorts], host: &'a str) -> impl Iterator<Item = &'a HeldPorts> {
+        held.iter().filter(move |h| h.host == host)
+    }
+    let mut head_ports = vec![("dashboard_port", p.ray.dashboard_port)];
+    if p.network.mode == NetworkMode::Host {
+        head_ports.push(("gcs_port", p.ray.gcs_port));
+    }
+    for (key, port) in head_ports {
+        let holder = on(held, head_host).find(|h| {
+            h.ports.contains(&port)
+                || h.blocks
+                    .iter()
+                    .any(|b| (block_base(*b)..block_base(*b + 1)).contains(&u32::from(port)))
+        });
+        if let Some(holder) = holder {
+            return Err(PortClash::Taken {
+                cluster: p.name.clone(),
+                key,
+                port,
+                host: head_host.to_string(),
+                holder: holder.cluster.clone(),
+                container: holder.container.clone(),
+            });
+        }
+    }
+    let mut first = BTreeMap::new();
+    if p.network.mode != NetworkMode::Host {
+        return Ok(first);
+    }
+    let mut nodes: BTreeMap<&str, u32> = BTreeMap::from([(head_host, 1)]);
+    for group in &p.workers {
+        for host in group.placement(head_host) {
+            *nodes.entry(host).or_default() += 1;
+        }
+    }
+    for (host, n) in nodes {
+        let taken: BTreeSet<u32> = on(held, host)
+            .flat_map(|h| h.blocks.iter().copied())
+            .collect();
+        let taken_ports: BTreeSet<u32> = on(held, host)
+            .flat_map(|h| h.ports.iter().map(|p| u32::from(*p)))
+            .chain(
+                (host == head_host)
+                    .then_some([p.ray.gcs_port, p.ray.dashboard_port].map(u32::from))
+                    .into_iter()
+                    .flatten(),
+            )
+            .collect();
+        let free = |start: u32| {
+            start + n <= crate::config::profile::MAX_HOST_MODE_NODES
+                && (start..start + n).all(|b| {
+                    !taken.contains(&b)
+                        && !taken_ports
+                            .iter()
+                            .any(|port| (block_base(b)..block_base(b + 1)).contains(port))
+                })
+        };
+        let start = own
+            .get(host)
+            .copied()
+            .filter(|s| free(*s))
+            .or_else(|| (0..crate::config::profile::MAX_HOST_MODE_NODES).find(|s| free(*s)));
+        let Some(start) = start else {
+            let holders: BTreeSet<&str> = on(held, host).map(|h| h.cluster.as_str()).collect();
+            return Err(PortClash::NoBlocks {
+                cluster: p.name.clone(),
+                nodes: n,
+                host: host.to_string(),
+                holders: holders.into_iter().collect::<Vec<_>>().join(", "),
+            });
+        };
+        first.insert(host.to_string(), start);
+    }
+    Ok(first)
 }
 
 /// In host network mode every Ray process on a host needs its own ports (the dashboard
@@ -698,6 +847,119 @@ mod tests {
             Some("10.0.0.13")
         );
         assert_eq!(multi.hosts[2].containers, ["multi-node-1"]);
+    }
+
+    fn held(cluster: &str, blocks: &[u32], ports: &[u16]) -> HeldPorts {
+        HeldPorts {
+            host: "local".into(),
+            cluster: cluster.into(),
+            container: format!("{cluster}-head"),
+            blocks: blocks.iter().copied().collect(),
+            ports: ports.iter().copied().collect(),
+        }
+    }
+
+    /// Two host-mode clusters on one host: the second one's nodes get the blocks after the
+    /// first one's, read back from the first one's commands; its own blocks are kept.
+    #[test]
+    fn a_second_host_mode_cluster_on_a_host_takes_the_next_free_blocks() {
+        let text = "name: two\nimage: argus/ray:2.51.1\nnetwork: {mode: host}\nshared: {host_path: /tmp/x}\nray: {gcs_port: 6380, dashboard_port: 8266}\nworkers: [{name: g, count: 2}]\n";
+        let loaded = LoadedProfile::from_source(Source::new("p.yaml", text)).unwrap();
+        let first = plan(
+            &LoadedProfile::from_source(Source::new(
+                "p.yaml",
+                text.replace("name: two", "name: one")
+                    .replace("6380", "6379")
+                    .replace("8266", "8265"),
+            ))
+            .unwrap(),
+            &inputs(),
+        );
+        let mut others = Vec::new();
+        for c in &first.containers {
+            let (block, ports) = ports_of_command(c.command.iter().map(String::as_str));
+            others.push(HeldPorts {
+                host: c.host.clone(),
+                cluster: "one".into(),
+                container: c.name.clone(),
+                blocks: block.into_iter().collect(),
+                ports,
+            });
+        }
+        assert_eq!(others[0].blocks, BTreeSet::from([0]));
+        assert_eq!(others[0].ports, BTreeSet::from([6379, 8265, 20006]));
+        let blocks = choose_first_blocks(&loaded.profile, &others, &BTreeMap::new()).unwrap();
+        assert_eq!(blocks, BTreeMap::from([("local".to_string(), 3)]));
+        let second = plan(
+            &loaded,
+            &PlanInputs {
+                first_block: blocks,
+                ..inputs()
+            },
+        );
+        let mut all: Vec<u32> = Vec::new();
+        for c in first.containers.iter().chain(&second.containers) {
+            let (block, _) = ports_of_command(c.command.iter().map(String::as_str));
+            all.push(block.unwrap());
+        }
+        assert_eq!(
+            all,
+            [0, 1, 2, 3, 4, 5],
+            "every node of both clusters has its own block"
+        );
+        // A cluster already up keeps its blocks; a gap is reused; a full host is refused.
+        let own = BTreeMap::from([("local".to_string(), 7)]);
+        assert_eq!(
+            choose_first_blocks(&loaded.profile, &others, &own).unwrap()["local"],
+            7
+        );
+        let gap = [held("a", &[0, 1, 2], &[]), held("b", &[6], &[])];
+        assert_eq!(
+            choose_first_blocks(&loaded.profile, &gap, &BTreeMap::new()).unwrap()["local"],
+            3
+        );
+        let full = [held("a", &(0..44).collect::<Vec<_>>(), &[])];
+        let err = choose_first_blocks(&loaded.profile, &full, &BTreeMap::new()).unwrap_err();
+        assert!(
+            err.to_string().contains("clusters a hold the others"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_head_port_another_cluster_holds_is_refused_naming_it() {
+        let text = "name: two\nimage: argus/ray:2.51.1\nnetwork: {mode: host}\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 1}]\n";
+        let loaded = LoadedProfile::from_source(Source::new("p.yaml", text)).unwrap();
+        let err = choose_first_blocks(
+            &loaded.profile,
+            &[held("one", &[0], &[6379, 8265])],
+            &BTreeMap::new(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "dashboard_port 8265 of cluster two is already taken on host local by cluster one (container one-head)"
+        );
+        // Bridge mode: only the published dashboard is the host's.
+        let bridge = text.replace("network: {mode: host}\n", "");
+        let loaded = LoadedProfile::from_source(Source::new("p.yaml", bridge)).unwrap();
+        assert!(
+            choose_first_blocks(
+                &loaded.profile,
+                &[held("one", &[0], &[6379])],
+                &BTreeMap::new()
+            )
+            .unwrap()
+            .is_empty()
+        );
+        assert!(
+            choose_first_blocks(
+                &loaded.profile,
+                &[held("one", &[], &[8265])],
+                &BTreeMap::new()
+            )
+            .is_err()
+        );
     }
 
     #[test]

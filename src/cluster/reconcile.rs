@@ -249,11 +249,15 @@ pub async fn up(
     hosts::check_distinct(&engines).await?;
     let (image_id, images) = image_on_hosts(loaded, &engines, options.dry_run, reporter).await?;
     check_token_auth(loaded, &engines, &image_id).await?;
+    let (held, own) = observe_ports(&engines, &profile.name).await?;
+    let first_block = plan::choose_first_blocks(profile, &held, &own)
+        .map_err(|clash| Error::Ports(Box::new(clash)))?;
     let plan = plan::plan(
         loaded,
         &PlanInputs {
             image_id: image_id.clone(),
             token: token.clone(),
+            first_block,
             ..Default::default()
         },
     );
@@ -437,6 +441,75 @@ pub async fn observe_all(engines: &[Engine], cluster: &str) -> Result<Vec<Observ
     }))
     .await?;
     Ok(lists.into_iter().flatten().collect())
+}
+
+/// What the engines say about host ports: the ports and port blocks other argus clusters'
+/// containers hold on each host (the engine is the truth, whoever made them: `argus up`,
+/// a Slurm job), and the first block this cluster's own containers already use there.
+pub async fn observe_ports(
+    engines: &[Engine],
+    cluster: &str,
+) -> Result<
+    (
+        Vec<plan::HeldPorts>,
+        std::collections::BTreeMap<String, u32>,
+    ),
+    Error,
+> {
+    let lists = try_join_all(engines.iter().map(|e| async move {
+        let list = docker::containers_labelled(&e.docker, LABEL_CLUSTER).await?;
+        Ok::<_, Error>((e.name.clone(), list))
+    }))
+    .await?;
+    let mut held = Vec::new();
+    let mut own = std::collections::BTreeMap::new();
+    for (host, list) in lists {
+        for c in list {
+            let labels = c.labels.clone().unwrap_or_default();
+            let owner = labels.get(LABEL_CLUSTER).cloned().unwrap_or_default();
+            let host_network = c
+                .host_config
+                .as_ref()
+                .and_then(|h| h.network_mode.as_deref())
+                == Some("host");
+            let command = c.command.clone().unwrap_or_default();
+            let (block, command_ports) = plan::ports_of_command(command.split_whitespace());
+            let block = block.filter(|_| host_network);
+            if owner == cluster {
+                if let Some(block) = block {
+                    let first = own.entry(host.clone()).or_insert(block);
+                    *first = (*first).min(block);
+                }
+                continue;
+            }
+            // Published ports are the host's in any mode; a command's only in host mode.
+            let mut ports: std::collections::BTreeSet<u16> = c
+                .ports
+                .iter()
+                .flatten()
+                .filter_map(|p| p.public_port)
+                .collect();
+            if host_network {
+                ports.extend(command_ports);
+            }
+            if block.is_none() && ports.is_empty() {
+                continue;
+            }
+            held.push(plan::HeldPorts {
+                host: host.clone(),
+                cluster: owner,
+                container: c
+                    .names
+                    .unwrap_or_default()
+                    .first()
+                    .map(|n| n.trim_start_matches('/').to_string())
+                    .unwrap_or_default(),
+                blocks: block.into_iter().collect(),
+                ports,
+            });
+        }
+    }
+    Ok((held, own))
 }
 
 /// The cluster's containers on one engine, running or not (`host` left empty).

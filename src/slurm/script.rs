@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 
-use crate::config::profile::SlurmSection;
+use crate::config::profile::{SlurmSection, sbatch};
 use crate::submit::entrypoint::shell_quote;
 
 /// The allocation, as the profile's `slurm:` section and the flags ask for it.
@@ -76,6 +76,14 @@ pub enum ScriptError {
     Unquotable { what: String, value: String },
     #[error("{what} must be at least 1")]
     Zero { what: String },
+    #[error(
+        "sbatch argument {arg:?} sets {option}, which argus writes into the batch script itself (sbatch would silently take the last one): {why}"
+    )]
+    Owned {
+        arg: String,
+        option: String,
+        why: &'static str,
+    },
 }
 
 /// A value an `#SBATCH` line can carry as is.
@@ -133,6 +141,13 @@ pub fn sbatch_options(inputs: &ScriptInputs) -> Result<Vec<String>, ScriptError>
         }
     }
     for arg in &a.sbatch_args {
+        if let Some((option, why)) = sbatch::owned_option(arg) {
+            return Err(ScriptError::Owned {
+                arg: arg.clone(),
+                option,
+                why,
+            });
+        }
         let arg = plain("sbatch argument", arg)?;
         if !arg.starts_with('-') {
             return Err(ScriptError::NotPlain {
@@ -243,6 +258,38 @@ mod tests {
         let mut i = inputs();
         i.allocation.nodes = 0;
         assert!(matches!(script(&i), Err(ScriptError::Zero { .. })));
+    }
+
+    /// Every option argus writes is in the one list of owned options, so a user's
+    /// argument repeating any of them is refused, in every spelling.
+    #[test]
+    fn user_sbatch_args_cannot_repeat_an_option_argus_writes() {
+        let mut i = inputs();
+        i.allocation.partition = Some("gpu".into());
+        i.allocation.account = Some("a".into());
+        i.allocation.qos = Some("q".into());
+        for option in sbatch_options(&i).unwrap() {
+            let name = option.split('=').next().unwrap().to_string();
+            for arg in [option.clone(), name.clone()] {
+                let mut again = inputs();
+                again.allocation.sbatch_args = vec!["--exclusive".into(), arg.clone()];
+                assert!(
+                    matches!(script(&again), Err(ScriptError::Owned { .. })),
+                    "{arg} was accepted"
+                );
+            }
+        }
+        for (arg, option) in [
+            ("-N4", "--nodes (-N)"),
+            ("-o/tmp/x", "--output (-o)"),
+            ("-Jname", "--job-name (-J)"),
+            ("--node=4", "--nodes"),
+        ] {
+            let mut again = inputs();
+            again.allocation.sbatch_args = vec![arg.into()];
+            let err = script(&again).unwrap_err();
+            assert!(err.to_string().contains(option), "{arg}: {err}");
+        }
     }
 
     #[test]

@@ -87,6 +87,85 @@ fn gpu_demand(overrides: &[crate::config::jobspec::Override]) -> Option<GpuDeman
     })
 }
 
+/// What the driver asks of the one node it runs on, read from the payload:
+/// `entrypoint_resources`, with `entrypoint_num_cpus` / `_gpus` as Ray's CPU and GPU.
+pub fn driver_asks(payload: &serde_json::Value) -> BTreeMap<String, f64> {
+    let mut asks: BTreeMap<String, f64> = payload["entrypoint_resources"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_f64()?)))
+                .collect()
+        })
+        .unwrap_or_default();
+    for (key, name) in [
+        ("entrypoint_num_cpus", "CPU"),
+        ("entrypoint_num_gpus", "GPU"),
+    ] {
+        if let Some(n) = payload[key].as_f64().filter(|n| *n > 0.0) {
+            asks.insert(name.to_string(), n);
+        }
+    }
+    asks
+}
+
+/// Ray keeps a job PENDING for as long as no node has every resource its driver asks for:
+/// checked against the live cluster's nodes before submitting (as [`GpuDemand`] is), and
+/// refused naming what the nodes do have. What the profile alone can tell was refused when
+/// it loaded; this catches a RayConfig's target, `node:<address>` and a cluster changed
+/// since. No live node at all is left to Ray (the cluster may be coming up).
+pub fn check_driver_fits(
+    payload: &serde_json::Value,
+    nodes: &[crate::ray::RayNode],
+) -> Result<(), Error> {
+    let asks = driver_asks(payload);
+    let live: Vec<&crate::ray::RayNode> = nodes.iter().filter(|n| n.alive()).collect();
+    if asks.is_empty() || live.is_empty() {
+        return Ok(());
+    }
+    let fits = live.iter().any(|n| {
+        asks.iter()
+            .all(|(k, v)| n.resources_total.get(k).is_some_and(|have| have >= v))
+    });
+    if fits {
+        return Ok(());
+    }
+    let text = |m: &BTreeMap<String, f64>| {
+        m.iter()
+            .map(|(k, v)| format!("{k}: {v}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let have = live
+        .iter()
+        .map(|n| {
+            // Ray's own per-node names say nothing a user asks for.
+            let own: BTreeMap<String, f64> = n
+                .resources_total
+                .iter()
+                .filter(|(k, _)| {
+                    asks.contains_key(*k)
+                        || !(k.starts_with("node:")
+                            || k.contains("memory")
+                            || k.starts_with("accelerator_type:"))
+                })
+                .map(|(k, v)| (k.clone(), *v))
+                .collect();
+            let name = if n.node_name.is_empty() {
+                n.node_ip.as_str()
+            } else {
+                n.node_name.as_str()
+            };
+            format!("{name} {{{}}}", text(&own))
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    Err(Error::Infeasible {
+        demand: format!("a driver node with {{{}}}", text(&asks)),
+        cluster: format!("no live node with all of it: {have}"),
+    })
+}
+
 /// `<prefix>-<yyyymmdd-hhmmss>-<4 hex>`; the generator lives in [`crate::ids`].
 pub fn generate_id(prefix: &str) -> String {
     crate::ids::generate(prefix)
@@ -396,4 +475,67 @@ fn resolve_model(target: &Target, model: &str, notes: &mut Vec<String>) -> Resul
     }
     notes.push(format!("model {model} is not in the shared HF cache: verl will fetch it through HF_ENDPOINT (`argus prepare --model {model}` caches it)"));
     Ok(spec.repo.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(name: &str, resources: &[(&str, f64)]) -> crate::ray::RayNode {
+        crate::ray::RayNode {
+            node_id: name.into(),
+            node_name: name.into(),
+            state: "ALIVE".into(),
+            node_ip: String::new(),
+            is_head_node: false,
+            resources_total: resources.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+            start_time_ms: None,
+        }
+    }
+
+    #[test]
+    fn a_driver_no_live_node_can_hold_is_refused_with_what_the_nodes_have() {
+        let nodes = [
+            node(
+                "c-head",
+                &[("CPU", 1.0), ("head_node", 1.0), ("memory", 1e9)],
+            ),
+            node(
+                "c-gpu-0",
+                &[
+                    ("CPU", 4.0),
+                    ("GPU", 2.0),
+                    ("worker_node", 1.0),
+                    ("node:10.0.0.2", 1.0),
+                ],
+            ),
+        ];
+        let payload = |resources: serde_json::Value, gpus: f64| serde_json::json!({"entrypoint_resources": resources, "entrypoint_num_gpus": gpus});
+        check_driver_fits(&payload(serde_json::json!({"worker_node": 1}), 2.0), &nodes).unwrap();
+        check_driver_fits(
+            &payload(serde_json::json!({"node:10.0.0.2": 0.01}), 0.0),
+            &nodes,
+        )
+        .unwrap();
+        let err = check_driver_fits(
+            &payload(
+                serde_json::json!({"worker_node": 1, "accelerator_h20": 1}),
+                0.0,
+            ),
+            &nodes,
+        )
+        .unwrap_err();
+        assert_eq!(crate::exit::Classify::exit(&err), crate::exit::Exit::Usage);
+        let text = err.to_string();
+        assert!(text.contains("accelerator_h20: 1"), "{text}");
+        assert!(
+            text.contains("c-gpu-0 {CPU: 4, GPU: 2, worker_node: 1}"),
+            "{text}"
+        );
+        let err = check_driver_fits(&payload(serde_json::json!({"worker_node": 1}), 4.0), &nodes)
+            .unwrap_err();
+        assert!(err.to_string().contains("GPU: 4"), "{err}");
+        // No live node: the cluster may be coming up; Ray decides.
+        check_driver_fits(&payload(serde_json::json!({"x": 1}), 0.0), &[]).unwrap();
+    }
 }

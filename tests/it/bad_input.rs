@@ -205,6 +205,80 @@ fn cases(good: &str) -> Vec<Case> {
             with("submit: {entrypoint_resources: {head_node: 1}}\n"),
             &["the driver never runs on the head"],
         ),
+        // Issue 26 item 12: what argus or Ray set themselves, and what can never be met.
+        case(
+            "worker resources redefine worker_node",
+            up,
+            replace("gpus: 2", "gpus: 2\n    resources: {worker_node: 2}"),
+            &[
+                ":11:30: workers[0].resources.worker_node: worker_node cannot be a node's own resource",
+                "valid: a name of your own",
+            ],
+        ),
+        case(
+            "head resources redefine head_node",
+            up,
+            with("head: {resources: {head_node: 0}}\n"),
+            &[":11:31: head.resources.head_node: head_node cannot be a node's own resource"],
+        ),
+        case(
+            "object store without shm_size",
+            up,
+            replace("gpus: 2", "gpus: 2\n    object_store_memory: 512m"),
+            &[
+                ":11:26: workers[0].object_store_memory: object_store_memory (512m) without shm_size: Docker's /dev/shm is 64 MiB",
+                "valid: shm_size: 512m or more",
+            ],
+        ),
+        case(
+            "entrypoint resource no node has",
+            up,
+            with("submit: {entrypoint_resources: {accelerator_h20: 1}}\n"),
+            &[
+                ":11:32: submit.entrypoint_resources: no node offers accelerator_h20: 1, so the driver would wait forever",
+                "head: head_node: 1; workers gpu: GPU: 2, worker_node: 1",
+            ],
+        ),
+        case(
+            "profile sbatch_args repeat --job-name",
+            &["-p", "{file}", "slurm", "submit", "{job}"],
+            with("slurm: {sbatch_args: [--job-name=mine]}\n"),
+            &[
+                ":11:23: slurm.sbatch_args[0]: \"--job-name=mine\" sets --job-name, which argus writes into the batch script itself",
+            ],
+        ),
+        case(
+            "--sbatch-arg repeats --nodes",
+            &[
+                "-p",
+                "{profile}",
+                "slurm",
+                "submit",
+                "{job}",
+                "--sbatch-arg=--exclusive",
+                "--sbatch-arg",
+                "-N4",
+            ],
+            None,
+            &[
+                "sbatch argument \"-N4\" sets --nodes (-N), which argus writes into the batch script itself",
+                "set it with --nodes or slurm.nodes",
+            ],
+        ),
+        case(
+            "--sbatch-arg repeats --output, two words",
+            &[
+                "-p",
+                "{profile}",
+                "slurm",
+                "submit",
+                "{job}",
+                "--sbatch-arg=--output",
+                "--sbatch-arg=/tmp/x",
+            ],
+            None,
+            &["sbatch argument \"--output\" sets --output"],
+        ),
         case(
             "entrypoint_num_cpus inf",
             up,

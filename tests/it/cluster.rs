@@ -517,3 +517,84 @@ fn a_node_that_cannot_start_fails_fast_with_its_log() {
         run.stderr
     );
 }
+
+/// The port block a container's Ray node uses (host mode), from its command.
+fn port_block(container: &str) -> u32 {
+    let cmd = inspect(container)["Config"]["Cmd"].clone();
+    cmd.as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .find_map(|a| a.strip_prefix("--node-manager-port="))
+        .and_then(|p| p.parse::<u32>().ok())
+        .map(|p| (p - 20000) / 1000)
+        .unwrap_or_else(|| panic!("{container} has no --node-manager-port: {cmd}"))
+}
+
+/// Two host-mode clusters on one host (several users share GPU hosts): the second takes
+/// port blocks the first does not hold, read from the engine, and both come up; an `up`
+/// again keeps its blocks; a third whose GCS port the first one's head holds is refused
+/// (exit 2) naming that cluster, and creates nothing.
+#[test]
+fn two_host_mode_clusters_on_one_host_take_their_own_port_blocks() {
+    if TestContext::skip_docker("two_host_mode_clusters_on_one_host_take_their_own_port_blocks") {
+        return;
+    }
+    ensure_image();
+    let mut ctx = TestContext::new("portblk");
+    let host_mode = |ctx: &mut TestContext, suffix: &str, gcs: u16| {
+        let name = ctx.cluster(suffix);
+        let text = test_profile(&name, &ctx.path("shared"), free_port(), 1, "").replace(
+            "ray:\n",
+            &format!("network:\n  mode: host\nray:\n  gcs_port: {gcs}\n"),
+        );
+        (name.clone(), ctx.write(&format!("{suffix}.yaml"), &text))
+    };
+    let gcs_a = free_port();
+    let (a, profile_a) = host_mode(&mut ctx, "a", gcs_a);
+    let (b, profile_b) = host_mode(&mut ctx, "b", free_port());
+    for profile in [&profile_a, &profile_b] {
+        let report = ctx
+            .argus()
+            .profile(profile)
+            .args(["up", "--json"])
+            .run()
+            .code(0)
+            .json();
+        assert_eq!(alive_nodes(&report).len(), 2, "{report:#}");
+    }
+    let blocks_a = [
+        port_block(&format!("{a}-head")),
+        port_block(&format!("{a}-gpu-0")),
+    ];
+    let blocks_b = [
+        port_block(&format!("{b}-head")),
+        port_block(&format!("{b}-gpu-0")),
+    ];
+    assert!(
+        blocks_a.iter().all(|x| !blocks_b.contains(x)),
+        "{a} has blocks {blocks_a:?}, {b} {blocks_b:?}"
+    );
+    let again = ctx
+        .argus()
+        .profile(&profile_b)
+        .args(["up", "--json"])
+        .run()
+        .code(0)
+        .json();
+    assert_eq!(again["changed"], false, "{again:#}");
+
+    let (c, profile_c) = host_mode(&mut ctx, "c", gcs_a);
+    ctx.argus()
+        .profile(&profile_c)
+        .args(["up"])
+        .run()
+        .code(2)
+        .stderr_has(&format!(
+            "gcs_port {gcs_a} of cluster {c} is already taken on host local by cluster {a} (container {a}-head)"
+        ));
+    assert!(ctx.cluster_containers(&c).is_empty());
+    for profile in [&profile_a, &profile_b] {
+        ctx.argus().profile(profile).args(["down"]).run().code(0);
+    }
+}

@@ -6,9 +6,12 @@
 //!
 //! `types` holds what the YAML spells (with defaults), `storage` the shared storage (a
 //! host path or an NFS volume), `expand` what a path may abbreviate, `validate` the rules
-//! that span fields; this file loads a profile and answers questions about it.
+//! that span fields, `resources` the Ray resources a node advertises and the names argus
+//! and Ray keep for themselves, `sbatch` the sbatch options argus writes itself; this file loads a profile and answers questions about it.
 
 mod expand;
+pub mod resources;
+pub mod sbatch;
 mod storage;
 mod types;
 mod validate;
@@ -695,6 +698,73 @@ workers:
             21,
             "is not an absolute path",
         ),
+        // issue 26 item 12: argus's own resources, the object store, the driver's node
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nhead: {resources: {worker_node: 1}}\nworkers: [{name: g, count: 1}]\n",
+            4,
+            33,
+            "head.resources.worker_node: worker_node cannot be a node's own resource: argus marks every worker",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 1, resources: {head_node: 1}}]\n",
+            4,
+            54,
+            "workers[0].resources.head_node: head_node cannot be a node's own resource",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 1, resources: {object_store_memory: 1}}]\n",
+            4,
+            64,
+            "object_store_memory cannot be a node's own resource: Ray's own resource",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 1, resources: {'node:10.0.0.1': 1}}]\n",
+            4,
+            60,
+            "Ray names every node node:<address> itself",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 1, memory: 8g, object_store_memory: 1g}]\n",
+            4,
+            64,
+            "object_store_memory (1g) without shm_size: Docker's /dev/shm is 64 MiB",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 1, memory: 1g, shm_size: 2g, object_store_memory: 1500m}]\n",
+            4,
+            78,
+            "exceeds memory (1g)",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nsubmit: {entrypoint_resources: {accelerator_h20: 1}}\nworkers: [{name: g, count: 1}]\n",
+            4,
+            32,
+            "submit.entrypoint_resources: no node offers accelerator_h20: 1, so the driver would wait forever",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nsubmit: {entrypoint_resources: {accelerator_h20: 8}}\nworkers: [{name: g, count: 1, resources: {accelerator_h20: 4}}]\n",
+            4,
+            32,
+            "no node offers accelerator_h20: 8",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nsubmit: {entrypoint_resources: {CPU: 1}}\nworkers: [{name: g, count: 1}]\n",
+            4,
+            38,
+            "CPU is Ray's own resource, not a custom one",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nsubmit: {entrypoint_num_gpus: 2}\nworkers: [{name: g, count: 1, gpus: 1}]\n",
+            4,
+            31,
+            "no single node has all the driver asks for (GPU: 2, worker_node: 1)",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nslurm: {sbatch_args: [--exclusive, -N4]}\nworkers: [{name: g, count: 1}]\n",
+            4,
+            36,
+            "slurm.sbatch_args[1]: \"-N4\" sets --nodes (-N), which argus writes into the batch script itself",
+        ),
         // class 6: auth that is not there
         (
             "name: t\nimage: argus/ray:2.51.1\nshared: {host_path: /tmp/x}\nray: {auth: token}\nworkers: [{name: g, count: 1}]\n",
@@ -716,6 +786,16 @@ workers:
             }
         }
         assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    }
+
+    /// What the item-12 rules must still let through: a node's own resources, the driver
+    /// on the one node that has them, an object store inside shm and memory.
+    #[test]
+    fn resources_and_object_stores_that_fit_are_accepted() {
+        let text = format!(
+            "{BASE}submit: {{entrypoint_resources: {{worker_node: 1, accelerator_h20: 4, 'node:10.0.0.2': 0.01}}, entrypoint_num_gpus: 1}}\nhead: {{memory: 2g, shm_size: 512m, object_store_memory: 256m}}\nworkers:\n  - {{name: cpu, count: 1}}\n  - {{name: gpu, count: 1, gpus: 4, resources: {{accelerator_h20: 4, cpu: 8}}, object_store_memory: 64m}}\n"
+        );
+        load(&text).unwrap();
     }
 
     #[test]

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::types::{AuthMode, GpuMode, NetworkMode, NodeAddress, NodeSpec, Profile};
+use super::{resources, sbatch};
 use crate::config::docker::EndpointKind;
 use crate::config::env;
 use crate::config::yaml::{ConfigError, Seg, Source};
@@ -95,7 +96,26 @@ pub fn validate(p: &Profile, src: &Source) -> Result<(), ConfigError> {
     validate_workers(p, src)?;
     validate_ray(p, src)?;
     validate_node(&p.head, src, &yaml_path!["head"])?;
-    validate_submit(p, src)
+    validate_submit(p, src)?;
+    validate_slurm(p, src)
+}
+
+/// `slurm.sbatch_args`: none may set an option argus writes into the batch script.
+fn validate_slurm(p: &Profile, src: &Source) -> Result<(), ConfigError> {
+    let Some(slurm) = &p.slurm else {
+        return Ok(());
+    };
+    for (i, arg) in slurm.sbatch_args.iter().enumerate() {
+        if let Some((option, why)) = sbatch::owned_option(arg) {
+            return Err(src
+                .error_at(
+                    &yaml_path!["slurm", "sbatch_args", i],
+                    format!("{arg:?} sets {option}, which argus writes into the batch script itself: sbatch would silently take the last one"),
+                )
+                .with_hint(format!("remove it: {why}")));
+        }
+    }
+    Ok(())
 }
 
 fn validate_ray(p: &Profile, src: &Source) -> Result<(), ConfigError> {
@@ -663,11 +683,122 @@ fn validate_submit(p: &Profile, src: &Source) -> Result<(), ConfigError> {
         submit.entrypoint_num_gpus,
         submit.entrypoint_resources.as_ref(),
     )?;
+    check_driver_has_a_node(p, src)?;
     check_job_env(
         src,
         &yaml_path!["submit", "runtime_env", "env_vars"],
         submit.runtime_env.env_vars.keys(),
     )
+}
+
+/// The driver runs on one node that has every resource it asks for: with
+/// `entrypoint_resources` naming a resource no node of the profile has (or more of it than
+/// any node has), Ray would keep the job PENDING forever. Names Ray gives nodes at run time
+/// (`node:<address>`) are left to the check against the live cluster at submit.
+fn check_driver_has_a_node(p: &Profile, src: &Source) -> Result<(), ConfigError> {
+    // Without entrypoint_resources, the driver asks for {worker_node: 1} (see `submit`).
+    let default = BTreeMap::from([(resources::WORKER_NODE.to_string(), 1.0)]);
+    let asked = p.submit.entrypoint_resources.as_ref().unwrap_or(&default);
+    let mut nodes: Vec<(String, BTreeMap<String, f64>)> = vec![(
+        "head".to_string(),
+        resources::node_resources(true, &p.head.resources),
+    )];
+    for group in &p.workers {
+        let mut have = resources::node_resources(false, &group.resources);
+        if group.gpus > 0 {
+            have.insert("GPU".to_string(), f64::from(group.gpus));
+        }
+        nodes.push((format!("workers {}", group.name), have));
+    }
+    let mut wanted: BTreeMap<String, f64> = asked
+        .iter()
+        .filter(|(name, _)| !resources::ray_defined_per_node(name))
+        .map(|(k, v)| (k.clone(), *v))
+        .collect();
+    let at_resources = yaml_path!["submit", "entrypoint_resources"].to_vec();
+    let offered = || {
+        nodes
+            .iter()
+            .map(|(who, have)| format!("{who}: {}", resources::text(have)))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    for (name, amount) in &wanted {
+        let most = nodes
+            .iter()
+            .filter_map(|(_, have)| have.get(name).copied())
+            .fold(None, |m: Option<f64>, v| Some(m.map_or(v, |m| m.max(v))));
+        let mut at = at_resources.clone();
+        at.push(Seg::Key(name.clone()));
+        if matches!(
+            name.as_str(),
+            "CPU" | "GPU" | "memory" | "object_store_memory"
+        ) {
+            return Err(src
+                .error_at(
+                    &at,
+                    format!("{name} is Ray's own resource, not a custom one"),
+                )
+                .with_hint(
+                    "entrypoint_num_cpus / entrypoint_num_gpus ask for the driver's CPUs and GPUs",
+                ));
+        }
+        // Worded and located as `argus export kuberay` says it of the same profile.
+        let hint = match most {
+            None => format!(
+                "a resource the nodes have ({}), or give a worker group resources: {{{name}: {amount}}}",
+                offered()
+            ),
+            Some(most) if most < *amount => {
+                format!("at most {most} (the nodes have {})", offered())
+            }
+            Some(_) => continue,
+        };
+        return Err(src
+            .error_at(
+                &at_resources,
+                format!("no node offers {name}: {amount}, so the driver would wait forever"),
+            )
+            .with_hint(hint));
+    }
+    if let Some(gpus) = p.submit.entrypoint_num_gpus
+        && gpus > 0.0
+    {
+        wanted.insert("GPU".to_string(), gpus);
+    }
+    let fits = |wanted: &BTreeMap<String, f64>| {
+        nodes.iter().any(|(_, have)| {
+            wanted
+                .iter()
+                .all(|(k, v)| have.get(k).is_some_and(|h| h >= v))
+        })
+    };
+    if fits(&wanted) {
+        return Ok(());
+    }
+    // Each resource is somewhere, but not all on one node: name the field that tips it.
+    let only_resources: BTreeMap<String, f64> = wanted
+        .iter()
+        .filter(|(k, _)| *k != "GPU")
+        .map(|(k, v)| (k.clone(), *v))
+        .collect();
+    let at = if wanted.contains_key("GPU") && fits(&only_resources) {
+        yaml_path!["submit", "entrypoint_num_gpus"].to_vec()
+    } else {
+        at_resources
+    };
+    Err(src
+        .error_at(
+            &at,
+            format!(
+                "no single node has all the driver asks for ({}): it would wait forever",
+                resources::text(&wanted)
+            ),
+        )
+        .with_hint(format!(
+            "ask for what one node has (the nodes have {})",
+            offered()
+        )))
 }
 
 /// `entrypoint_num_cpus` / `_gpus` and `entrypoint_resources` (profile `submit:` and the
@@ -800,27 +931,68 @@ fn validate_node(node: &NodeSpec, src: &Source, at: &[Seg]) -> Result<(), Config
             .with_hint("a number of CPUs such as 2 or 0.5"));
     }
     for (name, value) in &node.resources {
-        if name.is_empty() || name == "CPU" || name == "GPU" || name == "memory" {
-            return Err(src.error_at(&field("resources"), format!("{name:?} cannot be a custom resource")).with_hint("custom names such as worker_node or accelerator_h20; CPUs and GPUs have their own fields"));
+        let mut at = field("resources");
+        at.push(Seg::Key(name.clone()));
+        if name.is_empty() {
+            return Err(src.error_at(&at, "a resource needs a name"));
+        }
+        if let Some(why) = resources::reserved(name) {
+            return Err(src
+                .error_at(
+                    &at,
+                    format!("{name} cannot be a node's own resource: {why}"),
+                )
+                .with_hint(format!(
+                    "a name of your own, such as accelerator_h20 (argus and Ray set {})",
+                    resources::reserved_names()
+                )));
         }
         if !value.is_finite() || *value < 0.0 || *value > MAX_RESOURCE {
             return Err(src.error_at(
-                &field("resources"),
+                &at,
                 format!("resource {name} is {value}, must be from 0 to {MAX_RESOURCE}"),
             ));
         }
     }
-    if let (Some(store), Some(shm)) = (node.object_store_memory, node.shm_size)
-        && store > shm
+    check_object_store(node, src, &field("object_store_memory"))
+}
+
+/// Docker's `/dev/shm` when `shm_size` is not given.
+pub const DOCKER_DEFAULT_SHM: u64 = 64 << 20;
+
+/// Ray puts the object store in `/dev/shm`, a tmpfs whose pages count against the
+/// container's memory limit: the store must fit in both, `shm_size` (Docker's 64 MiB when
+/// not given) and `memory`. Ray would otherwise fall back to disk, or the node be killed
+/// for memory once the store fills.
+fn check_object_store(node: &NodeSpec, src: &Source, at: &[Seg]) -> Result<(), ConfigError> {
+    let Some(store) = node.object_store_memory else {
+        return Ok(());
+    };
+    if let Some(memory) = node.memory
+        && store.0 > memory.0
     {
         return Err(src
             .error_at(
-                &field("object_store_memory"),
+                at,
+                format!("object_store_memory ({store}) exceeds memory ({memory}): the store lives in /dev/shm, whose pages count against the container's memory"),
+            )
+            .with_hint(format!("object_store_memory at most memory ({memory}), with shm_size at least as large as the store")));
+    }
+    match node.shm_size {
+        Some(shm) if store.0 > shm.0 => Err(src
+            .error_at(
+                at,
                 format!("object_store_memory ({store}) exceeds shm_size ({shm})"),
             )
-            .with_hint("at most shm_size: the object store lives in /dev/shm"));
+            .with_hint(format!("shm_size: {store} or more, or a smaller object_store_memory: the object store lives in /dev/shm"))),
+        None if store.0 > DOCKER_DEFAULT_SHM => Err(src
+            .error_at(
+                at,
+                format!("object_store_memory ({store}) without shm_size: Docker's /dev/shm is 64 MiB, and Ray puts the object store there"),
+            )
+            .with_hint(format!("shm_size: {store} or more, next to object_store_memory"))),
+        _ => Ok(()),
     }
-    Ok(())
 }
 
 /// Ports Ray itself takes by default on every node, and what takes them.

@@ -1,0 +1,134 @@
+//! The sbatch options argus writes into the batch script itself. One list: a user's own
+//! sbatch argument (the profile's `slurm.sbatch_args`, `--sbatch-arg`) that sets one of
+//! them is refused, since sbatch would take whichever comes last without a word; and the
+//! script's writer is tested to write no option outside it.
+
+/// (long name, short letter, what sets it instead).
+pub const OWNED: &[(&str, Option<char>, &str)] = &[
+    (
+        "job-name",
+        Some('J'),
+        "argus names the job argus-<run id>, by which it finds the run again",
+    ),
+    ("nodes", Some('N'), "set it with --nodes or slurm.nodes"),
+    (
+        "ntasks-per-node",
+        None,
+        "argus runs one task per node: its node step",
+    ),
+    (
+        "ntasks",
+        Some('n'),
+        "argus runs one task per node: its node step",
+    ),
+    (
+        "output",
+        Some('o'),
+        "argus writes the batch output where it follows it (runs/<run id>/)",
+    ),
+    (
+        "error",
+        Some('e'),
+        "argus follows the batch step's errors in its output file",
+    ),
+    (
+        "gres",
+        None,
+        "set GPUs with --gpus-per-node or slurm.gpus_per_node",
+    ),
+    (
+        "gpus-per-node",
+        None,
+        "set GPUs with --gpus-per-node or slurm.gpus_per_node",
+    ),
+    (
+        "gpus",
+        Some('G'),
+        "set GPUs with --gpus-per-node or slurm.gpus_per_node",
+    ),
+    (
+        "partition",
+        Some('p'),
+        "set it with --partition or slurm.partition",
+    ),
+    (
+        "account",
+        Some('A'),
+        "set it with --account or slurm.account",
+    ),
+    ("qos", Some('q'), "set it with --qos or slurm.qos"),
+    ("time", Some('t'), "set it with --time or slurm.time"),
+];
+
+/// sbatch's short options that take no value (they may lead a group such as `-HN2`).
+const SHORT_FLAGS: &str = "hHkOQsvVW";
+
+/// The option of argus's own that `arg` sets, as (`--long`, what sets it instead).
+/// `--name=v`, `--name v` (the option word alone) and getopt's unambiguous abbreviations
+/// (`--node=2`, `--out=x`), `-N2`, `-N 2` and `-HN2` all count.
+pub fn owned_option(arg: &str) -> Option<(String, &'static str)> {
+    if let Some(long) = arg.strip_prefix("--") {
+        let name = long.split('=').next().unwrap_or_default();
+        if name.is_empty() {
+            return None;
+        }
+        // An exact name first: `--gpus` is its own option, not short for `--gpus-per-node`.
+        let found = OWNED
+            .iter()
+            .find(|(n, _, _)| *n == name)
+            .or_else(|| OWNED.iter().find(|(n, _, _)| n.starts_with(name)));
+        return found.map(|(n, _, why)| (format!("--{n}"), *why));
+    }
+    let short = arg.strip_prefix('-')?;
+    for c in short.chars() {
+        if let Some((n, _, why)) = OWNED.iter().find(|(_, s, _)| *s == Some(c)) {
+            return Some((format!("--{n} (-{c})"), *why));
+        }
+        if !SHORT_FLAGS.contains(c) {
+            // The rest is this option's value.
+            return None;
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_spelling_of_an_owned_option_is_found() {
+        for arg in [
+            "--nodes=4",
+            "--nodes",
+            "--node=4",
+            "-N4",
+            "-N",
+            "-HN2",
+            "--output=/tmp/x",
+            "-o/tmp/x",
+            "--out=x",
+            "--job-name=x",
+            "-Jx",
+            "--gres=gpu:2",
+            "--time=1:00:00",
+            "--ntasks=3",
+        ] {
+            assert!(owned_option(arg).is_some(), "{arg}");
+        }
+        for arg in [
+            "--exclusive",
+            "--mem=4G",
+            "--nodelist=a,b",
+            "--time-min=10",
+            "--gres-flags=enforce-binding",
+            "-H",
+            "--requeue",
+            "--constraint=x",
+            "-C",
+        ] {
+            assert_eq!(owned_option(arg), None, "{arg}");
+        }
+        assert_eq!(owned_option("-N3").unwrap().0, "--nodes (-N)");
+    }
+}
