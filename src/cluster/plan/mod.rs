@@ -4,16 +4,25 @@
 //! is running, and its hash (a label on each container) tells whether a running container
 //! still matches its spec.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
+
+mod env;
+mod nodes;
+mod ports;
+mod storage;
 
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::config::profile::{
-    GpuMode, HOST_MODE_PORT_BLOCK, NetworkMode, NodeSpec, Profile, SharedStorage, resources,
+pub use nodes::resources_json;
+pub use ports::{
+    HEAD_CLIENT_PORT_OFFSET, HeldPorts, PortClash, block_base, choose_first_blocks,
+    ports_of_command,
 };
-use crate::config::{Layout, LoadedProfile};
+
+use crate::config::LoadedProfile;
+use crate::config::profile::{NetworkMode, Profile};
 
 /// Labels argus puts on what it creates.
 pub const LABEL_CLUSTER: &str = "argus.cluster";
@@ -207,225 +216,26 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
     let cluster = p.name.clone();
     let host_mode = p.network.mode == NetworkMode::Host;
     let network = (!host_mode).then(|| network_name(&cluster));
-    let attach = match &network {
-        Some(network) => NetworkAttach::Bridge {
-            network: network.clone(),
-        },
-        None => NetworkAttach::Host,
-    };
-    let (volume, mount) = match &p.shared.storage {
-        SharedStorage::HostPath(host) => (
-            None,
-            SharedMount::Bind {
-                source: host.path().to_path_buf(),
-                target: p.shared.mount.clone(),
-            },
-        ),
-        SharedStorage::Nfs(nfs) => {
-            let volume = VolumePlan {
-                name: format!("{cluster}-shared"),
-                server: nfs.server.to_string(),
-                export: nfs.export.to_string(),
-                options: nfs.options.as_ref().map(ToString::to_string),
-            };
-            let mount = SharedMount::Volume {
-                name: volume.name.clone(),
-                target: p.shared.mount.clone(),
-            };
-            (Some(volume), mount)
-        }
-    };
-
-    let in_container = Layout::new(&p.shared.mount);
-    let mut env: BTreeMap<String, String> = BTreeMap::from([
-        ("RAY_AUTH_MODE".to_string(), p.ray.auth.as_str().to_string()),
-        (
-            "HF_HOME".to_string(),
-            in_container.hf_home().display().to_string(),
-        ),
-        ("ARGUS_CLUSTER".to_string(), cluster.clone()),
-        ("ARGUS_SHARED".to_string(), p.shared.mount.clone()),
-        ("PYTHONUNBUFFERED".to_string(), "1".to_string()),
-        // Ray's dashboard gives each of its modules 30 s to start and then dies for good
-        // (the head keeps running without a Jobs API). A busy host, such as a GPU node
-        // loading data, can be that slow: give it five minutes.
-        (
-            "RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT".to_string(),
-            "300".to_string(),
-        ),
-    ]);
-    if let Some(token) = &inputs.token {
-        env.insert("RAY_AUTH_TOKEN".to_string(), token.clone());
-    }
-    env.extend(p.env.clone());
-
+    let (volume, mount) = storage::shared(p);
     let hosts = host_plans(p);
-    let address_of = |host: &str| {
-        hosts
-            .iter()
-            .find(|h| h.name == host)
-            .and_then(|h| h.address.clone())
-    };
-    // Where nodes advertise themselves: only where the profile names each host's address.
-    // (On a bridge network a node's address is its container's, never its host's.)
-    let advertised = |host: &str| {
-        (host_mode && !p.hosts.is_empty())
-            .then(|| address_of(host))
-            .flatten()
-    };
-    let head_host = p.head_host().to_string();
-    let head_address = if host_mode {
-        address_of(&head_host).unwrap_or_else(|| "127.0.0.1".to_string())
-    } else {
-        head_name(&cluster)
-    };
-    // Host mode: node N of a host gets the N-th block of ports there (the head is 0 on its host).
-    let mut nodes_on: BTreeMap<String, u32> = inputs.first_block.clone();
-    let mut next_block = |host: &str| {
-        let n = nodes_on.entry(host.to_string()).or_default();
-        let block = *n;
-        *n += 1;
-        block
-    };
-
-    let mut containers = Vec::new();
-    let head = head_name(&cluster);
-    let head_resources = resources::node_resources(true, &p.head.resources);
-    let mut command = vec![
-        "ray".to_string(),
-        "start".to_string(),
-        "--head".to_string(),
-        "--block".to_string(),
-        format!("--node-name={head}"),
-        format!("--port={}", p.ray.gcs_port),
-        // Inside its own network namespace (bridge) the dashboard listens on every
-        // interface of the container and Docker publishes it on `dashboard_bind` only; with
-        // host networking the container's interfaces are the host's, so Ray itself must bind
-        // to `dashboard_bind` (the Jobs API runs code for whoever reaches it).
-        format!(
-            "--dashboard-host={}",
-            if host_mode {
-                p.ray.dashboard_bind.as_str()
-            } else {
-                "0.0.0.0"
-            }
-        ),
-        format!("--dashboard-port={}", p.ray.dashboard_port),
-        "--num-gpus=0".to_string(),
-    ];
-    let head_ip = advertised(&head_host);
-    if let Some(ip) = &head_ip {
-        command.push(format!("--node-ip-address={ip}"));
-    }
-    command.extend(node_flags(&p.head, &head_resources));
-    let block = next_block(&head_host);
-    if host_mode {
-        command.extend(host_mode_ports(block));
-        // The Ray client server (10001 by default) listens on every interface of the
-        // head's host: inside the head's own block, so two heads on a host never collide.
-        command.push(format!(
-            "--ray-client-server-port={}",
-            block_base(block) + HEAD_CLIENT_PORT_OFFSET
-        ));
-    }
-    command.push("--disable-usage-stats".to_string());
-    let ports = if host_mode {
-        Vec::new()
-    } else {
-        vec![(
-            p.ray.dashboard_port,
-            p.ray.dashboard_bind.clone(),
-            p.ray.dashboard_port,
-        )]
-    };
-    containers.push(ContainerPlan {
-        name: head.clone(),
-        host: head_host.clone(),
-        role: Role::Head,
-        group: None,
-        index: 0,
-        image: p.image.clone(),
-        image_id: inputs.image_id.clone(),
-        command,
-        env: with_node_env(&env, &p.head),
-        cpus: p.head.cpus,
-        memory: p.head.memory.map(|s| s.0),
-        shm_size: p.head.shm_size.map(|s| s.0),
-        gpu: GpuAttach::None,
-        mount: mount.clone(),
-        ports,
-        network: attach.clone(),
-        expect: ExpectedNode {
-            node_name: head,
-            node_ip: head_ip,
-            gpus: 0,
-            resources: head_resources,
+    let cx = nodes::Context {
+        p,
+        cluster: &cluster,
+        host_mode,
+        attach: match &network {
+            Some(network) => NetworkAttach::Bridge {
+                network: network.clone(),
+            },
+            None => NetworkAttach::Host,
         },
-        extra_labels: inputs.labels.clone(),
-    });
-
-    for group in &p.workers {
-        let node = group.node();
-        let resources = resources::node_resources(false, &node.resources);
-        for (index, host) in (0..).zip(group.placement(&head_host)) {
-            let name = worker_name(&cluster, &group.name, index);
-            let node_ip = advertised(host);
-            let device_ids = group
-                .device_ids
-                .as_ref()
-                .and_then(|lists| lists.get(index as usize))
-                .cloned()
-                .unwrap_or_default();
-            let gpu = match group.gpu_mode {
-                _ if group.gpus == 0 => GpuAttach::None,
-                GpuMode::Simulated => GpuAttach::Simulated { count: group.gpus },
-                GpuMode::Nvidia => GpuAttach::Nvidia { device_ids },
-                GpuMode::Amd => GpuAttach::Amd { device_ids },
-            };
-            let mut command = vec![
-                "ray".to_string(),
-                "start".to_string(),
-                "--block".to_string(),
-                format!("--node-name={name}"),
-                format!("--address={head_address}:{}", p.ray.gcs_port),
-                format!("--num-gpus={}", group.gpus),
-            ];
-            if let Some(ip) = &node_ip {
-                command.push(format!("--node-ip-address={ip}"));
-            }
-            command.extend(node_flags(&node, &resources));
-            let block = next_block(host);
-            if host_mode {
-                command.extend(host_mode_ports(block));
-            }
-            command.push("--disable-usage-stats".to_string());
-            containers.push(ContainerPlan {
-                name: name.clone(),
-                host: host.to_string(),
-                role: Role::Worker,
-                group: Some(group.name.clone()),
-                index,
-                image: p.image.clone(),
-                image_id: inputs.image_id.clone(),
-                command,
-                env: with_node_env(&env, &node),
-                cpus: node.cpus,
-                memory: node.memory.map(|s| s.0),
-                shm_size: node.shm_size.map(|s| s.0),
-                gpu,
-                mount: mount.clone(),
-                ports: Vec::new(),
-                network: attach.clone(),
-                expect: ExpectedNode {
-                    node_name: name,
-                    node_ip,
-                    gpus: group.gpus,
-                    resources: resources.clone(),
-                },
-                extra_labels: inputs.labels.clone(),
-            });
-        }
-    }
+        mount,
+        env: env::cluster_env(p, inputs),
+        inputs,
+        hosts: &hosts,
+    };
+    let mut blocks = ports::Blocks::new(&inputs.first_block);
+    let mut containers = vec![nodes::head(&cx, &mut blocks)];
+    containers.extend(nodes::workers(&cx, &mut blocks));
 
     let hosts = hosts
         .into_iter()
@@ -478,222 +288,6 @@ impl ClusterPlan {
     pub fn head_host(&self) -> &str {
         self.hosts.first().map_or("", |h| h.name.as_str())
     }
-}
-
-/// The profile's environment with a node's own `env` over it.
-fn with_node_env(env: &BTreeMap<String, String>, node: &NodeSpec) -> BTreeMap<String, String> {
-    let mut env = env.clone();
-    env.extend(node.env.clone());
-    env
-}
-
-/// `--num-cpus`, `--object-store-memory`, `--resources` for one node.
-fn node_flags(node: &NodeSpec, resources: &BTreeMap<String, f64>) -> Vec<String> {
-    let mut flags = Vec::new();
-    if let Some(cpus) = node.ray_cpus {
-        flags.push(format!("--num-cpus={cpus}"));
-    } else if let Some(cpus) = node.cpus {
-        // Ray counts whole CPUs; the container limit stays fractional.
-        flags.push(format!("--num-cpus={}", cpus.ceil().max(1.0) as u64));
-    }
-    if let Some(store) = node.object_store_memory {
-        flags.push(format!("--object-store-memory={}", store.0));
-    }
-    flags.push(format!("--resources={}", resources_json(resources)));
-    flags
-}
-
-/// `{"head_node": 1}`: whole numbers without a trailing `.0` (as Ray's `--resources` and
-/// KubeRay's `entrypointResources` take them).
-pub fn resources_json(resources: &BTreeMap<String, f64>) -> String {
-    let map: serde_json::Map<String, serde_json::Value> = resources
-        .iter()
-        .map(|(k, v)| {
-            let value = if v.fract() == 0.0 && v.abs() < 1e15 {
-                serde_json::json!(*v as i64)
-            } else {
-                serde_json::json!(v)
-            };
-            (k.clone(), value)
-        })
-        .collect();
-    serde_json::Value::Object(map).to_string()
-}
-
-/// Within the head's block (host mode): the Ray client server's port. Offsets 0-5 are the
-/// node's own ports, 100-999 its workers'; 6-99 are free for the head's.
-pub const HEAD_CLIENT_PORT_OFFSET: u32 = 6;
-
-/// The first port of host-mode block `n`.
-pub fn block_base(n: u32) -> u32 {
-    HOST_MODE_PORT_BASE + HOST_MODE_PORT_BLOCK * n
-}
-
-/// What another cluster holds on one host: its containers' host-mode port blocks and the
-/// host ports its heads listen on or publish (read from the engine: see `reconcile`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HeldPorts {
-    pub host: String,
-    pub cluster: String,
-    pub container: String,
-    pub blocks: BTreeSet<u32>,
-    pub ports: BTreeSet<u16>,
-}
-
-/// A host's ports another cluster already holds.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PortClash {
-    #[error(
-        "{key} {port} of cluster {cluster} is already taken on host {host} by cluster {holder} (container {container})"
-    )]
-    Taken {
-        cluster: String,
-        key: &'static str,
-        port: u16,
-        host: String,
-        holder: String,
-        container: String,
-    },
-    #[error(
-        "no {nodes} free host-mode port blocks left on host {host} for cluster {cluster}: clusters {holders} hold the others"
-    )]
-    NoBlocks {
-        cluster: String,
-        nodes: u32,
-        host: String,
-        holders: String,
-    },
-}
-
-/// The port block a container's command puts it in (`--node-manager-port`), and the host
-/// ports its head listens on (`--port`, `--dashboard-port`, `--ray-client-server-port`).
-pub fn ports_of_command<'a>(
-    words: impl IntoIterator<Item = &'a str>,
-) -> (Option<u32>, BTreeSet<u16>) {
-    let mut block = None;
-    let mut ports = BTreeSet::new();
-    for word in words {
-        let Some((flag, value)) = word.split_once('=') else {
-            continue;
-        };
-        let Ok(port) = value.parse::<u16>() else {
-            continue;
-        };
-        match flag {
-            "--node-manager-port" if u32::from(port) >= HOST_MODE_PORT_BASE => {
-                block = Some((u32::from(port) - HOST_MODE_PORT_BASE) / HOST_MODE_PORT_BLOCK);
-            }
-            "--port" | "--dashboard-port" | "--ray-client-server-port" => {
-                ports.insert(port);
-            }
-            _ => {}
-        }
-    }
-    (block, ports)
-}
-
-/// Host mode: the first port block of this cluster on each of its hosts, so that no block
-/// is one another cluster's on the same host (several users share GPU hosts). A host keeps
-/// the block its running containers already use (`own`) while that stays free; otherwise the
-/// lowest run of free blocks is taken: the same engine state gives the same blocks. The
-/// head's own ports (`gcs_port`, `dashboard_port`, or the published dashboard in bridge
-/// mode) are refused when another cluster holds them, naming it. Pure.
-pub fn choose_first_blocks(
-    p: &Profile,
-    held: &[HeldPorts],
-    own: &BTreeMap<String, u32>,
-) -> Result<BTreeMap<String, u32>, PortClash> {
-    let head_host = p.head_host();
-    fn on<'a>(held: &'a [HeldPorts], host: &'a str) -> impl Iterator<Item = &'a HeldPorts> {
-        held.iter().filter(move |h| h.host == host)
-    }
-    let mut head_ports = vec![("dashboard_port", p.ray.dashboard_port)];
-    if p.network.mode == NetworkMode::Host {
-        head_ports.push(("gcs_port", p.ray.gcs_port));
-    }
-    for (key, port) in head_ports {
-        let holder = on(held, head_host).find(|h| {
-            h.ports.contains(&port)
-                || h.blocks
-                    .iter()
-                    .any(|b| (block_base(*b)..block_base(*b + 1)).contains(&u32::from(port)))
-        });
-        if let Some(holder) = holder {
-            return Err(PortClash::Taken {
-                cluster: p.name.clone(),
-                key,
-                port,
-                host: head_host.to_string(),
-                holder: holder.cluster.clone(),
-                container: holder.container.clone(),
-            });
-        }
-    }
-    let mut first = BTreeMap::new();
-    if p.network.mode != NetworkMode::Host {
-        return Ok(first);
-    }
-    let mut nodes: BTreeMap<&str, u32> = BTreeMap::from([(head_host, 1)]);
-    for group in &p.workers {
-        for host in group.placement(head_host) {
-            *nodes.entry(host).or_default() += 1;
-        }
-    }
-    for (host, n) in nodes {
-        let taken: BTreeSet<u32> = on(held, host)
-            .flat_map(|h| h.blocks.iter().copied())
-            .collect();
-        let taken_ports: BTreeSet<u32> = on(held, host)
-            .flat_map(|h| h.ports.iter().map(|p| u32::from(*p)))
-            .chain(
-                (host == head_host)
-                    .then_some([p.ray.gcs_port, p.ray.dashboard_port].map(u32::from))
-                    .into_iter()
-                    .flatten(),
-            )
-            .collect();
-        let free = |start: u32| {
-            start + n <= crate::config::profile::MAX_HOST_MODE_NODES
-                && (start..start + n).all(|b| {
-                    !taken.contains(&b)
-                        && !taken_ports
-                            .iter()
-                            .any(|port| (block_base(b)..block_base(b + 1)).contains(port))
-                })
-        };
-        let start = own
-            .get(host)
-            .copied()
-            .filter(|s| free(*s))
-            .or_else(|| (0..crate::config::profile::MAX_HOST_MODE_NODES).find(|s| free(*s)));
-        let Some(start) = start else {
-            let holders: BTreeSet<&str> = on(held, host).map(|h| h.cluster.as_str()).collect();
-            return Err(PortClash::NoBlocks {
-                cluster: p.name.clone(),
-                nodes: n,
-                host: host.to_string(),
-                holders: holders.into_iter().collect::<Vec<_>>().join(", "),
-            });
-        };
-        first.insert(host.to_string(), start);
-    }
-    Ok(first)
-}
-
-/// In host network mode every Ray process on a host needs its own ports (the dashboard
-/// agent's 52365 is fixed by default and collides): node N gets the block 20000 + 1000·N.
-fn host_mode_ports(node_number: u32) -> Vec<String> {
-    let base = block_base(node_number);
-    vec![
-        format!("--node-manager-port={base}"),
-        format!("--object-manager-port={}", base + 1),
-        format!("--dashboard-agent-listen-port={}", base + 2),
-        format!("--dashboard-agent-grpc-port={}", base + 3),
-        format!("--metrics-export-port={}", base + 4),
-        format!("--runtime-env-agent-port={}", base + 5),
-        format!("--min-worker-port={}", base + 100),
-        format!("--max-worker-port={}", base + 999),
-    ]
 }
 
 #[cfg(test)]

@@ -1,0 +1,45 @@
+//! Every container's environment: what argus sets, then the profile's `env`, then the
+//! node's own `env` over it.
+
+use std::collections::BTreeMap;
+
+use super::PlanInputs;
+use crate::config::Layout;
+use crate::config::profile::{NodeSpec, Profile};
+
+/// The environment every node of the cluster shares.
+pub(super) fn cluster_env(p: &Profile, inputs: &PlanInputs) -> BTreeMap<String, String> {
+    let in_container = Layout::new(&p.shared.mount);
+    let mut env: BTreeMap<String, String> = BTreeMap::from([
+        ("RAY_AUTH_MODE".to_string(), p.ray.auth.as_str().to_string()),
+        (
+            "HF_HOME".to_string(),
+            in_container.hf_home().display().to_string(),
+        ),
+        ("ARGUS_CLUSTER".to_string(), p.name.clone()),
+        ("ARGUS_SHARED".to_string(), p.shared.mount.clone()),
+        ("PYTHONUNBUFFERED".to_string(), "1".to_string()),
+        // Ray's dashboard gives each of its modules 30 s to start and then dies for good
+        // (the head keeps running without a Jobs API). A busy host, such as a GPU node
+        // loading data, can be that slow: give it five minutes.
+        (
+            "RAY_DASHBOARD_SUBPROCESS_MODULE_WAIT_READY_TIMEOUT".to_string(),
+            "300".to_string(),
+        ),
+    ]);
+    if let Some(token) = &inputs.token {
+        env.insert("RAY_AUTH_TOKEN".to_string(), token.clone());
+    }
+    env.extend(p.env.clone());
+    env
+}
+
+/// The profile's environment with a node's own `env` over it.
+pub(super) fn with_node_env(
+    env: &BTreeMap<String, String>,
+    node: &NodeSpec,
+) -> BTreeMap<String, String> {
+    let mut env = env.clone();
+    env.extend(node.env.clone());
+    env
+}
