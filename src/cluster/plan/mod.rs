@@ -292,6 +292,8 @@ impl ClusterPlan {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeSet;
+
     use super::*;
     use crate::config::yaml::Source;
 
