@@ -42,6 +42,8 @@ pub enum Error {
     #[error(transparent)]
     Training(#[from] crate::training::Error),
     #[error(transparent)]
+    Records(#[from] crate::records::Error),
+    #[error(transparent)]
     Slurm(#[from] crate::slurm::Error),
     #[error("cannot encode the output as JSON")]
     Encode(#[from] serde_json::Error),
@@ -55,8 +57,30 @@ pub enum Error {
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// The path on the shared storage that was refused somewhere in `err`'s causes (a planted
+/// link, a file where a directory belongs, a name that escapes the root), whichever module
+/// met it: one class, one exit code (2, bad input; nothing was changed) and one hint.
+fn refused(err: &Error) -> Option<&crate::fsx::Unsafe> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>()
+            && let Some(refused) = crate::fsx::Unsafe::of(io)
+        {
+            return Some(refused);
+        }
+        if let Some(refused) = c.downcast_ref::<crate::fsx::Unsafe>() {
+            return Some(refused);
+        }
+        cause = c.source();
+    }
+    None
+}
+
 impl Classify for Error {
     fn exit(&self) -> Exit {
+        if refused(self).is_some() {
+            return Exit::Usage;
+        }
         match self {
             Error::Config(_) | Error::NoHostPath(_) | Error::Id(_) => Exit::Usage,
             Error::Flag(e) => e.exit(),
@@ -71,6 +95,7 @@ impl Classify for Error {
             Error::Lock(e) => e.exit(),
             Error::Export(e) => e.exit(),
             Error::Training(e) => e.exit(),
+            Error::Records(e) => e.exit(),
             Error::Slurm(e) => e.exit(),
             Error::Encode(_) => Exit::Failed,
             Error::Context { source, .. } => source.exit(),
@@ -78,6 +103,9 @@ impl Classify for Error {
     }
 
     fn hint(&self) -> Option<String> {
+        if let Some(refused) = refused(self) {
+            return Some(refused.hint());
+        }
         match self {
             // A config error's "valid:" line, and an id error's "(valid: ...)", are part of
             // their own text.
@@ -97,6 +125,7 @@ impl Classify for Error {
             Error::Lock(e) => e.hint(),
             Error::Export(e) => e.hint(),
             Error::Training(e) => e.hint(),
+            Error::Records(e) => e.hint(),
             Error::Slurm(e) => e.hint(),
             Error::Context { source, .. } => source.hint(),
         }

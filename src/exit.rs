@@ -10,7 +10,10 @@ pub enum Exit {
     Success = 0,
     /// The operation ran and failed (a node never came up, a job FAILED).
     Failed = 1,
-    /// The user's input is wrong (bad YAML, unknown key, bad id).
+    /// The user's input is wrong (bad YAML, unknown key, bad id). The shared storage is
+    /// input too: a corrupt record (`job.json` cut short, a `resumes` that is a path) and
+    /// a path argus refused there (a planted symbolic link, see `fsx::Unsafe`) are this
+    /// code, and nothing was changed.
     Usage = 2,
     /// A job was STOPPED.
     Stopped = 3,
@@ -22,7 +25,8 @@ pub const EXIT_CODES_HELP: &str = "\
 Exit codes:
   0  success
   1  the operation ran and failed (a node never came up, a job FAILED)
-  2  the input is wrong (bad YAML, unknown key, invalid value); nothing was changed
+  2  the input is wrong (bad YAML, unknown key, invalid value, a corrupt record or a
+     symbolic link on the shared storage); nothing was changed
   3  a job was STOPPED
   4  an external system is unreachable or refused (Docker, Ray, an image registry)";
 

@@ -291,6 +291,36 @@ impl Dirs {
         Ok(())
     }
 
+    /// [`create_dirs_under`], recording each directory it made: below `root`, a planted
+    /// link is refused, never followed.
+    pub fn create_under(&self, root: &Path, rel: impl AsRef<Path>) -> std::io::Result<PathBuf> {
+        let rel = rel.as_ref();
+        let names = plain_names(root, rel)?;
+        // The root is the caller's (a profile's mount, trusted): made as it is named.
+        self.create_all(root)?;
+        let mut path = root.to_path_buf();
+        for name in names {
+            path.push(name);
+            match std::fs::create_dir(&path) {
+                Ok(()) => self
+                    .created
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(path.clone()),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+            let meta = std::fs::symlink_metadata(&path)?;
+            if meta.file_type().is_symlink() {
+                return Err(Unsafe::Link { path }.into());
+            }
+            if !meta.is_dir() {
+                return Err(Unsafe::NotDir { path }.into());
+            }
+        }
+        Ok(path)
+    }
+
     /// The operation succeeded: keep what it created.
     pub fn keep(&self) {
         self.keep.store(true, Ordering::Relaxed);
@@ -343,6 +373,57 @@ impl From<Unsafe> for std::io::Error {
     }
 }
 
+/// The exit code of an I/O error on the shared storage: a refused path ([`Unsafe`]: a
+/// planted link, a file where a directory belongs, a name that escapes) is bad input
+/// (exit 2, nothing was changed), any other failure is exit 1.
+pub fn io_exit(error: &std::io::Error) -> crate::exit::Exit {
+    if Unsafe::of(error).is_some() {
+        crate::exit::Exit::Usage
+    } else {
+        crate::exit::Exit::Failed
+    }
+}
+
+/// What to do about a refused path, if `error` is one.
+pub fn io_hint(error: &std::io::Error) -> Option<String> {
+    Unsafe::of(error).map(Unsafe::hint)
+}
+
+impl Unsafe {
+    /// What to do about it.
+    pub fn hint(&self) -> String {
+        match self {
+            Unsafe::Link { path } | Unsafe::NotDir { path } | Unsafe::NotFile { path } => {
+                format!(
+                    "someone with write access to the shared storage put it there: check what {} is, remove it, and run the command again",
+                    path.display()
+                )
+            }
+            Unsafe::Escapes { .. } => {
+                "ids and names on the shared storage are single plain names (no /, no ..)".into()
+            }
+        }
+    }
+}
+
+/// A top-level directory of a shared root given as one path (`<shared>/jobs`) as the root
+/// and the name below it (`<shared>`, `jobs`): so that the directory itself is checked
+/// like everything below it, and only the root (a mount) may be a link.
+pub fn root_and_name(dir: &Path) -> (PathBuf, PathBuf) {
+    match (dir.parent(), dir.file_name()) {
+        (Some(parent), Some(name)) => (parent.to_path_buf(), PathBuf::from(name)),
+        _ => (dir.to_path_buf(), PathBuf::new()),
+    }
+}
+
+/// Creates `path` and writes `bytes` into it: a new file only (`O_EXCL`), so a name
+/// planted in the meantime, a link included, is never written through.
+pub fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut file = std::fs::File::create_new(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
 /// The plain names of `rel`, or [`Unsafe::Escapes`] when it is absolute or has `..`.
 fn plain_names<'a>(root: &Path, rel: &'a Path) -> Result<Vec<&'a std::ffi::OsStr>, Unsafe> {
     use std::path::Component;
@@ -392,10 +473,12 @@ pub fn under(root: &Path, rel: impl AsRef<Path>) -> std::io::Result<PathBuf> {
 
 /// Like `create_dir_all(root/rel)`, one component at a time, each one checked to be a real
 /// directory after it is made (or found): a link planted anywhere below `root` is refused,
-/// never followed.
+/// never followed. The root itself is the caller's (a profile's mount) and is made as it
+/// is named when missing.
 pub fn create_dirs_under(root: &Path, rel: impl AsRef<Path>) -> std::io::Result<PathBuf> {
     let rel = rel.as_ref();
     let names = plain_names(root, rel)?;
+    std::fs::create_dir_all(root)?;
     let mut path = root.to_path_buf();
     for name in names {
         path.push(name);

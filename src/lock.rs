@@ -43,7 +43,10 @@ pub enum Error {
 
 impl crate::exit::Classify for Error {
     fn exit(&self) -> crate::exit::Exit {
-        crate::exit::Exit::Failed
+        match self {
+            Error::Io { source, .. } => fsx::io_exit(source),
+            Error::Timeout { .. } => crate::exit::Exit::Failed,
+        }
     }
     fn hint(&self) -> Option<String> {
         match self {
@@ -51,9 +54,9 @@ impl crate::exit::Classify for Error {
                 "wait for it to finish, or stop it (pid {} on {}); a lock whose holder died is taken over by itself",
                 holder.pid, holder.host
             )),
-            Error::Io { .. } => {
+            Error::Io { source, .. } => fsx::io_hint(source).or_else(|| {
                 Some("the lock lives on the shared storage: is it mounted and writable?".into())
-            }
+            }),
         }
     }
 }
@@ -156,19 +159,69 @@ fn holder_record(me: &Owner, command: String, nonce: &str) -> Holder {
     }
 }
 
+/// A small file of a lock, never through a link (anyone may write the storage).
+fn read_small(path: &Path) -> Option<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    fsx::open_regular(path)
+        .ok()?
+        .take(64 << 10)
+        .read_to_string(&mut text)
+        .ok()?;
+    Some(text)
+}
+
 fn read_holder(dir: &Path) -> Option<Holder> {
-    let text = std::fs::read_to_string(dir.join("owner.json")).ok()?;
-    serde_json::from_str(&text).ok()
+    serde_json::from_str(&read_small(&dir.join("owner.json"))?).ok()
 }
 
 fn read_heartbeat(dir: &Path) -> Option<String> {
-    std::fs::read_to_string(dir.join("heartbeat")).ok()
+    read_small(&dir.join("heartbeat"))
 }
 
 /// Takes the lock `dir`, waiting while a live holder has it. `on_wait` is called once
-/// per new holder seen (to say who is waited for).
+/// per new holder seen (to say who is waited for). For a lock on the shared storage, use
+/// [`acquire_under`]: this one trusts every directory above `dir` (a state directory of
+/// this user's own).
 pub fn acquire(
     dir: &Path,
+    options: &Acquire<'_>,
+    on_wait: impl FnMut(&Holder),
+) -> Result<Lock, Error> {
+    let parent = dir.parent().unwrap_or(Path::new("."));
+    let made = fsx::Dirs::new();
+    made.create_all(parent).map_err(|source| Error::Io {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    acquire_in(dir, made, options, on_wait)
+}
+
+/// Takes the lock `root/rel` (e.g. `.argus/locks/prepare-<key>` below the shared root):
+/// as [`acquire`], with every directory below `root` made and checked one component at a
+/// time, so a link planted at `.argus/`, `.argus/locks/` or the lock itself is refused
+/// ([`fsx::Unsafe`]), never followed: nothing is made or read outside `root`.
+pub fn acquire_under(
+    root: &Path,
+    rel: &Path,
+    options: &Acquire<'_>,
+    on_wait: impl FnMut(&Holder),
+) -> Result<Lock, Error> {
+    let io = |source| Error::Io {
+        path: root.join(rel),
+        source,
+    };
+    let made = fsx::Dirs::new();
+    if let Some(parent) = rel.parent() {
+        made.create_under(root, parent).map_err(io)?;
+    }
+    let dir = fsx::under(root, rel).map_err(io)?;
+    acquire_in(&dir, made, options, on_wait)
+}
+
+fn acquire_in(
+    dir: &Path,
+    made: fsx::Dirs,
     options: &Acquire<'_>,
     mut on_wait: impl FnMut(&Holder),
 ) -> Result<Lock, Error> {
@@ -176,9 +229,6 @@ pub fn acquire(
         path: dir.to_path_buf(),
         source,
     };
-    let parent = dir.parent().unwrap_or(Path::new("."));
-    let made = fsx::Dirs::new();
-    made.create_all(parent).map_err(io)?;
     let started = Instant::now();
     // The holder last seen, its heartbeat, and since when (our clock) it has not moved.
     let mut watched: Option<(Holder, Option<String>, Instant)> = None;
@@ -491,5 +541,32 @@ mod tests {
         assert!(!shown.contains("a$b"), "{shown}");
         // What this process records goes through the same function.
         assert!(command_line().chars().count() <= MAX_COMMAND_CHARS);
+    }
+
+    #[test]
+    fn a_lock_below_a_planted_link_is_refused_and_nothing_is_made_through_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, outside) = (dir.path().join("shared"), dir.path().join("outside"));
+        std::fs::create_dir_all(root.join(".argus")).unwrap();
+        std::fs::create_dir(&outside).unwrap();
+        let rel = Path::new(".argus/locks/prepare-x");
+        for planted in [".argus/locks", ".argus/locks/prepare-x"] {
+            std::os::unix::fs::symlink(&outside, root.join(planted)).unwrap();
+            let err = acquire_under(&root, rel, &opts(100), |_| {}).unwrap_err();
+            assert!(
+                matches!(&err, Error::Io { source, .. } if matches!(fsx::Unsafe::of(source), Some(fsx::Unsafe::Link { .. }))),
+                "{planted}: {err}"
+            );
+            assert_eq!(crate::exit::Classify::exit(&err), crate::exit::Exit::Usage);
+            assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+            std::fs::remove_file(root.join(planted)).unwrap();
+            if planted.ends_with("prepare-x") {
+                continue;
+            }
+            std::fs::create_dir(root.join(planted)).unwrap();
+        }
+        let lock = acquire_under(&root, rel, &opts(100), |_| {}).unwrap();
+        assert!(root.join(rel).join("owner.json").is_file());
+        drop(lock);
     }
 }

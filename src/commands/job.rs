@@ -11,6 +11,7 @@ use crate::config::jobspec::LoadedJobSpec;
 use crate::config::ray_config::RayConfig;
 use crate::exit::Exit;
 use crate::ray::jobs::{JobInfo, JobsApi};
+use crate::records::Listed;
 use crate::submit::watch::{self, WaitOptions};
 use crate::submit::{self, Target};
 use crate::ui::{Printer, table};
@@ -234,31 +235,19 @@ pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<E
             let api = JobsApi { ray: &target.ray };
             match api.logs(id).await {
                 Ok(logs) => printer.raw(&logs),
-                Err(e) => {
-                    let saved = target
-                        .records()
-                        .map(|r| r.dir(id).join("logs/driver.log"))
-                        .filter(|p| p.is_file());
-                    match saved {
-                        Some(path) => {
-                            printer.info(format!(
-                                "(from {}: the cluster no longer has this job)",
-                                path.display()
-                            ));
-                            let text = std::fs::read_to_string(&path).map_err(|source| {
-                                submit::Error::Records {
-                                    path: path.clone(),
-                                    source,
-                                }
-                            })?;
-                            printer.raw(&text);
-                        }
-                        None => {
-                            return Err(submit::Error::from(e))
-                                .with_context(|| format!("cannot read the logs of job {id}"));
-                        }
+                Err(e) => match saved_log(&target, id)? {
+                    Some((path, text)) => {
+                        printer.info(format!(
+                            "(from {}: the cluster no longer has this job)",
+                            path.display()
+                        ));
+                        printer.raw(&text);
                     }
-                }
+                    None => {
+                        return Err(submit::Error::from(e))
+                            .with_context(|| format!("cannot read the logs of job {id}"));
+                    }
+                },
             }
             Ok(Exit::Success)
         }
@@ -268,11 +257,11 @@ pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<E
                 JobCommand::Wait { timeout, .. } => timeout.map(Duration::from_secs),
                 _ => None,
             };
-            let time_limit = target
-                .records()
-                .and_then(|r| r.read(id))
-                .and_then(|r| r.time_limit_s)
-                .map(Duration::from_secs);
+            let record = match target.records() {
+                Some(records) => records.load(id)?,
+                None => None,
+            };
+            let time_limit = record.and_then(|r| r.time_limit_s).map(Duration::from_secs);
             let options = WaitOptions {
                 timeout,
                 time_limit,
@@ -327,6 +316,31 @@ pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<E
     }
 }
 
+/// The driver log argus saved for `id` once it ended (`jobs/<id>/logs/driver.log`), as
+/// text: bytes that are not UTF-8 are shown as U+FFFD, as Ray's own log API shows them (a
+/// live log reaches argus already decoded that way). None when argus saved none.
+fn saved_log(target: &Target, id: &str) -> Result<Option<(std::path::PathBuf, String)>> {
+    use std::io::Read as _;
+    let Some(records) = target.records() else {
+        return Ok(None);
+    };
+    let path = records.dir(id).join(crate::training::DRIVER_LOG);
+    let read = |source| crate::training::Error::Read {
+        path: path.clone(),
+        source,
+    };
+    let Some(mut file) = records
+        .open_file(id, crate::training::DRIVER_LOG)
+        .map_err(read)?
+    else {
+        return Ok(None);
+    };
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).map_err(read)?;
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    Ok(Some((path, text)))
+}
+
 /// With `--slurm-run`, when following a job failed because Slurm ended the allocation
 /// under it: the job's end as argus's records now say it (STOPPED, with the Slurm state).
 async fn ended_with_allocation(cli: &Cli, id: &str) -> Option<JobInfo> {
@@ -373,15 +387,36 @@ async fn list(target: &Target, printer: &Printer) -> Result<Exit> {
             ),
         );
     }
-    for record in target.records().map(|r| r.list()).unwrap_or_default() {
-        rows.entry(record.submission_id.clone())
-            .and_modify(|row| row.3 = "cluster+record".into())
-            .or_insert((
-                record.status.to_string(),
-                record.workload.clone(),
-                record.code_id.clone().unwrap_or_else(|| "-".into()),
-                "record".into(),
-            ));
+    let listed = match target.records() {
+        Some(records) => records.entries()?,
+        None => Vec::new(),
+    };
+    for entry in listed {
+        match entry {
+            Listed::Record(record) => {
+                rows.entry(record.submission_id.clone())
+                    .and_modify(|row| row.3 = "cluster+record".into())
+                    .or_insert((
+                        record.status.to_string(),
+                        record.workload.clone(),
+                        record.code_id.clone().unwrap_or_else(|| "-".into()),
+                        "record".into(),
+                    ));
+            }
+            // Listed, not dropped: the job exists; its record (corrupt, or a planted link) says
+            // nothing usable, and the warning says why.
+            Listed::Unreadable { id, error } => {
+                printer.warn(crate::exit::one_line(&error));
+                rows.entry(id)
+                    .and_modify(|row| row.3 = "cluster+unreadable record".into())
+                    .or_insert((
+                        "UNREADABLE".into(),
+                        "-".into(),
+                        "-".into(),
+                        "unreadable record".into(),
+                    ));
+            }
+        }
     }
     if printer.json {
         let list: Vec<_> = rows.iter().map(|(id, (status, workload, code, source))| serde_json::json!({"submission_id": id, "status": status, "workload": workload, "code_id": code, "source": source})).collect();

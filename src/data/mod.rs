@@ -75,6 +75,8 @@ impl Classify for Error {
             | Error::Usage(_)
             | Error::NotRegular(_)
             | Error::LocalModel(_) => Exit::Usage,
+            Error::Lock(e) => e.exit(),
+            Error::Io { source, .. } => crate::fsx::io_exit(source),
             Error::Hub(
                 HubError::Unreachable { .. } | HubError::Http { .. } | HubError::Interrupted { .. },
             ) => Exit::Unreachable,
@@ -92,6 +94,8 @@ impl Classify for Error {
             Error::NotRegular(_) => Some("--from reads regular files only: remove or move the special file".into()),
             Error::Transform(_) => Some("the raw data is not GSM8K-shaped: every answer ends with a `#### <number>` line".into()),
             Error::UnknownDataset(_) => Some("--dataset gsm8k or --dataset gsm8k-sft".into()),
+            Error::Lock(e) => e.hint(),
+            Error::Io { source, .. } => crate::fsx::io_hint(source),
             _ => None,
         }
     }
@@ -126,13 +130,13 @@ pub fn hub_client(loaded: &crate::config::LoadedProfile) -> HubClient {
 /// Takes the lock `<shared>/.argus/locks/prepare-<key>`, saying whom it waits for.
 fn lock(p: &Prepare, key: &str, reporter: &dyn Reporter) -> Result<crate::lock::Lock, Error> {
     let what = format!("prepare of {key}");
-    let dir = p.host.locks().join(format!("prepare-{key}"));
+    let rel = Path::new(crate::config::layout::LOCKS).join(format!("prepare-{key}"));
     let options = crate::lock::Acquire {
         what: &what,
         timeout: None,
     };
     let lock = tokio::task::block_in_place(|| {
-        crate::lock::acquire(&dir, &options, |holder| {
+        crate::lock::acquire_under(p.host.root(), &rel, &options, |holder| {
             reporter.note(&crate::lock::waiting_message(&what, holder));
         })
     })?;
@@ -151,6 +155,23 @@ pub struct Prepare {
 impl Prepare {
     pub fn cache(&self) -> HubCache {
         HubCache::new(self.host.hf_home().join("hub"))
+    }
+
+    /// The storage's top-level directories, checked before anything is written: a link
+    /// planted at any of them is refused, never followed.
+    fn check_storage(&self) -> Result<(), Error> {
+        self.host
+            .check()
+            .map_err(io("cannot use the shared storage at", self.host.root()))
+    }
+
+    /// The hub cache's root, made and checked component by component (paths inside the
+    /// cache are then checked by the cache itself).
+    fn create_cache(&self) -> Result<(), Error> {
+        self.host
+            .create_under("common/hf/hub")
+            .map(drop)
+            .map_err(io("cannot create", &self.host.hf_home().join("hub")))
     }
 }
 
@@ -188,6 +209,8 @@ pub async fn prepare_model(
     let model = parse_model(model)?;
     let filter = Filter::new(include, exclude)?;
     p.client.check_endpoint()?;
+    p.check_storage()?;
+    p.create_cache()?;
     // One download of a repository at a time, on any host: a second one waits, then finds
     // every blob in place and transfers nothing.
     let _lock = lock(
@@ -351,6 +374,17 @@ pub async fn prepare_dataset(
     if let Some(dir) = from {
         check_from(dir)?;
     }
+    p.check_storage()?;
+    // `common/datasets/<name>`, checked: a planted link there is refused before anything
+    // is read through it or written next to it.
+    let datasets_rel = Path::new("common/datasets");
+    let out_dir = p
+        .host
+        .under(datasets_rel.join(dataset.dir_name()))
+        .map_err(io(
+            "cannot use",
+            &p.host.datasets().join(dataset.dir_name()),
+        ))?;
     let _lock = lock(p, &format!("dataset-{}", dataset.dir_name()), reporter)?;
     let (raw_dir, source, commit) = match from {
         Some(dir) => {
@@ -359,6 +393,7 @@ pub async fn prepare_dataset(
         }
         None => {
             p.client.check_endpoint()?;
+            p.create_cache()?;
             let spec = SnapshotSpec {
                 kind: RepoKind::Dataset,
                 repo: RepoId::parse(RAW_REPO).map_err(Error::BadInput)?,
@@ -377,7 +412,6 @@ pub async fn prepare_dataset(
             (result.dir, format!("{RAW_REPO}@{commit}"), Some(commit))
         }
     };
-    let out_dir = p.host.datasets().join(dataset.dir_name());
     let report = |outputs, written| DatasetReport {
         dataset,
         path: p
@@ -451,8 +485,13 @@ pub async fn prepare_dataset(
     // swapped in: readers see the old dataset, the new one, or none; never a part.
     let datasets = p.host.datasets();
     let dirs = crate::fsx::Dirs::new();
-    dirs.create_all(&datasets)
+    dirs.create_under(p.host.root(), datasets_rel)
         .map_err(io("cannot create", &datasets))?;
+    // Checked again under the lock: the name may have been planted while we waited.
+    let out_dir = p
+        .host
+        .under(datasets_rel.join(dataset.dir_name()))
+        .map_err(io("cannot use", &out_dir))?;
     let staging = publish::Staging::new(&datasets, dataset.dir_name())
         .map_err(io("cannot create a staging directory in", &datasets))?;
     let mut outputs = Vec::new();

@@ -77,21 +77,37 @@ impl From<&CachedFile> for PinnedFile {
 }
 
 impl RunLock {
+    /// Reads a lock without following a link at it (a lock in `runs/<id>/` is on storage
+    /// others write; a lock the user names with `--lock` is opened the same way).
     pub fn read(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
+        use std::io::Read;
+        let mut text = String::new();
+        crate::fsx::open_regular(path)
+            .and_then(|file| file.take(64 << 20).read_to_string(&mut text))
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         check_format(path, &text)?;
         serde_yaml::from_str(&text).map_err(|e| format!("{}: not a run lock: {e}", path.display()))
     }
 
-    /// Writes the lock atomically (a reader sees the old lock or the new one, never a part).
+    /// Writes the lock atomically (a reader sees the old lock or the new one, never a part),
+    /// into its run directory only if that is a real directory (a planted link is refused).
     pub fn write(&self, path: &Path) -> Result<(), super::Error> {
-        crate::fsx::write_atomic(path, crate::config::yaml::to_string(self).as_bytes()).map_err(
-            |source| super::Error::Record {
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let checked = match std::fs::symlink_metadata(dir) {
+            Ok(meta) if meta.file_type().is_symlink() => Err(crate::fsx::Unsafe::Link {
+                path: dir.to_path_buf(),
+            }
+            .into()),
+            _ => Ok(()),
+        };
+        checked
+            .and_then(|()| {
+                crate::fsx::write_atomic(path, crate::config::yaml::to_string(self).as_bytes())
+            })
+            .map_err(|source| super::Error::Record {
                 path: path.to_path_buf(),
                 source,
-            },
-        )
+            })
     }
 }
 

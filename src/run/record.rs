@@ -12,6 +12,18 @@ use super::Error;
 use crate::fsx;
 use crate::ray::jobs::JobStatus;
 
+/// `runs/<run_id>` below `shared`, checked: the id a plain name, no component a link.
+fn checked_dir(shared: &Path, runs: &Path, run_id: &str) -> std::io::Result<PathBuf> {
+    if !crate::ids::is_valid_id(run_id) {
+        return Err(fsx::Unsafe::Escapes {
+            root: shared.join(runs),
+            rel: PathBuf::from(run_id),
+        }
+        .into());
+    }
+    fsx::under(shared, runs.join(run_id))
+}
+
 /// The report's stage once the run has ended.
 pub const DONE: &str = "done";
 pub const REPORT: &str = "report.json";
@@ -58,13 +70,50 @@ impl RunReport {
         self.stage == DONE
     }
 
+    /// The report at `runs/<run_id>/report.json`, if it is one: read without following a
+    /// link (at the file or at its run directory), and only when it names the run of its
+    /// own directory (a `run_id` of `../x` would lead its writes elsewhere).
     pub fn read(path: &Path) -> Option<RunReport> {
-        serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+        use std::io::Read;
+        let dir = path.parent()?;
+        if std::fs::symlink_metadata(dir)
+            .ok()?
+            .file_type()
+            .is_symlink()
+        {
+            tracing::warn!(
+                "{} is a symbolic link: not followed (argus does not follow links on the shared storage)",
+                dir.display()
+            );
+            return None;
+        }
+        let mut bytes = Vec::new();
+        fsx::open_regular(path)
+            .ok()?
+            .take(16 << 20)
+            .read_to_end(&mut bytes)
+            .ok()?;
+        let report: RunReport = serde_json::from_slice(&bytes).ok()?;
+        let own = dir.file_name().and_then(|n| n.to_str());
+        if own != Some(report.run_id.as_str()) {
+            tracing::warn!(
+                "{}: names run {:?}, not the run of its directory: ignored",
+                path.display(),
+                report.run_id
+            );
+            return None;
+        }
+        Some(report)
     }
 }
 
-/// Writes one run's report as the stages go.
+/// Writes one run's report as the stages go. Its directory, `runs/<run_id>/`, is checked
+/// at every write without following links (`runs` is `<shared>/runs`: it and everything
+/// below it are checked; only the shared root may be a link).
 pub struct Recorder {
+    /// The shared root and `runs/<run_id>` below it.
+    shared: PathBuf,
+    rel: PathBuf,
     dir: PathBuf,
     pub report: RunReport,
     started: Instant,
@@ -78,9 +127,10 @@ impl Recorder {
             let path = path.to_path_buf();
             move |source| Error::Record { path, source }
         };
-        std::fs::create_dir_all(runs).map_err(record(runs))?;
+        let (shared, name) = fsx::root_and_name(runs);
+        fsx::create_dirs_under(&shared, &name).map_err(record(runs))?;
+        let dir = checked_dir(&shared, &name, &report.run_id).map_err(record(runs))?;
         fsx::remove_dead_temps(runs);
-        let dir = runs.join(&report.run_id);
         let tmp = runs.join(fsx::temp_name(&report.run_id));
         let bytes = serde_json::to_vec_pretty(&report).unwrap_or_default();
         let made = std::fs::create_dir(&tmp)
@@ -96,7 +146,10 @@ impl Recorder {
 
     /// A run found again: its report goes on in its own directory.
     pub fn resume(runs: &Path, report: RunReport) -> Recorder {
+        let (shared, name) = fsx::root_and_name(runs);
         Recorder {
+            rel: name.join(&report.run_id),
+            shared,
             dir: runs.join(&report.run_id),
             report,
             started: Instant::now(),
@@ -111,6 +164,20 @@ impl Recorder {
     pub fn save(&mut self) -> Result<(), Error> {
         self.report.seconds = self.started.elapsed().as_secs_f64();
         let path = self.dir.join(REPORT);
+        let record = |source| Error::Record {
+            path: path.clone(),
+            source,
+        };
+        if !crate::ids::is_valid_id(&self.report.run_id) {
+            return Err(record(
+                fsx::Unsafe::Escapes {
+                    root: self.shared.clone(),
+                    rel: self.rel.clone(),
+                }
+                .into(),
+            ));
+        }
+        fsx::under(&self.shared, self.rel.join(REPORT)).map_err(record)?;
         fsx::write_atomic(
             &path,
             &serde_json::to_vec_pretty(&self.report).unwrap_or_default(),
@@ -180,5 +247,56 @@ mod tests {
         );
         // The same id again is refused: a run directory is never reused by a new run.
         assert!(Recorder::create(&runs, done).is_err());
+    }
+
+    #[test]
+    fn a_planted_runs_link_or_a_report_naming_another_run_leads_nowhere() {
+        let root = tempfile::tempdir().unwrap();
+        let outside = root.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        let runs = root.path().join("runs");
+        std::os::unix::fs::symlink(&outside, &runs).unwrap();
+        let report = RunReport {
+            run_id: "run-1".into(),
+            ..Default::default()
+        };
+        let err = Recorder::create(&runs, report.clone()).err().unwrap();
+        assert!(
+            err.to_string().contains("runs") || format!("{err:?}").contains("Link"),
+            "{err:?}"
+        );
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+        let mut rec = Recorder::resume(&runs, report);
+        assert!(rec.save().is_err());
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+
+        std::fs::remove_file(&runs).unwrap();
+        std::fs::create_dir_all(runs.join("run-2")).unwrap();
+        std::fs::write(
+            runs.join("run-2").join(REPORT),
+            r#"{"run_id": "../outside", "stage": "up", "stages": [], "seconds": 0}"#,
+        )
+        .unwrap();
+        assert!(RunReport::read(&runs.join("run-2").join(REPORT)).is_none());
+        std::os::unix::fs::symlink(&outside, runs.join("run-3")).unwrap();
+        std::fs::write(
+            outside.join(REPORT),
+            r#"{"run_id": "run-3", "stage": "up", "stages": [], "seconds": 0}"#,
+        )
+        .unwrap();
+        assert!(RunReport::read(&runs.join("run-3").join(REPORT)).is_none());
+        let mut rec = Recorder::resume(
+            &runs,
+            RunReport {
+                run_id: "run-3".into(),
+                ..Default::default()
+            },
+        );
+        assert!(rec.save().is_err());
+        assert_eq!(
+            std::fs::read_dir(&outside).unwrap().count(),
+            1,
+            "only the file the test put there"
+        );
     }
 }

@@ -44,6 +44,8 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Record(#[from] crate::records::Error),
     #[error("code.source is snapshotted by `argus run`; `argus submit` needs code_id or code_path")]
     NeedsRun,
     #[error("the job asks for {demand}, but the cluster has {cluster}: it would wait forever")]
@@ -70,7 +72,9 @@ impl Classify for Error {
             | Error::BadId(_)
             | Error::NeedsRun
             | Error::Infeasible { .. } => Exit::Usage,
-            Error::Records { .. } | Error::WaitTimeout { .. } => Exit::Failed,
+            Error::Record(e) => e.exit(),
+            Error::Records { source, .. } => crate::fsx::io_exit(source),
+            Error::WaitTimeout { .. } => Exit::Failed,
         }
     }
     fn hint(&self) -> Option<String> {
@@ -81,6 +85,8 @@ impl Classify for Error {
             }
             Error::Overrides(e) => e.hint(),
             Error::Entrypoint(e) => e.hint(),
+            Error::Record(e) => e.hint(),
+            Error::Records { source, .. } => crate::fsx::io_hint(source),
             Error::CodeNotFound { .. } => Some(
                 "`argus snapshot list` shows the snapshots; `argus snapshot SRC` makes one".into(),
             ),

@@ -59,6 +59,15 @@ fn check_demand(
 pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport, Error> {
     let api = JobsApi { ray: &target.ray };
     let id = &prepared.submission_id;
+    // The record names the job this one continues by its id, never by a path.
+    let resumes = prepared
+        .resumes
+        .as_deref()
+        .map(|old| {
+            old.parse::<crate::ids::SubmissionId>()
+                .map_err(|_| Error::BadId(old.to_string()))
+        })
+        .transpose()?;
     let records = target.records();
     if let Some(records) = &records
         && records.exists(id)
@@ -87,10 +96,14 @@ pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport
                 .get_text("/api/v0/nodes?limit=10000&detail=true")
                 .await
                 .unwrap_or_else(|e| format!("{{\"error\": {:?}}}", e.to_string()));
+            // New files in the directory just made: a name planted there meanwhile (a link)
+            // makes the write fail, it is never written through.
             let write = |rel: &str, bytes: &[u8]| {
-                std::fs::write(staged.dir.join(rel), bytes).map_err(|source| Error::Records {
-                    path: staged.dir.join(rel),
-                    source,
+                crate::fsx::write_new(&staged.dir.join(rel), bytes).map_err(|source| {
+                    Error::Records {
+                        path: staged.dir.join(rel),
+                        source,
+                    }
                 })
             };
             let result = write(
@@ -141,7 +154,7 @@ pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport
                 .to_string(),
             status: JobStatus::Pending,
             time_limit_s: prepared.time_limit_s,
-            resumes: prepared.resumes.clone(),
+            resumes,
             ..Default::default()
         };
         records.write(&record).map_err(|source| Error::Records {
@@ -155,12 +168,13 @@ pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport
             target.ray.endpoint(),
             redact_text(&prepared.shown_entrypoint)
         );
-        let _ = std::fs::write(dir.join("logs/submit.out"), out);
+        let _ = records.write_file(id, "logs/submit.out", out.as_bytes());
         if let Ok(jobs) = api.list_raw().await {
             // Ray echoes every job's runtime_env (secrets included): redact before writing.
-            let _ = std::fs::write(
-                dir.join("debug/jobs_after.json"),
-                serde_json::to_vec_pretty(&redact_json(jobs)).unwrap_or_default(),
+            let _ = records.write_file(
+                id,
+                "debug/jobs_after.json",
+                &serde_json::to_vec_pretty(&redact_json(jobs)).unwrap_or_default(),
             );
         }
         record_dir = Some(dir);

@@ -226,8 +226,16 @@ pub async fn record_end(
     let Some(records) = target.records() else {
         return;
     };
-    let Some(mut record) = records.read(id) else {
-        return;
+    let mut record = match records.load(id) {
+        Ok(Some(record)) => record,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(
+                "cannot record the end of job {id}: {}",
+                crate::exit::one_line(&e)
+            );
+            return;
+        }
     };
     if stopped_by_argus.is_some() {
         record.stopped_by_argus = stopped_by_argus;
@@ -259,6 +267,9 @@ fn redacted(info: &JobInfo, log: &str) -> String {
     }
     secrets.redact_str(log).into_owned()
 }
+
+/// The most of a saved driver log read for its tail.
+const SAVED_LOG_CAP: u64 = 256 << 20;
 
 /// How many of the driver's last lines a failed job shows.
 pub const TAIL_LINES: usize = 10;
@@ -306,10 +317,13 @@ pub async fn failure_tail(target: &Target, id: &str, info: &JobInfo) -> Option<V
     let api = JobsApi { ray: &target.ray };
     let log = match api.logs(id).await {
         Ok(log) => redacted(info, &log),
-        Err(_) => target
-            .records()
-            .map(|r| r.dir(id).join("logs/driver.log"))
-            .and_then(|path| std::fs::read_to_string(path).ok())?,
+        Err(_) => {
+            let bytes = target
+                .records()?
+                .read_file(id, crate::training::DRIVER_LOG, SAVED_LOG_CAP)
+                .ok()??;
+            String::from_utf8_lossy(&bytes).into_owned()
+        }
     };
     Some(driver_tail(&log)).filter(|tail| !tail.is_empty())
 }
@@ -321,14 +335,22 @@ pub async fn status(
     id: &str,
 ) -> Result<(JobInfo, Option<JobRecord>, bool), Error> {
     let records = target.records();
-    let record = records.as_ref().and_then(|r| r.read(id));
+    // A record that cannot be used (cut short, a planted link) is an error that names it:
+    // never taken for a missing one (which would blame the cluster, or hide the job).
+    let load = || -> Result<Option<JobRecord>, Error> {
+        Ok(match &records {
+            Some(records) => records.load(id)?,
+            None => None,
+        })
+    };
+    let record = load()?;
     let api = JobsApi { ray: &target.ray };
     match api.get(id).await {
         Ok(info) => {
             if info.status.is_finished() && record.as_ref().is_some_and(|r| !r.is_final()) {
                 record_end(target, id, &info, None).await;
             }
-            let record = records.as_ref().and_then(|r| r.read(id));
+            let record = load()?;
             Ok((info, record, true))
         }
         // Only a cluster that is gone (nothing answers) hands over to the record: a cluster

@@ -19,12 +19,12 @@ pub mod plot;
 pub mod progress;
 pub mod resume;
 
+use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::exit::{Classify, Exit};
-use crate::fsx::write_atomic;
 use crate::ray::jobs::{JobInfo, JobsApi};
 use crate::records::{JobRecord, Records, now_ms};
 use crate::submit::Target;
@@ -34,6 +34,10 @@ use progress::Progress;
 
 /// How many jobs back a chain of resumed jobs is followed (a guard against a loop).
 const MAX_CHAIN: usize = 1000;
+/// A job's saved driver log, below its directory.
+pub const DRIVER_LOG: &str = "logs/driver.log";
+/// The largest recorded configuration file read (a payload, a JobSpec, a run report).
+const CONFIG_CAP: u64 = 16 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -83,13 +87,17 @@ pub enum Error {
     ResumeSpec { id: String, reason: String },
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
+    #[error(transparent)]
+    Record(#[from] crate::records::Error),
 }
 
 impl Classify for Error {
     fn exit(&self) -> Exit {
         match self {
             Error::Submit(e) => e.exit(),
-            Error::Read { .. } | Error::Render(_) => Exit::Failed,
+            Error::Record(e) => e.exit(),
+            Error::Read { source, .. } => crate::fsx::io_exit(source),
+            Error::Render(_) => Exit::Failed,
             Error::Write { .. }
             | Error::BadPattern { .. }
             | Error::NoMatch { .. }
@@ -109,6 +117,11 @@ impl Classify for Error {
     fn hint(&self) -> Option<String> {
         match self {
             Error::Submit(e) => e.hint(),
+            Error::Record(e) => e.hint(),
+            Error::Read { source, .. } => crate::fsx::io_hint(source),
+            Error::Write { source, .. } if crate::fsx::Unsafe::of(source).is_some() => {
+                crate::fsx::io_hint(source)
+            }
             Error::Write { .. } => Some("choose a writable path with -o".into()),
             Error::NoMatch { available, .. } => Some(format!(
                 "the log has: {}{}",
@@ -137,21 +150,29 @@ impl Classify for Error {
     }
 }
 
-/// The saved driver log of a job, if argus has one.
-fn saved_log(records: Option<&Records>, id: &str) -> Option<PathBuf> {
-    records
-        .map(|r| r.dir(id).join("logs/driver.log"))
-        .filter(|p| p.is_file())
+/// The saved driver log of a job, opened, if argus has one: `jobs/<id>/logs/driver.log`
+/// as a regular file below real directories (a planted link is an error, never followed).
+fn saved_log(records: Option<&Records>, id: &str) -> Result<Option<(PathBuf, File)>, Error> {
+    let Some(records) = records else {
+        return Ok(None);
+    };
+    let path = records.dir(id).join(DRIVER_LOG);
+    match records.open_file(id, DRIVER_LOG) {
+        Ok(file) => Ok(file.map(|f| (path, f))),
+        Err(source) => Err(Error::Read { path, source }),
+    }
 }
 
-fn read_saved(id: &str, path: &Path) -> Result<Table, Error> {
-    let file = std::fs::File::open(path).map_err(|source| Error::Read {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    Table::from_reader(id, BufReader::with_capacity(1 << 16, file)).map_err(|source| Error::Read {
-        path: path.to_path_buf(),
-        source,
+fn read_saved(id: &str, (path, file): (PathBuf, File)) -> Result<Table, Error> {
+    Table::from_reader(id, BufReader::with_capacity(1 << 16, file))
+        .map_err(|source| Error::Read { path, source })
+}
+
+/// The record of `id`, if argus has one (a corrupt one is an error, not a missing one).
+fn load(records: Option<&Records>, id: &str) -> Result<Option<JobRecord>, Error> {
+    Ok(match records {
+        Some(records) => records.load(id)?,
+        None => None,
     })
 }
 
@@ -163,18 +184,18 @@ pub async fn job_table(
     id: &str,
 ) -> Result<(Table, JobInfo, Option<JobRecord>), Error> {
     let records = target.records();
-    if let Some(record) = records.as_ref().and_then(|r| r.read(id))
+    if let Some(record) = load(records.as_ref(), id)?
         && record.is_final()
-        && let Some(path) = saved_log(records.as_ref(), id)
+        && let Some(saved) = saved_log(records.as_ref(), id)?
     {
-        let table = read_saved(id, &path)?;
+        let table = read_saved(id, saved)?;
         return Ok((table, watch::from_record(&record), Some(record)));
     }
     let (info, record, from_cluster) = watch::status(target, id).await?;
     if (info.status.is_finished() || !from_cluster)
-        && let Some(path) = saved_log(records.as_ref(), id)
+        && let Some(saved) = saved_log(records.as_ref(), id)?
     {
-        return Ok((read_saved(id, &path)?, info, record));
+        return Ok((read_saved(id, saved)?, info, record));
     }
     if !from_cluster {
         return Ok((Table::new(id), info, record));
@@ -187,21 +208,21 @@ pub async fn job_table(
     Ok((Table::from_text(id, &text), info, record))
 }
 
-/// The jobs `id` continues, oldest first, ending with `id` (argus's records name them).
-pub fn chain_ids(records: Option<&Records>, id: &str) -> Vec<String> {
+/// The jobs `id` continues, oldest first, ending with `id` (argus's records name them,
+/// as checked submission ids: a record whose `resumes` is a path is corrupt).
+pub fn chain_ids(records: Option<&Records>, id: &str) -> Result<Vec<String>, Error> {
     let mut ids = vec![id.to_string()];
-    if let Some(records) = records {
-        let mut current = records.read(id);
-        while let Some(previous) = current.and_then(|r| r.resumes) {
-            if ids.contains(&previous) || ids.len() >= MAX_CHAIN {
-                break;
-            }
-            current = records.read(&previous);
-            ids.push(previous);
+    let mut current = load(records, id)?;
+    while let Some(previous) = current.and_then(|r| r.resumes) {
+        let previous = previous.into_string();
+        if ids.contains(&previous) || ids.len() >= MAX_CHAIN {
+            break;
         }
+        current = load(records, &previous)?;
+        ids.push(previous);
     }
     ids.reverse();
-    ids
+    Ok(ids)
 }
 
 /// The table of a job and of the jobs it continues, joined (see [`Table::chain`]).
@@ -210,7 +231,7 @@ pub async fn chain_table(
     id: &str,
 ) -> Result<(Table, JobInfo, Option<JobRecord>), Error> {
     let records = target.records();
-    let ids = chain_ids(records.as_ref(), id);
+    let ids = chain_ids(records.as_ref(), id)?;
     let mut tables = Vec::with_capacity(ids.len());
     for earlier in &ids[..ids.len() - 1] {
         match job_table(target, earlier).await {
@@ -265,9 +286,9 @@ pub async fn progress(
 /// without verl lines. Called when a job's end is recorded.
 pub fn save_metrics(records: &Records, id: &str) -> Result<Option<PathBuf>, Error> {
     let mut tables = Vec::new();
-    for job in chain_ids(Some(records), id) {
-        if let Some(path) = saved_log(Some(records), &job) {
-            tables.push(read_saved(&job, &path)?);
+    for job in chain_ids(Some(records), id)? {
+        if let Some(saved) = saved_log(Some(records), &job)? {
+            tables.push(read_saved(&job, saved)?);
         }
     }
     let table = Table::chain(tables);
@@ -279,12 +300,9 @@ pub fn save_metrics(records: &Records, id: &str) -> Result<Option<PathBuf>, Erro
     let path = records.dir(id).join("metrics.csv");
     table
         .write_csv(&columns, &mut csv)
-        .and_then(|()| write_atomic(&path, &csv))
-        .map_err(|source| Error::Write {
-            path: path.clone(),
-            source,
-        })?;
-    Ok(Some(path))
+        .and_then(|()| records.write_file(id, "metrics.csv", &csv))
+        .map_err(|source| Error::Write { path, source })
+        .map(Some)
 }
 
 /// What a resumed submission needs: the old job, its checkpoint directory (as the
@@ -302,10 +320,8 @@ pub struct ResumePoint {
 /// checkpoint directory holds a checkpoint) and says from where.
 pub async fn resume_point(target: &Target, old_id: &str) -> Result<ResumePoint, Error> {
     let records = target.records();
-    let record = records
-        .as_ref()
-        .and_then(|r| r.read(old_id))
-        .ok_or_else(|| Error::NoRecord(old_id.to_string()))?;
+    let record =
+        load(records.as_ref(), old_id)?.ok_or_else(|| Error::NoRecord(old_id.to_string()))?;
     // Only the cluster knows whether it still runs: a record left PENDING by a cluster
     // that went down does not stop a resume (a cluster that forgot the job runs nothing).
     let api = JobsApi { ray: &target.ray };
@@ -317,12 +333,20 @@ pub async fn resume_point(target: &Target, old_id: &str) -> Result<ResumePoint, 
             status: info.status.to_string(),
         });
     }
-    let dir = records.as_ref().map(|r| r.dir(old_id)).unwrap_or_default();
-    let payload: serde_json::Value =
-        std::fs::read_to_string(dir.join("config/submit_payload.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or_default();
+    let recorded = |rest: &str| -> Result<Option<Vec<u8>>, Error> {
+        let Some(records) = records.as_ref() else {
+            return Ok(None);
+        };
+        records
+            .read_file(old_id, rest, CONFIG_CAP)
+            .map_err(|source| Error::Read {
+                path: records.dir(old_id).join(rest),
+                source,
+            })
+    };
+    let payload: serde_json::Value = recorded("config/submit_payload.json")?
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default();
     let env_dir = payload["runtime_env"]["env_vars"]["ARGUS_CHECKPOINT_DIR"].as_str();
     let default = format!(
         "{}/{old_id}/checkpoints",
@@ -336,12 +360,21 @@ pub async fn resume_point(target: &Target, old_id: &str) -> Result<ResumePoint, 
                 id: old_id.to_string(),
                 container_dir: container_dir.clone(),
             })?;
+    // The directory comes from a record: checked below the shared root like every path
+    // argus derives from the storage (a planted link is refused, not followed).
+    if let Some(shared) = &target.host_shared {
+        let rel = host_dir.strip_prefix(shared).unwrap_or(&host_dir);
+        crate::fsx::under(shared, rel).map_err(|source| Error::Read {
+            path: host_dir.clone(),
+            source,
+        })?;
+    }
     let step = resume::latest_checkpoint(&host_dir).ok_or_else(|| Error::NoCheckpoint {
         id: old_id.to_string(),
         dir: host_dir.clone(),
     })?;
-    let recorded_jobspec = std::fs::read_to_string(dir.join("config/jobspec.yaml"))
-        .ok()
+    let recorded_jobspec = recorded("config/jobspec.yaml")?
+        .and_then(|bytes| String::from_utf8(bytes).ok())
         .and_then(|t| serde_yaml::from_str(&t).ok());
     Ok(ResumePoint {
         old_id: old_id.to_string(),
@@ -410,22 +443,90 @@ pub fn resumed_jobspec(
     Ok(LoadedJobSpec::from_source(Source::new(origin, text), sets)?)
 }
 
-/// The job a run submitted, from `runs/<run_id>/report.json`.
+/// The job a run submitted, from `runs/<run_id>/report.json` (`runs` is `<shared>/runs`:
+/// it and everything below it are checked, never followed through a link).
 pub fn job_of_run(runs: &Path, run_id: &str) -> Result<String, Error> {
     let path = runs.join(run_id).join("report.json");
-    if !crate::config::jobspec::valid_id(run_id) || !path.is_file() {
-        return Err(Error::UnknownRun {
-            run_id: run_id.to_string(),
-            path,
-        });
-    }
-    let text = std::fs::read_to_string(&path).map_err(|source| Error::Read {
+    let unknown = || Error::UnknownRun {
+        run_id: run_id.to_string(),
         path: path.clone(),
-        source,
-    })?;
-    let report: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-    report["submission_id"]
+    };
+    if !crate::config::jobspec::valid_id(run_id) {
+        return Err(unknown());
+    }
+    let (shared, name) = crate::fsx::root_and_name(runs);
+    let rel = name.join(run_id).join("report.json");
+    let bytes = match crate::fsx::read_under(&shared, rel, CONFIG_CAP) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(unknown()),
+        Err(source) => return Err(Error::Read { path, source }),
+    };
+    let report: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+    let id = report["submission_id"]
         .as_str()
-        .map(str::to_string)
-        .ok_or_else(|| Error::RunWithoutJob(run_id.to_string()))
+        .ok_or_else(|| Error::RunWithoutJob(run_id.to_string()))?;
+    // A path there (`../..`) is a corrupt report, never joined below `jobs/`.
+    match id.parse::<crate::ids::SubmissionId>() {
+        Ok(id) => Ok(id.into_string()),
+        Err(e) => Err(crate::records::Error::Invalid {
+            path,
+            reason: e.to_string(),
+        }
+        .into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(shared: &Path, id: &str, resumes: Option<&str>) {
+        let dir = shared.join("jobs").join(id);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut json = serde_json::json!({"submission_id": id, "status": "STOPPED"});
+        if let Some(r) = resumes {
+            json["resumes"] = r.into();
+        }
+        std::fs::write(dir.join("job.json"), json.to_string()).unwrap();
+    }
+
+    #[test]
+    fn a_chain_follows_ids_and_refuses_a_resumes_that_is_a_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join("shared");
+        record(&shared, "a", None);
+        record(&shared, "b", Some("a"));
+        record(&shared, "c", Some("b"));
+        let records = Records::new(shared.join("jobs"));
+        assert_eq!(chain_ids(Some(&records), "c").unwrap(), ["a", "b", "c"]);
+        for bad in ["../..", "/etc", "../../outside"] {
+            record(&shared, "d", Some(bad));
+            let err = chain_ids(Some(&records), "d").unwrap_err();
+            assert_eq!(err.exit(), Exit::Usage, "{bad}: {err}");
+            assert!(err.to_string().starts_with("corrupt record "), "{err}");
+        }
+        // A link to a driver log outside is refused, not read.
+        std::fs::create_dir_all(shared.join("jobs/a/logs")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", shared.join("jobs/a/logs/driver.log")).unwrap();
+        let err = save_metrics(&records, "c").unwrap_err();
+        assert_eq!(err.exit(), Exit::Usage, "{err}");
+        assert!(!shared.join("jobs/c/metrics.csv").exists());
+    }
+
+    #[test]
+    fn the_job_of_a_run_is_an_id_read_below_a_real_runs_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let runs = dir.path().join("shared/runs");
+        std::fs::create_dir_all(runs.join("r-1")).unwrap();
+        std::fs::write(runs.join("r-1/report.json"), r#"{"submission_id": "j-1"}"#).unwrap();
+        assert_eq!(job_of_run(&runs, "r-1").unwrap(), "j-1");
+        std::fs::write(runs.join("r-1/report.json"), r#"{"submission_id": "../x"}"#).unwrap();
+        assert_eq!(job_of_run(&runs, "r-1").unwrap_err().exit(), Exit::Usage);
+        let outside = dir.path().join("outside");
+        std::fs::rename(&runs, &outside).unwrap();
+        std::os::unix::fs::symlink(&outside, &runs).unwrap();
+        let err = job_of_run(&runs, "r-1").unwrap_err();
+        assert_eq!(err.exit(), Exit::Usage, "{err}");
+        assert!(format!("{err:?}").contains("Link"), "{err:?}");
+    }
 }

@@ -9,8 +9,9 @@
 //! gets `ARGUS_RESUMES=<old id>` and `metadata.resumes`, and its record names the job it
 //! continues, which is how `job metrics` and `job plot` join the chain.
 //!
-//! Pure except [`latest_checkpoint`] (reads a directory).
+//! Pure except [`latest_checkpoint`] (reads a directory, following no link).
 
+use std::io::Read as _;
 use std::path::Path;
 
 use serde_yaml::{Mapping, Value};
@@ -36,7 +37,12 @@ pub fn checkpoint_dir(entrypoint: &str, env_dir: Option<&str>, default: &str) ->
 /// The step of the newest checkpoint in `dir` (on this host): what
 /// `latest_checkpointed_iteration.txt` says, else the highest `global_step_<n>/`.
 pub fn latest_checkpoint(dir: &Path) -> Option<u64> {
-    if let Ok(text) = std::fs::read_to_string(dir.join("latest_checkpointed_iteration.txt"))
+    // Never through a link (the directory is on storage others write; the caller checked
+    // the directories above it).
+    let mut text = String::new();
+    if crate::fsx::open_regular(&dir.join("latest_checkpointed_iteration.txt"))
+        .and_then(|file| std::io::Read::read_to_string(&mut file.take(4096), &mut text))
+        .is_ok()
         && let Ok(step) = text.trim().parse::<u64>()
     {
         return Some(step);
@@ -44,7 +50,7 @@ pub fn latest_checkpoint(dir: &Path) -> Option<u64> {
     std::fs::read_dir(dir)
         .ok()?
         .flatten()
-        .filter(|e| e.path().is_dir())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
         .filter_map(|e| {
             e.file_name()
                 .to_str()?

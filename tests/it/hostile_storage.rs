@@ -1,0 +1,269 @@
+//! A hostile or damaged shared storage (issue 26 items 8 and 10): records are input. A
+//! `resumes` that is a path, symbolic links planted at `jobs/`, `runs/`, a job's
+//! `logs/driver.log`, `.argus/locks` or `common/datasets/<name>`, a driver log that is not
+//! UTF-8, a `job.json` cut short. Each bad entry is one clear error (exit 2) that names
+//! it, and nothing is written, inside the storage or outside it. No Docker, no Ray.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use crate::harness::{Run, TestContext, free_port, test_profile};
+
+/// A profile whose cluster is not running (its dashboard port has no listener) and whose
+/// shared storage is `<tmp>/shared`, plus a directory outside it (`<tmp>/outside`).
+fn world(test: &str) -> (TestContext, PathBuf, PathBuf, PathBuf) {
+    let mut ctx = TestContext::new(test);
+    let name = ctx.cluster("c");
+    let shared = ctx.path("shared");
+    let outside = ctx.path("outside");
+    std::fs::create_dir_all(&shared).expect("shared");
+    std::fs::create_dir_all(&outside).expect("outside");
+    let profile = ctx.write("p.yaml", &test_profile(&name, &shared, free_port(), 1, ""));
+    (ctx, profile, shared, outside)
+}
+
+/// Every entry below `dir` as (kind, content or link target), links not followed: what
+/// a test compares before and after a command to tell that nothing was written.
+fn tree(dir: &Path) -> BTreeMap<PathBuf, String> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for entry in std::fs::read_dir(&d).expect("read_dir").flatten() {
+            let path = entry.path();
+            let meta = std::fs::symlink_metadata(&path).expect("lstat");
+            let rel = path.strip_prefix(dir).expect("below").to_path_buf();
+            let what = if meta.file_type().is_symlink() {
+                format!(
+                    "link {}",
+                    std::fs::read_link(&path).expect("link").display()
+                )
+            } else if meta.is_dir() {
+                todo.push(path);
+                "dir".to_string()
+            } else {
+                format!(
+                    "file {:?}",
+                    String::from_utf8_lossy(&std::fs::read(&path).expect("read"))
+                )
+            };
+            out.insert(rel, what);
+        }
+    }
+    out
+}
+
+fn argus(ctx: &TestContext, profile: &Path, args: &[&str]) -> Run {
+    ctx.argus().profile(profile).args(args).run()
+}
+
+/// A job's record as `argus submit` leaves it once the job ended, with `extra` fields.
+fn record(shared: &Path, id: &str, extra: serde_json::Value) {
+    let dir = shared.join("jobs").join(id);
+    std::fs::create_dir_all(dir.join("logs")).expect("mkdir");
+    let mut json = serde_json::json!({
+        "submission_id": id, "workload": "ppo", "code_id": "c", "code_path": "/mnt/shared/common/code/verl/c",
+        "entrypoint": "python3 -m verl.trainer.main_ppo trainer.total_training_steps=4",
+        "cluster": "gone", "dashboard": "", "submitted_at": "2026-01-01T00:00:00Z",
+        "status": "SUCCEEDED", "start_time": 1_000_000, "end_time": 1_090_000,
+    });
+    if let (Some(map), Some(more)) = (json.as_object_mut(), extra.as_object()) {
+        map.extend(more.clone());
+    }
+    std::fs::write(dir.join("job.json"), json.to_string()).expect("record");
+}
+
+const LOG: &str = "(TaskRunner pid=1) Total training steps: 4\n(TaskRunner pid=1) step:1 - critic/score/mean:0.1\n";
+
+/// One clear error, exit 2, naming what was refused.
+fn refused(run: Run, says: &[&str]) -> Run {
+    let run = run.code(2);
+    for text in says {
+        assert!(run.stderr.contains(text), "{text:?} not in {}", run.stderr);
+    }
+    assert_eq!(
+        run.stderr.matches("error: ").count(),
+        1,
+        "one error: {}",
+        run.stderr
+    );
+    run
+}
+
+#[test]
+fn a_resumes_that_is_a_path_is_a_corrupt_record_never_joined() {
+    let (ctx, profile, shared, outside) = world("resumespath");
+    // What `../..` and `/etc` would reach if they were joined below jobs/.
+    record(&shared, "j-up", serde_json::json!({"resumes": "../.."}));
+    record(&shared, "j-abs", serde_json::json!({"resumes": "/etc"}));
+    for id in ["j-up", "j-abs"] {
+        std::fs::write(shared.join("jobs").join(id).join("logs/driver.log"), LOG).expect("log");
+    }
+    let plot = ctx.path("plot.png");
+    let (before, outside_before) = (tree(&shared), tree(&outside));
+    for id in ["j-up", "j-abs"] {
+        let plot = plot.display().to_string();
+        for args in [
+            vec!["job", "metrics", id],
+            vec!["job", "status", id],
+            vec!["job", "plot", id, "-o", &plot],
+        ] {
+            let run = refused(
+                argus(&ctx, &profile, &args),
+                &["corrupt record", "job.json", "invalid submission id"],
+            );
+            assert!(run.stdout.is_empty(), "{args:?}: {}", run.stdout);
+        }
+    }
+    assert_eq!(tree(&shared), before, "nothing changed on the storage");
+    assert_eq!(tree(&outside), outside_before);
+    assert!(!plot.exists());
+}
+
+#[test]
+fn links_planted_at_jobs_runs_or_a_driver_log_are_refused_not_followed() {
+    let (ctx, profile, shared, outside) = world("linkedjobs");
+    // Outside: a job and a run that look like argus's, and a secret.
+    record(&outside, "j-1", serde_json::json!({}));
+    std::fs::write(outside.join("jobs/j-1/logs/driver.log"), "SECRET-OUTSIDE\n").expect("log");
+    std::fs::create_dir_all(outside.join("runs/r-1")).expect("run");
+    std::fs::write(
+        outside.join("runs/r-1/report.json"),
+        r#"{"run_id": "r-1", "submission_id": "j-1", "stage": "done", "stages": [], "seconds": 0}"#,
+    )
+    .expect("report");
+    std::fs::write(outside.join("secret.log"), "SECRET-OUTSIDE\n").expect("secret");
+    std::os::unix::fs::symlink(outside.join("jobs"), shared.join("jobs")).expect("jobs link");
+    std::os::unix::fs::symlink(outside.join("runs"), shared.join("runs")).expect("runs link");
+    let (before, outside_before) = (tree(&shared), tree(&outside));
+
+    let jobs_link = shared.join("jobs").display().to_string();
+    for args in [
+        &["job", "list"][..],
+        &["job", "status", "j-1"],
+        &["job", "logs", "j-1"],
+        &["job", "metrics", "j-1"],
+    ] {
+        let run = refused(
+            argus(&ctx, &profile, args),
+            &[&jobs_link, "is a symbolic link", "does not follow links"],
+        );
+        assert!(!run.stdout.contains("SECRET"), "{args:?}: {}", run.stdout);
+    }
+    let runs_link = shared.join("runs").display().to_string();
+    refused(
+        argus(&ctx, &profile, &["run", "--resume", "r-1"]),
+        &[&runs_link, "is a symbolic link"],
+    );
+    assert_eq!(tree(&shared), before);
+    assert_eq!(tree(&outside), outside_before, "nothing written outside");
+
+    // A job's own driver log a link to a file outside.
+    std::fs::remove_file(shared.join("jobs")).expect("unlink");
+    record(&shared, "j-2", serde_json::json!({}));
+    let log = shared.join("jobs/j-2/logs/driver.log");
+    std::os::unix::fs::symlink(outside.join("secret.log"), &log).expect("log link");
+    let before = tree(&shared);
+    let log = log.display().to_string();
+    for args in [&["job", "logs", "j-2"][..], &["job", "metrics", "j-2"]] {
+        let run = refused(argus(&ctx, &profile, args), &[&log, "is a symbolic link"]);
+        assert!(!run.stdout.contains("SECRET"), "{args:?}: {}", run.stdout);
+    }
+    assert_eq!(tree(&shared), before);
+    assert_eq!(tree(&outside), outside_before);
+}
+
+#[test]
+fn links_planted_at_the_locks_or_a_dataset_stop_prepare_before_it_writes() {
+    let (ctx, profile, shared, outside) = world("linkedprep");
+    let from = ctx.path("raw");
+    std::fs::create_dir_all(&from).expect("raw");
+    std::fs::create_dir_all(shared.join(".argus")).expect(".argus");
+    let locks = shared.join(".argus/locks");
+    std::os::unix::fs::symlink(&outside, &locks).expect("locks link");
+    let prepare = |ctx: &TestContext| {
+        ctx.argus()
+            .profile(&profile)
+            .args(["prepare", "--dataset", "gsm8k", "--from"])
+            .arg_path(&from)
+            .run()
+    };
+    let (before, outside_before) = (tree(&shared), tree(&outside));
+    refused(
+        prepare(&ctx),
+        &[&locks.display().to_string(), "is a symbolic link"],
+    );
+    assert_eq!(tree(&shared), before, "nothing made on the storage");
+    assert_eq!(tree(&outside), outside_before, "no lock made outside");
+
+    std::fs::remove_file(&locks).expect("unlink");
+    std::fs::create_dir_all(shared.join("common/datasets")).expect("datasets");
+    let dataset = shared.join("common/datasets/gsm8k");
+    std::os::unix::fs::symlink(&outside, &dataset).expect("dataset link");
+    let before = tree(&shared);
+    refused(
+        prepare(&ctx),
+        &[&dataset.display().to_string(), "is a symbolic link"],
+    );
+    assert_eq!(tree(&shared), before);
+    assert_eq!(tree(&outside), outside_before);
+}
+
+#[test]
+fn a_saved_driver_log_that_is_not_utf8_is_shown() {
+    let (ctx, profile, shared, _outside) = world("nonutf8log");
+    record(&shared, "j-bytes", serde_json::json!({}));
+    std::fs::write(
+        shared.join("jobs/j-bytes/logs/driver.log"),
+        b"caf\xe9 au lait\nstep:1 - a:1\n",
+    )
+    .expect("log");
+    let run = argus(&ctx, &profile, &["job", "logs", "j-bytes"]).code(0);
+    assert_eq!(run.stdout, "caf\u{fffd} au lait\nstep:1 - a:1\n");
+    assert!(
+        run.stderr.contains("the cluster no longer has this job"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("cannot write"), "{}", run.stderr);
+}
+
+#[test]
+fn a_truncated_record_is_named_corrupt_and_still_listed() {
+    let (ctx, profile, shared, _outside) = world("cutrecord");
+    record(&shared, "j-ok", serde_json::json!({}));
+    record(&shared, "j-cut", serde_json::json!({}));
+    let path = shared.join("jobs/j-cut/job.json");
+    let text = std::fs::read_to_string(&path).expect("record");
+    std::fs::write(&path, &text[..text.len() / 2]).expect("cut");
+    let before = tree(&shared);
+
+    refused(
+        argus(&ctx, &profile, &["job", "status", "j-cut"]),
+        &[
+            &format!("corrupt record {}", path.display()),
+            "EOF while parsing",
+        ],
+    );
+    let run = argus(&ctx, &profile, &["job", "list"]).code(0);
+    let line = |id: &str| {
+        run.stdout
+            .lines()
+            .find(|l| l.starts_with(id))
+            .unwrap_or_else(|| panic!("{id} not listed: {}", run.stdout))
+            .to_string()
+    };
+    assert!(line("j-cut").contains("UNREADABLE"), "{}", run.stdout);
+    assert!(line("j-ok").contains("SUCCEEDED"), "{}", run.stdout);
+    assert!(run.stderr.contains("corrupt record"), "{}", run.stderr);
+    let json = argus(&ctx, &profile, &["job", "list", "--json"])
+        .code(0)
+        .json();
+    let ids: Vec<&str> = json
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|j| j["submission_id"].as_str())
+        .collect();
+    assert_eq!(ids, ["j-cut", "j-ok"]);
+    assert_eq!(tree(&shared), before, "nothing changed on the storage");
+}
