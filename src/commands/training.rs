@@ -78,6 +78,7 @@ pub async fn metrics(
     let (table, _, _) = training::chain_table(target, id)
         .await
         .with_context(|| format!("cannot read the metrics of job {id}"))?;
+    warn_dropped(&table, printer);
     let columns = if table.is_empty() {
         printer.info(format!(
             "the log of {} has no verl step lines (verl prints them when trainer.logger includes console)",
@@ -93,21 +94,20 @@ pub async fn metrics(
     };
     if csv {
         let mut out = printer.stdout();
-        match table
-            .write_csv(&columns, &mut out)
-            .and_then(|()| out.flush())
-        {
-            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-                return Err(crate::training::Error::Write {
-                    path: "<stdout>".into(),
-                    source: e,
-                }
-                .into());
-            }
-            _ => {}
-        }
+        to_stdout(
+            table
+                .write_csv(&columns, &mut out)
+                .and_then(|()| out.flush()),
+        )?;
     } else if printer.json {
-        printer.json(&table.to_json(&columns));
+        // Streamed a row at a time, with the printer's redaction of every string value.
+        let secrets = crate::config::secrets::known();
+        let mut out = printer.stdout();
+        to_stdout(
+            table
+                .write_json(&columns, &|text| secrets.redact_str(text), &mut out)
+                .and_then(|()| out.flush()),
+        )?;
     } else {
         printer.data(crate::ui::table(&table.to_cells(&columns)));
     }
@@ -119,6 +119,24 @@ pub async fn metrics(
         ));
     }
     Ok(Exit::Success)
+}
+
+/// The result of writing data to stdout: a reader that went away (`| head`) is no error.
+fn to_stdout(result: std::io::Result<()>) -> Result<(), Error> {
+    match result {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(Error::Write {
+            path: "<stdout>".into(),
+            source: e,
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// One warning for what a log held that its table left out (see [`Table::dropped`]).
+fn warn_dropped(table: &Table, printer: &Printer) {
+    if let Some(what) = table.dropped.describe() {
+        printer.warn(format!("the log of {}: {what}", table.jobs.join(", ")));
+    }
 }
 
 /// The columns to plot of one table: per pattern group, the first pattern with matches.
@@ -159,6 +177,7 @@ pub async fn plot(
         let (table, _, _) = training::chain_table(target, id)
             .await
             .with_context(|| format!("cannot read the metrics of job {id}"))?;
+        warn_dropped(&table, printer);
         if table.is_empty() {
             printer.warn(format!("the log of {id} has no verl step lines"));
         }
@@ -211,6 +230,16 @@ pub async fn plot(
                 .into());
             }
         }
+    }
+    // A figure's size follows its panels: a log naming thousands of metrics that all
+    // match must not make a picture of gigabytes.
+    if chosen.len() > plot::MAX_PANELS {
+        printer.warn(format!(
+            "{} metrics match; plotting the first {} (choose others with --keys)",
+            chosen.len(),
+            plot::MAX_PANELS
+        ));
+        chosen.truncate(plot::MAX_PANELS);
     }
     let panels: Vec<Panel> = chosen
         .iter()

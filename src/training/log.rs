@@ -16,7 +16,9 @@
 //! deduplication may append ` [repeated 2x across cluster]`.
 //!
 //! A step line is accepted only whole: `step:<int>` then one or more ` - <key>:<number>`
-//! with keys free of whitespace. Anything else (a line that merely starts like one, a
+//! with keys free of whitespace, control characters and bidirectional formatting marks
+//! (so a name that reaches a terminal, a CSV cell or a plot is printable as it is).
+//! Anything else (a line that merely starts like one, a
 //! pretty-printed dict of validation metrics) is not a step line, so noise never becomes
 //! a data point.
 
@@ -145,7 +147,8 @@ fn parse_step(rest: &str) -> Line<'_> {
                     break;
                 }
                 b':' => colon = Some(at + i),
-                b'\t' | b'\n' | b'\r' | b'\x0b' | b'\x0c' => return Line::Other,
+                // Whitespace and every other C0 control, DEL.
+                0..=0x1f | 0x7f => return Line::Other,
                 _ => {}
             }
         }
@@ -153,6 +156,9 @@ fn parse_step(rest: &str) -> Line<'_> {
             return Line::Other;
         };
         let (key, value) = (&rest[at..colon], &rest[colon + 1..end]);
+        if !key.is_ascii() && key.chars().any(unprintable) {
+            return Line::Other;
+        }
         let Some(value) = parse_value(value) else {
             return Line::Other;
         };
@@ -165,6 +171,12 @@ fn parse_step(rest: &str) -> Line<'_> {
         }
         at = end + 3;
     }
+}
+
+/// A C1 control, or a mark that reorders what a terminal shows (Trojan Source).
+fn unprintable(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}')
 }
 
 /// A Python number as `repr`/`pformat` writes it, including numpy 2 scalar reprs.
@@ -273,6 +285,13 @@ mod tests {
             "step:2 - :1",
             "step:2 - a:0x10",
             "step:2 - a:np.str_(x)",
+            // Names a terminal would act on rather than show.
+            "step:2 - a\x1b[2Jb:1",
+            "step:2 - a\x07:1",
+            "step:2 - a\x7f:1",
+            "step:2 - a\u{9b}2J:1",
+            "step:2 - a\u{202e}b:1",
+            "step:2 - ok:1 - \u{2066}x:2",
             "Initial validation metrics: {'val-core/openai/gsm8k/reward/mean@1': 0.5}",
             "(TaskRunner pid=1) validation at step:4 - a:1",
             "Total training steps: many",

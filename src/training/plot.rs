@@ -1,6 +1,12 @@
 //! Metrics against the step, drawn to PNG or SVG: one panel per metric, one line per job
 //! (several jobs on one plot compare runs), axis labels, the job ids in the title.
 //!
+//! Every axis is well-conditioned before plotters sees it, whatever the values: the
+//! y-axis of values beyond ±1e300 (or within ±1e-300) is drawn divided by a power of ten
+//! named on the axis, so its span is finite, and never narrower than a billionth of its
+//! values, so ticks can be placed apart; plotters' search for a tick step ends within a
+//! few rounds on such a range (and forever on an infinite or degenerate one).
+//!
 //! Pure: a [`Figure`] in, the file's bytes out. Text is drawn with a font compiled into
 //! the binary (a subset of DejaVu Sans, `assets/fonts/`), registered with plotters'
 //! `ab_glyph` backend, so no font is looked up on the machine; the PNG is encoded by the
@@ -34,6 +40,17 @@ const PANEL_HEIGHT: u32 = 320;
 const TITLE_HEIGHT: u32 = 56;
 /// Points are marked when a line has at most this many (a single step stays visible).
 const MARK_POINTS_UP_TO: usize = 60;
+/// Panels of one figure (12 rows of two: a picture of 1400 × 3900 pixels, 16 MB of RGB).
+pub const MAX_PANELS: usize = 24;
+/// Values of larger magnitude are drawn divided by a power of ten: the span of an axis
+/// stays finite (1e300 - -1e300 is; f64::MAX - -f64::MAX is not).
+const LARGEST: f64 = 1e300;
+/// Values all of smaller magnitude are drawn multiplied by a power of ten: ticks apart by
+/// less would be subnormal numbers, with too few digits to tell them apart.
+const SMALLEST: f64 = 1e-300;
+/// The narrowest span of an axis, relative to its values' magnitude (an f64 has about
+/// 16 digits: ticks closer than this could not be told apart).
+const MIN_RELATIVE_SPAN: f64 = 1e-9;
 
 /// One line: a job's values of one metric.
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -181,27 +198,68 @@ pub fn x_range(panels: &[Panel]) -> std::ops::Range<u64> {
     let (x0, x1) = finite_points(panels).fold((u64::MAX, 0), |(a, b), (x, _)| (a.min(x), b.max(x)));
     match (x0, x1) {
         (a, b) if a > b => 0..1,
-        (a, b) if a == b => a.saturating_sub(1)..b + 1,
+        (a, b) if a == b => a.saturating_sub(1)..b.saturating_add(1).max(1),
         (a, b) => a..b,
     }
 }
 
-/// The values of a panel's finite points, widened a little (never empty).
-pub fn y_range(panel: &Panel) -> std::ops::Range<f64> {
+/// The y-axis of a panel: the values are drawn as `value × 10^-exponent`, in `range`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct YAxis {
+    /// Finite, `start < end`, a span of at least [`MIN_RELATIVE_SPAN`] of its magnitude.
+    pub range: std::ops::Range<f64>,
+    /// 0 unless the values are beyond [`LARGEST`] or all within [`SMALLEST`].
+    pub exponent: i32,
+}
+
+impl YAxis {
+    /// A value as drawn on this axis (finite for a finite value).
+    pub fn scale(&self, v: f64) -> f64 {
+        times_ten_to(v, -self.exponent)
+    }
+}
+
+/// `v × 10^k` without an intermediate overflow (10^±324 is not an f64; its halves are).
+fn times_ten_to(v: f64, k: i32) -> f64 {
+    if k == 0 {
+        return v;
+    }
+    let half = k / 2;
+    v * 10f64.powi(half) * 10f64.powi(k - half)
+}
+
+/// The values of a panel's finite points, widened a little (never empty, never infinite,
+/// never too narrow to tick: see [`YAxis`]).
+pub fn y_axis(panel: &Panel) -> YAxis {
     let (y0, y1) = finite_points(std::slice::from_ref(panel))
         .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), (_, y)| {
             (a.min(y), b.max(y))
         });
     if y0 > y1 {
-        return 0.0..1.0;
+        return YAxis {
+            range: 0.0..1.0,
+            exponent: 0,
+        };
     }
-    let span = y1 - y0;
-    let pad = if span > 0.0 {
-        span * 0.08
+    let magnitude = y0.abs().max(y1.abs());
+    let exponent = if magnitude > LARGEST || (magnitude > 0.0 && magnitude < SMALLEST) {
+        magnitude.log10().floor() as i32
     } else {
-        (y0.abs() * 0.1).max(0.5)
+        0
     };
-    (y0 - pad)..(y1 + pad)
+    let (y0, y1) = (times_ten_to(y0, -exponent), times_ten_to(y1, -exponent));
+    // Both within ±1e300 now, so the span is finite.
+    let (span, magnitude) = (y1 - y0, y0.abs().max(y1.abs()));
+    let range = if span > magnitude * MIN_RELATIVE_SPAN {
+        let pad = span * 0.08;
+        (y0 - pad)..(y1 + pad)
+    } else {
+        // One value (or values an f64 barely tells apart): centred, with room around.
+        let mid = y0 / 2.0 + y1 / 2.0;
+        let pad = (mid.abs() * 0.1).max(0.5);
+        (mid - pad)..(mid + pad)
+    };
+    YAxis { range, exponent }
 }
 
 /// Tick labels: short, and without float noise.
@@ -227,20 +285,23 @@ where
     DB::ErrorType: 'static,
 {
     let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    let y = y_range(panel);
+    let axis = y_axis(panel);
     let mut chart = ChartBuilder::on(area)
         .caption(&panel.key, (FAMILY, 17))
         .margin(12)
         .x_label_area_size(42)
         .y_label_area_size(78)
-        .build_cartesian_2d(x, y)
+        .build_cartesian_2d(x, axis.range.clone())
         .map_err(e)?;
     // The key's last two parts (`score/mean`): the caption above has the whole key.
     let parts: Vec<&str> = panel.key.rsplitn(3, '/').collect();
-    let y_desc = match parts.as_slice() {
+    let mut y_desc = match parts.as_slice() {
         [last, before, _] | [last, before] => format!("{before}/{last}"),
         _ => panel.key.clone(),
     };
+    if axis.exponent != 0 {
+        y_desc.push_str(&format!(" (\u{d7}1e{})", axis.exponent));
+    }
     chart
         .configure_mesh()
         .x_desc("step")
@@ -261,7 +322,7 @@ where
         for &(s, v) in &series.points {
             if v.is_finite() {
                 if let Some(last) = segments.last_mut() {
-                    last.push((s, v));
+                    last.push((s, axis.scale(v)));
                 }
             } else if segments.last().is_some_and(|l| !l.is_empty()) {
                 segments.push(Vec::new());
@@ -389,10 +450,10 @@ mod tests {
     fn ranges_ignore_non_finite_values_and_are_never_empty() {
         let f = figure(&["a"]);
         assert_eq!(x_range(&f.panels), 1..6);
-        let y = y_range(&f.panels[0]);
+        let y = y_axis(&f.panels[0]).range;
         assert!(y.start < 0.1 && y.end > 0.6);
         assert_eq!(x_range(&f.panels[1..]), 2..4);
-        let y = y_range(&f.panels[1]);
+        let y = y_axis(&f.panels[1]).range;
         assert!(y.start < 0.5 && y.end > 0.5);
         assert_eq!(x_range(&[]), 0..1);
         assert_eq!(
@@ -400,5 +461,110 @@ mod tests {
             Some(Format::Svg)
         );
         assert_eq!(Format::from_path(std::path::Path::new("x.jpg")), None);
+    }
+
+    /// Runs `f` in a thread and waits at most a minute: a guard (an infinite loop fails
+    /// the test instead of hanging it), not a measure of speed.
+    fn terminates<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("{what}: did not end ({e})"))
+    }
+
+    fn panel(values: &[f64]) -> Panel {
+        Panel {
+            key: "a/b".into(),
+            series: vec![Series {
+                job: "j".into(),
+                label: "j".into(),
+                points: values
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &v)| (i as u64, v))
+                    .collect(),
+            }],
+        }
+    }
+
+    #[test]
+    fn every_finite_axis_has_a_finite_span_and_a_bounded_number_of_ticks() {
+        let (max, min) = (f64::MAX, f64::MIN_POSITIVE);
+        let cases: Vec<Vec<f64>> = vec![
+            vec![max, -max],
+            vec![max, max],
+            vec![-max],
+            vec![max, 0.0, f64::NAN, f64::INFINITY],
+            vec![1e300, -1e300],
+            vec![1e301, 1.0],
+            vec![5e-324, 1e-323],
+            vec![5e-324],
+            vec![min, -min],
+            vec![1.0, 1.0 + f64::EPSILON],
+            vec![1e17, 1e17 + 16.0],
+            vec![-3.0; 4],
+            vec![0.0],
+            vec![f64::NAN, f64::NEG_INFINITY],
+            vec![],
+        ];
+        for values in cases {
+            let axis = y_axis(&panel(&values));
+            let r = axis.range.clone();
+            assert!(
+                r.start.is_finite() && r.end.is_finite() && (r.end - r.start).is_finite(),
+                "{values:?} -> {axis:?}"
+            );
+            assert!(r.start < r.end, "{values:?} -> {axis:?}");
+            for &v in values.iter().filter(|v| v.is_finite()) {
+                let drawn = axis.scale(v);
+                assert!(
+                    drawn.is_finite() && r.start <= drawn && drawn <= r.end,
+                    "{values:?}: {v} drawn at {drawn}, outside {r:?}"
+                );
+            }
+            // Plotters' own tick search, for the labels and the light grid lines.
+            for wanted in [6usize, 60] {
+                let range = r.clone();
+                let ticks = terminates(&format!("ticks of {values:?}"), move || {
+                    plotters::coord::types::RangedCoordf64::from(range).key_points(wanted)
+                });
+                assert!(
+                    !ticks.is_empty() && ticks.len() <= wanted,
+                    "{values:?}: {} ticks",
+                    ticks.len()
+                );
+            }
+        }
+        assert_eq!(y_axis(&panel(&[max, -max])).exponent, 308);
+        assert_eq!(y_axis(&panel(&[0.25, 0.5])).exponent, 0);
+    }
+
+    #[test]
+    fn values_near_the_largest_f64_are_drawn_and_steps_near_the_largest_u64_too() {
+        let mut p = panel(&[f64::MAX, -f64::MAX, 1.0, f64::NAN]);
+        p.series[0].points.push((u64::MAX, 2.0));
+        let f = Figure::new("job j", vec![p]);
+        assert_eq!(x_range(&f.panels), 0..u64::MAX);
+        let text = terminates("rendering", move || render(&f, Format::Svg)).unwrap();
+        let text = String::from_utf8(text).unwrap();
+        assert!(
+            text.contains("\u{d7}1e308"),
+            "the scale is named on the axis"
+        );
+        let one = Panel {
+            key: "k".into(),
+            series: vec![Series {
+                job: "j".into(),
+                label: "j".into(),
+                points: vec![(u64::MAX, 1.0)],
+            }],
+        };
+        assert_eq!(x_range(std::slice::from_ref(&one)), u64::MAX - 1..u64::MAX);
+        terminates("rendering one point", move || {
+            render(&Figure::new("t", vec![one]), Format::Png)
+        })
+        .unwrap();
     }
 }

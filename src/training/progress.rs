@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::metrics::{LineKind, Table, format_number};
+use super::metrics::{KeyPattern, LineKind, MAX_LINE, Table, format_number};
 
 /// The metrics shown at a glance, by label, each the first of its candidates present.
 /// `*` in a candidate is a glob (the first matching key in log order).
@@ -27,6 +27,9 @@ const KEY_METRICS: &[(&str, &[&str])] = &[
 
 /// Steps whose `timing_s/step` the ETA averages.
 const ETA_WINDOW: usize = 10;
+/// Steps looked back at for them (a follower asks at every step: a bounded look, never a
+/// scan of the whole log).
+const ETA_LOOKBACK: usize = 1000;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct KeyMetric {
@@ -56,30 +59,72 @@ pub struct Progress {
 
 /// The latest value of each key metric present.
 pub fn key_metrics(table: &Table) -> Vec<KeyMetric> {
-    let mut out = Vec::new();
-    for (label, candidates) in KEY_METRICS {
-        let found = candidates.iter().find_map(|pattern| {
-            let pattern = super::metrics::KeyPattern::parse(pattern).ok()?;
-            table
-                .keys()
+    KeyColumns::new().of(table)
+}
+
+/// A key metric's pattern and the first column it matches.
+type Candidate = (KeyPattern, Option<usize>);
+
+/// Where the key metrics are in a table, found once per name: a table's names only grow,
+/// so a follower looks at each new name once, not at every name at every step.
+#[derive(Debug)]
+struct KeyColumns {
+    /// Per label, its candidates in order, each with its first matching column.
+    candidates: Vec<(&'static str, Vec<Candidate>)>,
+    /// Names of the table already looked at.
+    seen: usize,
+}
+
+impl KeyColumns {
+    fn new() -> Self {
+        KeyColumns {
+            candidates: KEY_METRICS
                 .iter()
-                .position(|k| pattern.is_match(k))
-                .and_then(|c| table.latest(c).map(|(step, v)| (c, step, v)))
-        });
-        if let Some((column, step, value)) = found {
-            out.push(KeyMetric {
-                label: label.to_string(),
-                key: table.keys()[column].clone(),
-                step,
-                value: if value.is_finite() {
-                    serde_json::Value::from(value)
-                } else {
-                    serde_json::Value::from(format_number(value))
-                },
-            });
+                .map(|(label, candidates)| {
+                    let patterns = candidates
+                        .iter()
+                        .filter_map(|p| KeyPattern::parse(p).ok())
+                        .map(|p| (p, None))
+                        .collect();
+                    (*label, patterns)
+                })
+                .collect(),
+            seen: 0,
         }
     }
-    out
+
+    fn of(&mut self, table: &Table) -> Vec<KeyMetric> {
+        let keys = table.keys();
+        for (c, key) in keys.iter().enumerate().skip(self.seen) {
+            for (_, patterns) in &mut self.candidates {
+                for (pattern, found) in patterns.iter_mut() {
+                    if found.is_none() && pattern.is_match(key) {
+                        *found = Some(c);
+                    }
+                }
+            }
+        }
+        self.seen = keys.len();
+        let mut out = Vec::new();
+        for (label, patterns) in &self.candidates {
+            let found = patterns.iter().find_map(|(_, column)| {
+                column.and_then(|c| table.latest(c).map(|(step, v)| (c, step, v)))
+            });
+            if let Some((column, step, value)) = found {
+                out.push(KeyMetric {
+                    label: label.to_string(),
+                    key: keys[column].clone(),
+                    step,
+                    value: if value.is_finite() {
+                        serde_json::Value::from(value)
+                    } else {
+                        serde_json::Value::from(format_number(value))
+                    },
+                });
+            }
+        }
+        out
+    }
 }
 
 /// The summary of a job's progress. `elapsed` is the job's run time so far (or in all,
@@ -118,8 +163,8 @@ fn eta(table: &Table, remaining: u64, elapsed: Option<Duration>) -> (Option<f64>
     if let Some(c) = table.column_of("timing_s/step") {
         let recent: Vec<f64> = table
             .rows()
-            .iter()
             .rev()
+            .take(ETA_LOOKBACK)
             .filter_map(|r| r.get(c))
             .filter(|v| v.is_finite() && *v >= 0.0)
             .take(ETA_WINDOW)
@@ -129,15 +174,19 @@ fn eta(table: &Table, remaining: u64, elapsed: Option<Duration>) -> (Option<f64>
             return (Some(mean * remaining as f64), Some("timing_s/step".into()));
         }
     }
+    let Some(elapsed) = elapsed else {
+        return (None, None);
+    };
     // Steps this log trained (a resumed job starts at its checkpoint's step).
-    let done = table.rows().iter().filter(|r| r.step > 0).count() as f64;
-    match elapsed {
-        Some(e) if done > 0.0 => (
-            Some(e.as_secs_f64() / done * remaining as f64),
-            Some("elapsed".into()),
-        ),
-        _ => (None, None),
+    let step_zero = table.rows().next().is_some_and(|r| r.step == 0);
+    let done = table.rows().len() - usize::from(step_zero);
+    if done == 0 {
+        return (None, None);
     }
+    (
+        Some(elapsed.as_secs_f64() / done as f64 * remaining as f64),
+        Some("elapsed".into()),
+    )
 }
 
 /// `trainer.total_training_steps=N` in an entrypoint (the last one wins, as in Hydra).
@@ -161,11 +210,29 @@ pub struct StepUpdate {
 }
 
 /// Follows a log as it streams (frames cut anywhere) and says when the step changes.
-#[derive(Debug, Default)]
+/// Linear in the log and bounded: a line is held only until its end (at most
+/// [`MAX_LINE`] bytes of it; a longer one is skipped), each line is looked at once.
+#[derive(Debug)]
 pub struct Follower {
+    /// The start of a line whose end has not come yet.
     partial: String,
+    /// The line being received is longer than [`MAX_LINE`]: skipped to its end.
+    skipping: bool,
     table: Table,
     seen_step: bool,
+    keys: KeyColumns,
+}
+
+impl Default for Follower {
+    fn default() -> Self {
+        Follower {
+            partial: String::new(),
+            skipping: false,
+            table: Table::default(),
+            seen_step: false,
+            keys: KeyColumns::new(),
+        }
+    }
 }
 
 impl Follower {
@@ -175,11 +242,22 @@ impl Follower {
 
     /// Takes a piece of the log; returns the new state when a step or the total appeared.
     pub fn feed(&mut self, text: &str) -> Option<StepUpdate> {
-        self.partial.push_str(text);
         let mut changed = false;
-        while let Some(end) = self.partial.find('\n') {
-            let kind = self.table.push_line(&self.partial[..end]);
-            self.partial.drain(..=end);
+        let mut rest = text;
+        while let Some(end) = rest.find('\n') {
+            let piece = &rest[..end];
+            rest = &rest[end + 1..];
+            if std::mem::take(&mut self.skipping) {
+                continue;
+            }
+            let kind = if self.partial.is_empty() {
+                self.table.push_line(piece)
+            } else {
+                self.partial.push_str(piece);
+                let kind = self.table.push_line(&self.partial);
+                self.partial.clear();
+                kind
+            };
             match kind {
                 LineKind::Step(_) => {
                     self.seen_step = true;
@@ -187,6 +265,15 @@ impl Follower {
                 }
                 LineKind::Total => changed = true,
                 LineKind::Other => {}
+            }
+        }
+        if !self.skipping {
+            if self.partial.len() + rest.len() > MAX_LINE {
+                self.partial = String::new();
+                self.skipping = true;
+                self.table.dropped.long_lines += 1;
+            } else {
+                self.partial.push_str(rest);
             }
         }
         if !changed {
@@ -201,7 +288,9 @@ impl Follower {
             step,
             total: self.table.total_steps,
             eta_s,
-            summary: key_metrics(&self.table)
+            summary: self
+                .keys
+                .of(&self.table)
                 .iter()
                 .map(|m| format!("{} {}", m.label, short(&m.value)))
                 .collect::<Vec<_>>()
@@ -297,5 +386,39 @@ mod tests {
         assert_eq!(u.eta_s, Some(7.5));
         assert_eq!(u.summary, "score 0.25 · resp_len 12");
         assert!(f.is_verl());
+    }
+
+    #[test]
+    fn a_follower_holds_no_more_than_a_line_and_skips_longer_ones() {
+        let mut f = Follower::new();
+        let chunk = "x".repeat(1 << 20);
+        for _ in 0..6 {
+            assert_eq!(f.feed(&chunk), None);
+            assert!(f.partial.capacity() <= MAX_LINE, "{}", f.partial.capacity());
+        }
+        // The end of the long line, then lines as usual, in one frame.
+        let u = f
+            .feed("tail\nstep:3 - critic/score/mean:0.5\nstep:4 - a:1\n")
+            .unwrap();
+        assert_eq!(u.step, 4);
+        assert_eq!(u.summary, "score 0.5");
+        assert_eq!(f.table.dropped.long_lines, 1);
+        assert_eq!(f.table.rows().len(), 2);
+    }
+
+    #[test]
+    fn a_follower_looks_at_each_name_once() {
+        // Names only grow: the key metrics are found among the new ones, and the latest
+        // value is the table's, whatever step logged it.
+        let mut f = Follower::new();
+        f.feed("step:0 - val-core/x/reward/mean@1:0.1\n").unwrap();
+        for step in 1..50 {
+            let u = f
+                .feed(&format!("step:{step} - critic/score/mean:{step}\n"))
+                .unwrap();
+            assert_eq!(u.summary, format!("score {step} \u{b7} val 0.1"));
+        }
+        assert_eq!(f.keys.seen, 2);
+        assert_eq!(key_metrics(&f.table).len(), 2);
     }
 }

@@ -12,6 +12,7 @@ mod harness;
 mod hostile_cli;
 mod hostile_files;
 mod hostile_hub;
+mod hostile_logs;
 mod hostile_storage;
 mod hostile_verl;
 mod hosts;
