@@ -187,17 +187,21 @@ pub struct UpOptions {
 }
 
 /// Where a cluster's lock lives: on the shared storage when this host sees it (so `up`
-/// and `down` on two hosts exclude each other), else in this user's state directory.
-fn lock_dir(loaded: &LoadedProfile) -> std::path::PathBuf {
-    let root = match loaded.shared_host_path() {
-        Some(shared) => Layout::new(shared).locks(),
-        None => dirs::state_dir()
-            .or_else(dirs::home_dir)
-            .unwrap_or_else(std::env::temp_dir)
-            .join("argus")
-            .join("locks"),
-    };
-    root.join(format!("cluster-{}", loaded.profile.name))
+/// and `down` on two hosts exclude each other; reached without following links planted
+/// there), else in this user's state directory. A root and the lock's path below it.
+fn lock_dir(loaded: &LoadedProfile) -> (std::path::PathBuf, std::path::PathBuf) {
+    let name = format!("cluster-{}", loaded.profile.name);
+    match loaded.shared_host_path() {
+        Some(shared) => (shared, std::path::Path::new(".argus/locks").join(name)),
+        None => (
+            dirs::state_dir()
+                .or_else(dirs::home_dir)
+                .unwrap_or_else(std::env::temp_dir)
+                .join("argus")
+                .join("locks"),
+            std::path::PathBuf::from(name),
+        ),
+    }
 }
 
 /// Takes the cluster's lock: one `up`, `down` or `run` changes a cluster at a time; the
@@ -206,14 +210,14 @@ async fn lock_cluster(
     loaded: &LoadedProfile,
     reporter: &dyn Reporter,
 ) -> Result<lock::Lock, Error> {
-    let dir = lock_dir(loaded);
+    let (root, rel) = lock_dir(loaded);
     let what = format!("cluster {}", loaded.profile.name);
     let options = lock::Acquire {
         what: &what,
         timeout: None,
     };
     let lock = tokio::task::block_in_place(|| {
-        lock::acquire(&dir, &options, |holder| {
+        lock::acquire_under(&root, &rel, &options, |holder| {
             reporter.note(&lock::waiting_message(&what, holder));
         })
     })?;

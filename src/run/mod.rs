@@ -288,15 +288,16 @@ fn hold(
     job: &LoadedJobSpec,
     reporter: &dyn Reporter,
 ) -> Result<crate::lock::Lock, Error> {
-    let dir = host.locks().join(format!("run-{key}"));
+    let rel = std::path::PathBuf::from(format!(".argus/locks/run-{key}"));
     let what = format!(
         "the run of {} (key {})",
         job.source.origin.display(),
         key.short()
     );
     let acquire = || {
-        crate::lock::acquire(
-            &dir,
+        crate::lock::acquire_under(
+            host.root(),
+            &rel,
             &crate::lock::Acquire {
                 what: &what,
                 timeout: None,

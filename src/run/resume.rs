@@ -56,6 +56,10 @@ impl std::fmt::Display for RunKey {
 
 /// The newest run of `key` under `runs/` (by start time, then id).
 pub fn newest(runs: &Path, key: &RunKey) -> Option<RunReport> {
+    // `runs/` itself a link is not listed (each report's own read refuses one too).
+    if std::fs::symlink_metadata(runs).is_ok_and(|m| m.file_type().is_symlink()) {
+        return None;
+    }
     std::fs::read_dir(runs)
         .ok()?
         .flatten()

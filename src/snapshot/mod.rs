@@ -290,8 +290,9 @@ pub fn snapshot(
         .map_err(io("cannot create", &root.join(&family)))?;
     // One writer per snapshot id, on any host: a second one waits, then finds it published.
     let what = format!("snapshot {}/{code_id}", options.name);
-    let lock = crate::lock::acquire(
-        &dir.join(format!(".lock-{code_id}")),
+    let lock = crate::lock::acquire_under(
+        &root,
+        &family.join(format!(".lock-{code_id}")),
         &crate::lock::Acquire {
             what: &what,
             timeout: None,
@@ -523,20 +524,25 @@ pub fn remove(code_root: &Path, jobs_root: &Path, id: &str, force: bool) -> Resu
 /// A record that cannot be read at all may name it too, so it counts (saying so).
 pub fn unfinished_jobs_using(jobs_root: &Path, code_id: &str) -> Vec<String> {
     let records = crate::records::Records::new(jobs_root);
-    let mut users = Vec::new();
-    for entry in std::fs::read_dir(jobs_root).into_iter().flatten().flatten() {
-        let id = entry.file_name().to_string_lossy().into_owned();
-        if id.starts_with('.') || !entry.path().join("job.json").exists() {
-            continue;
-        }
-        match records.read(&id) {
-            Some(r) if r.code_id.as_deref() == Some(code_id) && !r.status.is_finished() => {
-                users.push(id)
+    let entries = match records.entries() {
+        Ok(entries) => entries,
+        // `jobs/` itself unusable (a planted link): nothing proves the snapshot unused.
+        Err(e) => return vec![format!("jobs/ ({})", crate::exit::one_line(&e))],
+    };
+    let mut users: Vec<String> = entries
+        .into_iter()
+        .filter_map(|listed| match listed {
+            crate::records::Listed::Record(r)
+                if r.code_id.as_deref() == Some(code_id) && !r.status.is_finished() =>
+            {
+                Some(r.submission_id.clone())
             }
-            Some(_) => {}
-            None => users.push(format!("{id} (unreadable record)")),
-        }
-    }
+            crate::records::Listed::Record(_) => None,
+            crate::records::Listed::Unreadable { id, .. } => {
+                Some(format!("{id} (unreadable record)"))
+            }
+        })
+        .collect();
     users.sort();
     users
 }

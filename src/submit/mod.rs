@@ -50,6 +50,10 @@ pub enum Error {
     NeedsRun,
     #[error("the job asks for {demand}, but the cluster has {cluster}: it would wait forever")]
     Infeasible { demand: String, cluster: String },
+    #[error(
+        "the job asks for {demand}, but the cluster has {cluster}: its driver would wait forever"
+    )]
+    DriverInfeasible { demand: String, cluster: String },
     #[error("job {id} is still {status} after waiting {seconds}s")]
     WaitTimeout {
         id: String,
@@ -71,7 +75,8 @@ impl Classify for Error {
             | Error::UnknownJob(_)
             | Error::BadId(_)
             | Error::NeedsRun
-            | Error::Infeasible { .. } => Exit::Usage,
+            | Error::Infeasible { .. }
+            | Error::DriverInfeasible { .. } => Exit::Usage,
             Error::Record(e) => e.exit(),
             Error::Records { source, .. } => crate::fsx::io_exit(source),
             Error::WaitTimeout { .. } => Exit::Failed,
@@ -91,6 +96,7 @@ impl Classify for Error {
                 "`argus snapshot list` shows the snapshots; `argus snapshot SRC` makes one".into(),
             ),
             Error::UnknownJob(_) => Some("`argus job list` shows the jobs".into()),
+            Error::DriverInfeasible { .. } => Some("entrypoint_resources (JobSpec or profile submit:) must name resources one live node has: worker_node: 1 is on every worker; a resource of your own must be in a worker group's `resources`".into()),
             Error::Infeasible { .. } => Some("lower nnodes / n_gpus_per_node in the JobSpec (or --set them), or give the profile's workers more GPUs (`argus up`)".into()),
             _ => None,
         }

@@ -160,7 +160,7 @@ pub fn check_driver_fits(
         })
         .collect::<Vec<_>>()
         .join("; ");
-    Err(Error::Infeasible {
+    Err(Error::DriverInfeasible {
         demand: format!("a driver node with {{{}}}", text(&asks)),
         cluster: format!("no live node with all of it: {have}"),
     })

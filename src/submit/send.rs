@@ -80,10 +80,13 @@ pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport
     if api.exists(id).await? {
         return Err(JobsError::Duplicate(id.clone()).into());
     }
-    if let Some(demand) = prepared.demand
-        && let Ok(nodes) = target.ray.nodes().await
-    {
-        check_demand(demand, &nodes)?;
+    // What the live nodes can hold: the GPU demand of the workload, and the driver's own
+    // resources (else Ray keeps the job PENDING forever).
+    if let Ok(nodes) = target.ray.nodes().await {
+        if let Some(demand) = prepared.demand {
+            check_demand(demand, &nodes)?;
+        }
+        super::resolve::check_driver_fits(&prepared.payload, &nodes)?;
     }
     let staged = match &records {
         Some(records) => {
