@@ -81,10 +81,9 @@ fn mode(path: &Path) -> u32 {
 
 #[test]
 fn token_auth_on_ray_2_60_refuses_strangers_and_lets_argus_in() {
-    if TestContext::skip_docker("token_auth_on_ray_2_60_refuses_strangers_and_lets_argus_in") {
+    let Some(mut ctx) = TestContext::docker_engine() else {
         return;
-    }
-    let mut ctx = TestContext::new("auth");
+    };
     ensure_image_260(&ctx);
     let name = ctx.cluster("c");
     let shared = ctx.path("shared");
@@ -225,7 +224,7 @@ fn token_auth_with_ray_2_51_is_refused_before_anything_starts() {
         !ctx.path("shared").exists(),
         "nothing on the shared storage"
     );
-    if !TestContext::skip_docker("token_auth_with_ray_2_51_is_refused_before_anything_starts") {
+    if !TestContext::skips_docker() {
         assert!(ctx.cluster_containers(&name).is_empty());
         let networks = crate::harness::docker(&[
             "network",

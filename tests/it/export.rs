@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{Container, PodTemplateSpec, Volume};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::harness::{Run, TestContext};
+use crate::harness::{Profile, Run, TestContext};
 
 /// The image a cluster would pull the shipped profiles' locally built image from.
 pub(crate) const IMAGE: &str = "registry.example/argus/ray:2.51.1";
@@ -396,13 +396,15 @@ fn h20_ppo_maps_field_by_field() {
 /// A snapshot and a cached model on a shared root in the temp dir, and a profile using it.
 fn mounted_profile(ctx: &TestContext) -> PathBuf {
     let shared = ctx.path("shared");
-    let profile = ctx.write(
-        "mounted.yaml",
-        &format!(
-            "name: mounted\nimage: argus/ray:2.51.1\nshared: {{host_path: {}}}\nhead: {{cpus: 2, memory: 4g}}\nworkers:\n  - {{name: gpu, count: 1, gpus: 2, cpus: 4, memory: 8g}}\nsubmit:\n  runtime_env: {{env_vars: {{EXTRA: x}}}}\n",
-            shared.display()
-        ),
-    );
+    let profile = Profile::new("mounted")
+        .shared(&shared)
+        .head("cpus", "2")
+        .head("memory", "4g")
+        .worker("gpus", "2")
+        .worker("cpus", "4")
+        .worker("memory", "8g")
+        .yaml("submit:\n  runtime_env: {env_vars: {EXTRA: x}}\n")
+        .write(ctx, "mounted.yaml");
     let src = ctx.path("verl-src");
     std::fs::create_dir_all(src.join("verl")).expect("mkdir");
     std::fs::write(src.join("verl/__init__.py"), "").expect("write");

@@ -10,7 +10,7 @@ use argus::export::kuberay::RayJob;
 use serde_json::Value;
 
 use crate::export::{IMAGE, PVC, shipped, stem};
-use crate::harness::{TestContext, ensure_image};
+use crate::harness::TestContext;
 
 /// A shipped profile with its shared storage at `shared` (everything else as shipped).
 fn on_shared(ctx: &TestContext, profile: &Path, shared: &Path) -> PathBuf {
@@ -224,11 +224,9 @@ fn shell_syntax_and_dollars_are_carried_as_submit_sends_them() {
 /// it and the RayJob's runtime env: it makes its working directory and does its work.
 #[test]
 fn the_quickstart_entrypoint_runs_through_a_shell_in_the_image() {
-    if TestContext::skip_docker("the_quickstart_entrypoint_runs_through_a_shell_in_the_image") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("exportrun");
+    };
     let shared = ctx.path("shared");
     let profile = on_shared(&ctx, Path::new("profiles/local.yaml"), &shared);
     let code_id = lay_out_shared(&ctx, &profile, &shared);

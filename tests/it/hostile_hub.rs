@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::harness::{Run, TestContext};
+use crate::harness::{Profile, Run, TestContext};
 use crate::hub::{bytes, sha256_hex};
 
 const TOKEN: &str = "hf_s3cr3t_t0ken_value";
@@ -245,13 +245,11 @@ impl Fixture {
 
 fn profile(ctx: &TestContext, endpoint: &str) -> (PathBuf, PathBuf) {
     let shared = ctx.path("shared");
-    let profile = ctx.write(
-        "p.yaml",
-        &format!(
-            "name: hostile\nimage: i\nshared: {{host_path: {}}}\nenv: {{HF_ENDPOINT: \"{endpoint}\"}}\nworkers: [{{name: gpu, count: 1}}]\n",
-            shared.display()
-        ),
-    );
+    let profile = Profile::new("hostile")
+        .image("i")
+        .shared(&shared)
+        .env("HF_ENDPOINT", endpoint)
+        .write(ctx, "p.yaml");
     (profile, shared)
 }
 

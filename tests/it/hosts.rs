@@ -400,10 +400,6 @@ impl Drop for Hosts {
 
 // --- the fixture's own tests --------------------------------------------------------------
 
-fn skip(test: &str) -> bool {
-    TestContext::skip_docker(test)
-}
-
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
@@ -486,11 +482,9 @@ fn leftovers(instance: &str, uplink: Ipv4Addr, state: &Path, data: &Path) -> Vec
 
 #[test]
 fn two_hosts_have_their_own_engines_names_and_addresses_and_leave_nothing() {
-    let test = "two_hosts_have_their_own_engines_names_and_addresses_and_leave_nothing";
-    if skip(test) {
+    let Some(ctx) = TestContext::docker_engine() else {
         return;
-    }
-    let ctx = TestContext::new("twohosts");
+    };
     let hosts = Hosts::up(&ctx, &["a", "b"], Options::default());
     let (a, b) = (hosts.host("a"), hosts.host("b"));
     assert_ne!(a.ip, b.ip);
@@ -584,11 +578,9 @@ fn two_hosts_have_their_own_engines_names_and_addresses_and_leave_nothing() {
 
 #[test]
 fn an_ssh_endpoint_reaches_that_hosts_engine_through_the_shim() {
-    let test = "an_ssh_endpoint_reaches_that_hosts_engine_through_the_shim";
-    if skip(test) {
+    let Some(ctx) = TestContext::docker_engine() else {
         return;
-    }
-    let ctx = TestContext::new("sshhosts");
+    };
     let home_ssh = std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".ssh"));
     let had_home_ssh = home_ssh.as_ref().is_some_and(|p| p.exists());
     let hosts = Hosts::up(
@@ -620,11 +612,9 @@ fn an_ssh_endpoint_reaches_that_hosts_engine_through_the_shim() {
 
 #[test]
 fn an_image_pushed_from_one_host_is_pulled_by_another_through_the_registry() {
-    let test = "an_image_pushed_from_one_host_is_pulled_by_another_through_the_registry";
-    if skip(test) {
+    let Some(ctx) = TestContext::docker_engine() else {
         return;
-    }
-    let ctx = TestContext::new("reghosts");
+    };
     let (hosts, registry) = Hosts::up_with_registry(&ctx, &["a", "b"]);
     let ip: Ipv4Addr = registry
         .trim_end_matches(":5000")
@@ -655,11 +645,9 @@ fn an_image_pushed_from_one_host_is_pulled_by_another_through_the_registry() {
 
 #[test]
 fn a_stopped_engine_refuses_and_comes_back_with_its_containers_and_images() {
-    let test = "a_stopped_engine_refuses_and_comes_back_with_its_containers_and_images";
-    if skip(test) {
+    let Some(ctx) = TestContext::docker_engine() else {
         return;
-    }
-    let ctx = TestContext::new("stophost");
+    };
     let hosts = Hosts::up(&ctx, &["a"], Options::default());
     let a = hosts.host("a");
     let shell = hosts.import_shell_image("a");
@@ -701,11 +689,9 @@ fn a_stopped_engine_refuses_and_comes_back_with_its_containers_and_images() {
 
 #[test]
 fn bind_over_gives_one_host_a_different_view_of_a_path() {
-    let test = "bind_over_gives_one_host_a_different_view_of_a_path";
-    if skip(test) {
+    let Some(ctx) = TestContext::docker_engine() else {
         return;
-    }
-    let ctx = TestContext::new("bindhost");
+    };
     let shared = ctx.write("shared/token", "shared");
     let other = ctx.write("other/token", "other");
     let (shared, other) = (

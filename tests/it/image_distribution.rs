@@ -188,10 +188,9 @@ fn all_images(hosts: &Hosts, host: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_local_image_reaches_every_host_once() {
-    if TestContext::skip_docker("the_local_image_reaches_every_host_once") {
+    let Some(ctx) = TestContext::docker_engine() else {
         return;
-    }
-    let ctx = TestContext::new("imgonce");
+    };
     let hosts = Hosts::up(&ctx, &["a", "b"], Options::default());
     let image = format!("{}-tiny:1", ctx.prefix);
     let _images = LocalImages(vec![image.clone()]);
@@ -254,10 +253,9 @@ async fn the_local_image_reaches_every_host_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_host_with_another_image_under_the_name_gets_the_right_one() {
-    if TestContext::skip_docker("a_host_with_another_image_under_the_name_gets_the_right_one") {
+    let Some(ctx) = TestContext::docker_engine() else {
         return;
-    }
-    let ctx = TestContext::new("imgother");
+    };
     let hosts = Hosts::up(&ctx, &["a", "b", "c"], Options::default());
     let image = format!("{}-tiny:1", ctx.prefix);
     let _images = LocalImages(vec![image.clone()]);
@@ -325,12 +323,10 @@ async fn a_host_with_another_image_under_the_name_gets_the_right_one() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupted_transfer_leaves_nothing_and_is_retried() {
-    if TestContext::skip_docker("an_interrupted_transfer_leaves_nothing_and_is_retried") {
+    let Some(ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
+    };
     let local_id = inspect(RAY_IMAGE)["Id"].as_str().expect("id").to_string();
-    let ctx = TestContext::new("imgcut");
     let hosts = Hosts::up(&ctx, &["a", "b"], Options::default());
     let (local, engines) = (engine(None).await, connect_hosts(&hosts, &["a", "b"]).await);
     let local = Engine::new("local", &local);
@@ -422,10 +418,9 @@ async fn until(recorder: &Recorder, hosts: &[&str], bytes: u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_registry_the_hosts_reach_is_pulled_from() {
-    if TestContext::skip_docker("a_registry_the_hosts_reach_is_pulled_from") {
+    let Some(ctx) = TestContext::docker_engine() else {
         return;
-    }
-    let ctx = TestContext::new("imgreg");
+    };
     let (hosts, registry) = Hosts::up_with_registry(&ctx, &["a", "b"]);
     let pushed = format!("{registry}/{}/tiny:test", ctx.prefix);
     let id = tiny_image(Some(&hosts.host("a").unix), &pushed, &ctx.prefix);
@@ -472,10 +467,9 @@ async fn a_registry_the_hosts_reach_is_pulled_from() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_nobody_has_is_refused_with_exit_4() {
-    if TestContext::skip_docker("an_image_nobody_has_is_refused_with_exit_4") {
+    let Some(ctx) = TestContext::docker_engine() else {
         return;
-    }
-    let ctx = TestContext::new("imgnone");
+    };
     let hosts = Hosts::up(&ctx, &["a", "b"], Options::default());
     let image = format!("{}-nowhere:1", ctx.prefix);
     let (local, engines) = (engine(None).await, connect_hosts(&hosts, &["a", "b"]).await);
@@ -588,11 +582,10 @@ async fn image_distribution_benchmark() {
 /// id); a tag that moved since the login node archived the image is not trusted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slurm_node_pulls_the_runs_image_only_when_it_is_that_image() {
-    if TestContext::skip_docker("a_slurm_node_pulls_the_runs_image_only_when_it_is_that_image") {
-        return;
-    }
     use argus::slurm::node::{ImageSource, bring_image};
-    let ctx = TestContext::new("imgnode");
+    let Some(ctx) = TestContext::docker_engine() else {
+        return;
+    };
     let (hosts, registry) = Hosts::up_with_registry(&ctx, &["a", "b"]);
     let engines = connect_hosts(&hosts, &["a", "b"]).await;
     let (a, b) = (&engines[0], &engines[1]);

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::harness::{TestContext, ensure_image, free_port, test_profile};
+use crate::harness::{TestContext, free_port, test_profile};
 
 /// A profile on the context's shared dir and a snapshot `scripts` holding `my_script.py`.
 fn with_scripts(ctx: &mut TestContext, port: u16) -> (PathBuf, PathBuf) {
@@ -96,11 +96,9 @@ fn a_relative_script_is_the_snapshots_and_a_missing_one_is_refused() {
 /// status` show the driver's own words.
 #[test]
 fn a_failed_driver_is_reported_with_its_last_lines() {
-    if TestContext::skip_docker("a_failed_driver_is_reported_with_its_last_lines") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("drivertail");
+    };
     let (profile, _) = with_scripts(&mut ctx, free_port());
     ctx.argus().profile(&profile).args(["up"]).run().code(0);
 

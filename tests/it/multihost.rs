@@ -6,10 +6,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::harness::{TestContext, ensure_image, inspect};
+use crate::harness::{IMAGE, Profile, TestContext, inspect};
 use crate::hosts::{Hosts, Options};
-
-const IMAGE: &str = "argus/ray:2.51.1";
 
 /// A profile with the head on `head` and one worker on each of `workers`; the endpoint of
 /// each host as `endpoint` picks it.
@@ -19,12 +17,11 @@ fn profile(
     names: &[(&str, &str)],
     head: &str,
     workers: &[&str],
-    extra: &str,
 ) -> (String, PathBuf, PathBuf) {
     let cluster = ctx.cluster("mh");
     let shared = ctx.path("shared");
     std::fs::create_dir_all(shared.join("code")).expect("shared");
-    let mut text = format!("name: {cluster}\nimage: {IMAGE}\nhosts:\n");
+    let mut hosts_yaml = String::from("hosts:\n");
     for (name, kind) in names {
         let host = hosts.host(name);
         let endpoint = match *kind {
@@ -41,17 +38,18 @@ fn profile(
             ),
             _ => String::new(),
         };
-        text.push_str(&format!(
+        hosts_yaml.push_str(&format!(
             "  - {{name: {name}, docker: '{endpoint}', address: {}{tls}}}\n",
             host.ip
         ));
     }
-    let per_host: Vec<String> = workers.iter().map(|w| format!("{w}: 1")).collect();
-    text.push_str(&format!(
-        "network: {{mode: host}}\nshared: {{host_path: {}}}\nray: {{ready_timeout_s: 240}}\n{extra}head: {{host: {head}, cpus: 1, memory: 2g, shm_size: 256m, object_store_memory: 128m}}\nworkers:\n  - {{name: gpu, hosts: {{{}}}, gpus: 2, cpus: 1, memory: 2g, shm_size: 256m, object_store_memory: 128m}}\n",
-        shared.display(),
-        per_host.join(", ")
-    ));
+    let text = Profile::small(&cluster)
+        .shared(&shared)
+        .head("host", head)
+        .workers_on_hosts(workers)
+        .yaml(&hosts_yaml)
+        .yaml("network: {mode: host}\n")
+        .build();
     let path = ctx.write("profile.yaml", &text);
     (cluster, shared, path)
 }
@@ -111,51 +109,106 @@ fn alive_nodes(status: &serde_json::Value) -> BTreeMap<String, String> {
         .collect()
 }
 
-#[test]
-fn a_cluster_spans_three_hosts_and_survives_one_going_away() {
-    if TestContext::skip_docker("a_cluster_spans_three_hosts_and_survives_one_going_away") {
-        return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("mhlife");
-    let hosts = Hosts::up(
-        &ctx,
-        &["a", "b", "c"],
-        Options {
-            ssh: true,
-            tls: true,
-            ..Options::default()
-        },
-    );
-    // Every transport at once: the head's host over SSH, b over TCP with TLS (client
-    // certificates named in the profile), c over its socket.
-    let (cluster, shared, profile) = profile(
-        &mut ctx,
-        &hosts,
-        &[("a", "ssh"), ("b", "tls"), ("c", "unix")],
-        "a",
-        &["b", "c"],
-        "",
-    );
-    let head = format!("{cluster}-head");
-    let (w0, w1) = (format!("{cluster}-gpu-0"), format!("{cluster}-gpu-1"));
-    let local_id = inspect(IMAGE)["Id"].as_str().expect("image id").to_string();
-    for h in ["a", "b", "c"] {
-        assert_eq!(
-            hosts.image_id(h, IMAGE),
-            None,
-            "host {h} starts without the image"
+/// A cluster across hosts a (head, over SSH), b (a worker, TCP with TLS) and c (a worker, its
+/// socket), before its first `up`.
+/// (Fields drop in order: the hosts go before the context's temp dir, as they did as locals.)
+struct Spanning {
+    hosts: Hosts,
+    ctx: TestContext,
+    cluster: String,
+    shared: PathBuf,
+    profile: PathBuf,
+    head: String,
+    w0: String,
+    w1: String,
+    local_id: String,
+}
+
+impl Spanning {
+    fn new() -> Option<Spanning> {
+        let mut ctx = TestContext::docker()?;
+        let hosts = Hosts::up(
+            &ctx,
+            &["a", "b", "c"],
+            Options {
+                ssh: true,
+                tls: true,
+                ..Options::default()
+            },
         );
+        // Every transport at once: the head's host over SSH, b over TCP with TLS (client
+        // certificates named in the profile), c over its socket.
+        let (cluster, shared, profile) = profile(
+            &mut ctx,
+            &hosts,
+            &[("a", "ssh"), ("b", "tls"), ("c", "unix")],
+            "a",
+            &["b", "c"],
+        );
+        let local_id = inspect(IMAGE)["Id"].as_str().expect("image id").to_string();
+        for h in ["a", "b", "c"] {
+            assert_eq!(
+                hosts.image_id(h, IMAGE),
+                None,
+                "host {h} starts without the image"
+            );
+        }
+        Some(Spanning {
+            head: format!("{cluster}-head"),
+            w0: format!("{cluster}-gpu-0"),
+            w1: format!("{cluster}-gpu-1"),
+            ctx,
+            hosts,
+            cluster,
+            shared,
+            profile,
+            local_id,
+        })
     }
 
-    // Without the fixture's ssh configuration (root's own, which has never seen host a)
-    // argus refuses to trust a's host key: it never dials, nothing is recorded anywhere.
+    fn argus(&self) -> crate::harness::Argus {
+        argus(&self.ctx, &self.hosts, &self.profile)
+    }
+
+    /// Each node ALIVE at its own host's address: name -> ip.
+    fn want(&self) -> BTreeMap<String, String> {
+        [
+            (self.head.clone(), self.hosts.host("a").ip.to_string()),
+            (self.w0.clone(), self.hosts.host("b").ip.to_string()),
+            (self.w1.clone(), self.hosts.host("c").ip.to_string()),
+        ]
+        .into_iter()
+        .collect()
+    }
+}
+
+/// The scenarios share one three-host cluster (three engines, the image brought to each, Ray
+/// across them: minutes here), so they are one test, each a named function called in
+/// sequence on the state the one before left.
+#[test]
+fn a_cluster_spans_three_hosts_and_survives_one_going_away() {
+    let Some(s) = Spanning::new() else {
+        return;
+    };
+    an_unknown_host_key_is_refused_before_dialing(&s);
+    let status = up_brings_the_image_to_every_host_and_ray_spans_them(&s);
+    a_jobs_driver_runs_on_a_worker_host_and_reads_the_shared_storage(&s, &status);
+    let before = a_second_up_changes_nothing(&s);
+    a_host_gone_is_named_and_up_changes_nothing(&s, &before);
+    a_host_back_without_its_container_is_repaired_alone(&s, &before);
+    down_without_a_host_removes_the_rest_and_names_it(&s);
+}
+
+/// Without the fixture's ssh configuration (root's own, which has never seen host a)
+/// argus refuses to trust a's host key: it never dials, nothing is recorded anywhere.
+fn an_unknown_host_key_is_refused_before_dialing(s: &Spanning) {
     let known_hosts = dirs_home().join(".ssh/known_hosts");
     let before = std::fs::read(&known_hosts).ok();
-    let run = ctx
+    let run = s
+        .ctx
         .argus()
-        .env("XDG_STATE_HOME", ctx.path("xdg-state"))
-        .profile(&profile)
+        .env("XDG_STATE_HOME", s.ctx.path("xdg-state"))
+        .profile(&s.profile)
         .args(["up"])
         .run()
         .code(4);
@@ -169,64 +222,69 @@ fn a_cluster_spans_three_hosts_and_survives_one_going_away() {
         before,
         "known_hosts untouched"
     );
-    assert_eq!(hosts.image_id("b", IMAGE), None, "nothing was done");
+    assert_eq!(s.hosts.image_id("b", IMAGE), None, "nothing was done");
+}
 
-    // up: the image is brought to every host, Ray spans them at their addresses.
-    let up = argus(&ctx, &hosts, &profile)
-        .args(["--json", "up"])
-        .run()
-        .code(0);
+/// up: the image is brought to every host, Ray spans them at their addresses.
+fn up_brings_the_image_to_every_host_and_ray_spans_them(s: &Spanning) -> serde_json::Value {
+    let up = s.argus().args(["--json", "up"]).run().code(0);
     let report = up.json();
     assert_eq!(report["changed"], true);
     for h in ["a", "b", "c"] {
         assert_eq!(
-            hosts.image_id(h, IMAGE).as_deref(),
-            Some(local_id.as_str()),
+            s.hosts.image_id(h, IMAGE).as_deref(),
+            Some(s.local_id.as_str()),
             "image on {h}"
         );
     }
     assert_eq!(
-        containers(&hosts, "a", &cluster).keys().collect::<Vec<_>>(),
-        [&head]
+        containers(&s.hosts, "a", &s.cluster)
+            .keys()
+            .collect::<Vec<_>>(),
+        [&s.head]
     );
     assert_eq!(
-        containers(&hosts, "b", &cluster).keys().collect::<Vec<_>>(),
-        [&w0]
+        containers(&s.hosts, "b", &s.cluster)
+            .keys()
+            .collect::<Vec<_>>(),
+        [&s.w0]
     );
     assert_eq!(
-        containers(&hosts, "c", &cluster).keys().collect::<Vec<_>>(),
-        [&w1]
+        containers(&s.hosts, "c", &s.cluster)
+            .keys()
+            .collect::<Vec<_>>(),
+        [&s.w1]
     );
-    let status = argus(&ctx, &hosts, &profile)
-        .args(["--json", "status"])
-        .run()
-        .code(0)
-        .json();
-    let want: BTreeMap<String, String> = [
-        (head.clone(), hosts.host("a").ip.to_string()),
-        (w0.clone(), hosts.host("b").ip.to_string()),
-        (w1.clone(), hosts.host("c").ip.to_string()),
-    ]
-    .into_iter()
-    .collect();
-    assert_eq!(alive_nodes(&status), want, "each node from its own host");
+    let status = s.argus().args(["--json", "status"]).run().code(0).json();
+    assert_eq!(
+        alive_nodes(&status),
+        s.want(),
+        "each node from its own host"
+    );
     for h in status["hosts"].as_array().expect("hosts") {
         assert_eq!(h["reachable"], true, "{h}");
-        assert_eq!(h["image_id"].as_str(), Some(local_id.as_str()), "{h}");
+        assert_eq!(h["image_id"].as_str(), Some(s.local_id.as_str()), "{h}");
     }
+    status
+}
 
-    // A job: its driver runs on a worker host and reads the shared storage there.
-    std::fs::write(shared.join("input.txt"), "shared-across-hosts").expect("input");
-    let spec = ctx.write(
+/// A job: its driver runs on a worker host and reads the shared storage there.
+fn a_jobs_driver_runs_on_a_worker_host_and_reads_the_shared_storage(
+    s: &Spanning,
+    status: &serde_json::Value,
+) {
+    std::fs::write(s.shared.join("input.txt"), "shared-across-hosts").expect("input");
+    let spec = s.ctx.write(
         "job.yaml",
         "workload: custom\nsubmission_id: mh-job-1\ncode_path: /mnt/shared/code\nentrypoint: python3 -c \"import socket; print('DRIVER', socket.gethostname(), open('/mnt/shared/input.txt').read())\"\n",
     );
-    argus(&ctx, &hosts, &profile)
+    s.argus()
         .args(["submit", "--wait"])
         .arg_path(&spec)
         .run()
         .code(0);
-    let log = argus(&ctx, &hosts, &profile)
+    let log = s
+        .argus()
         .args(["job", "logs", "mh-job-1"])
         .run()
         .code(0)
@@ -236,7 +294,8 @@ fn a_cluster_spans_three_hosts_and_survives_one_going_away() {
             || log.contains("DRIVER c shared-across-hosts"),
         "the driver runs on a worker host and sees the shared file:\n{log}"
     );
-    let job = argus(&ctx, &hosts, &profile)
+    let job = s
+        .argus()
         .args(["--json", "job", "status", "mh-job-1"])
         .run()
         .code(0)
@@ -251,26 +310,27 @@ fn a_cluster_spans_three_hosts_and_survives_one_going_away() {
         .flatten()
         .find(|n| n["node_id"] == driver.as_str())
         .unwrap_or_else(|| panic!("driver node {driver} is one of the cluster's: {job}"));
-    assert_ne!(driver_node["node_name"], head.as_str(), "never on the head");
+    assert_ne!(
+        driver_node["node_name"],
+        s.head.as_str(),
+        "never on the head"
+    );
+}
 
-    // A second up changes nothing.
-    let again = argus(&ctx, &hosts, &profile)
-        .args(["--json", "up"])
-        .run()
-        .code(0)
-        .json();
+/// A second up changes nothing.
+fn a_second_up_changes_nothing(s: &Spanning) -> Vec<BTreeMap<String, String>> {
+    let again = s.argus().args(["--json", "up"]).run().code(0).json();
     assert_eq!(again["changed"], false, "{again}");
-    let before: Vec<_> = ["a", "b", "c"]
+    ["a", "b", "c"]
         .iter()
-        .map(|h| containers(&hosts, h, &cluster))
-        .collect();
+        .map(|h| containers(&s.hosts, h, &s.cluster))
+        .collect()
+}
 
-    // Host c's engine goes away: status names it, up refuses and changes nothing.
-    hosts.stop_engine("c");
-    let run = argus(&ctx, &hosts, &profile)
-        .args(["--json", "status"])
-        .run()
-        .code(4);
+/// Host c's engine goes away: status names it, up refuses and changes nothing.
+fn a_host_gone_is_named_and_up_changes_nothing(s: &Spanning, before: &[BTreeMap<String, String>]) {
+    s.hosts.stop_engine("c");
+    let run = s.argus().args(["--json", "status"]).run().code(4);
     let status = run.json();
     let c = status["hosts"]
         .as_array()
@@ -280,30 +340,27 @@ fn a_cluster_spans_three_hosts_and_survives_one_going_away() {
         .expect("host c")
         .clone();
     assert_eq!(c["reachable"], false, "{c}");
-    argus(&ctx, &hosts, &profile)
-        .args(["up"])
-        .run()
-        .code(4)
-        .stderr_has("host c (");
+    s.argus().args(["up"]).run().code(4).stderr_has("host c (");
     assert_eq!(
-        containers(&hosts, "a", &cluster),
+        containers(&s.hosts, "a", &s.cluster),
         before[0],
         "nothing changed on a"
     );
     assert_eq!(
-        containers(&hosts, "b", &cluster),
+        containers(&s.hosts, "b", &s.cluster),
         before[1],
         "nothing changed on b"
     );
+}
 
-    // c is back, its container lost: up repairs c alone.
-    hosts.start_engine("c");
-    hosts.docker_ok("c", &["rm", "-f", &w1]);
-    let repair = argus(&ctx, &hosts, &profile)
-        .args(["--json", "up"])
-        .run()
-        .code(0)
-        .json();
+/// c is back, its container lost: up repairs c alone.
+fn a_host_back_without_its_container_is_repaired_alone(
+    s: &Spanning,
+    before: &[BTreeMap<String, String>],
+) {
+    s.hosts.start_engine("c");
+    s.hosts.docker_ok("c", &["rm", "-f", &s.w1]);
+    let repair = s.argus().args(["--json", "up"]).run().code(0).json();
     let acted: Vec<String> = repair["actions"]
         .as_array()
         .expect("actions")
@@ -311,49 +368,49 @@ fn a_cluster_spans_three_hosts_and_survives_one_going_away() {
         .filter(|a| a["action"] != "keep")
         .map(|a| format!("{} {} {}", a["action"], a["name"], a["host"]))
         .collect();
-    assert_eq!(acted, [format!("\"create\" \"{w1}\" \"c\"")], "{repair}");
     assert_eq!(
-        containers(&hosts, "a", &cluster),
+        acted,
+        [format!("\"create\" \"{}\" \"c\"", s.w1)],
+        "{repair}"
+    );
+    assert_eq!(
+        containers(&s.hosts, "a", &s.cluster),
         before[0],
         "the head kept"
     );
     assert_eq!(
-        containers(&hosts, "b", &cluster),
+        containers(&s.hosts, "b", &s.cluster),
         before[1],
         "b's worker kept"
     );
-    let status = argus(&ctx, &hosts, &profile)
-        .args(["--json", "status"])
-        .run()
-        .code(0)
-        .json();
-    assert_eq!(alive_nodes(&status), want);
+    let status = s.argus().args(["--json", "status"]).run().code(0).json();
+    assert_eq!(alive_nodes(&status), s.want());
+}
 
-    // c goes away again: down removes the rest and says what it could not reach.
-    hosts.stop_engine("c");
-    argus(&ctx, &hosts, &profile)
+/// c goes away again: down removes the rest and says what it could not reach.
+fn down_without_a_host_removes_the_rest_and_names_it(s: &Spanning) {
+    s.hosts.stop_engine("c");
+    s.argus()
         .args(["down"])
         .run()
         .code(4)
         .stderr_has("host c (");
-    assert!(containers(&hosts, "a", &cluster).is_empty());
-    assert!(containers(&hosts, "b", &cluster).is_empty());
-    hosts.start_engine("c");
-    argus(&ctx, &hosts, &profile).args(["down"]).run().code(0);
-    assert!(containers(&hosts, "c", &cluster).is_empty());
+    assert!(containers(&s.hosts, "a", &s.cluster).is_empty());
+    assert!(containers(&s.hosts, "b", &s.cluster).is_empty());
+    s.hosts.start_engine("c");
+    s.argus().args(["down"]).run().code(0);
+    assert!(containers(&s.hosts, "c", &s.cluster).is_empty());
     assert!(
-        shared.join("input.txt").exists(),
+        s.shared.join("input.txt").exists(),
         "down keeps the shared data"
     );
 }
 
 #[test]
 fn a_host_whose_shared_mount_differs_is_refused_before_ray_starts() {
-    if TestContext::skip_docker("a_host_whose_shared_mount_differs_is_refused_before_ray_starts") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("mhshare");
+    };
     let hosts = Hosts::up(
         &ctx,
         &["a", "b"],
@@ -363,14 +420,8 @@ fn a_host_whose_shared_mount_differs_is_refused_before_ray_starts() {
         },
     );
     // Both engines on TCP with TLS, the client's certificates found the Docker CLI's way.
-    let (cluster, shared, profile) = profile(
-        &mut ctx,
-        &hosts,
-        &[("a", "tcp"), ("b", "tcp")],
-        "a",
-        &["b"],
-        "",
-    );
+    let (cluster, shared, profile) =
+        profile(&mut ctx, &hosts, &[("a", "tcp"), ("b", "tcp")], "a", &["b"]);
     let certs = hosts.tls_certs().expect("TLS instance").to_path_buf();
     let tls_argus = |certs: &Path| {
         argus(&ctx, &hosts, &profile)

@@ -12,10 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::harness::{TestContext, ensure_image, poll};
+use crate::harness::{IMAGE, Profile, TestContext, poll};
 use crate::slurm_hosts::Slurm;
-
-const IMAGE: &str = "argus/ray:2.51.1";
 
 /// `podman system service` on a socket of the test's own, with its own storage and run
 /// directories (nothing of a user's Podman is touched). Stopped and removed on drop.
@@ -105,26 +103,24 @@ impl Drop for Podman {
 
 #[test]
 fn a_podman_node_loads_the_image_by_id_and_says_plainly_why_nothing_starts() {
-    let test = "a_podman_node_loads_the_image_by_id_and_says_plainly_why_nothing_starts";
-    if TestContext::skip_docker(test) {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("podman");
+    };
     let slurm = Slurm::up_with_kill_wait(&ctx, &["a"], 1, 30);
     let podman = Podman::start(&ctx.path("podman"));
     let shared = ctx.path("shared");
     std::fs::create_dir_all(shared.join("code")).expect("shared");
     std::fs::write(shared.join("code/hello.py"), "print('hello')\n").expect("code");
     let name = ctx.cluster("pm");
-    let profile = ctx.write(
-        "profile.yaml",
-        &format!(
-            "name: {name}\nimage: {IMAGE}\nshared: {{host_path: {}}}\nray: {{ready_timeout_s: 120}}\nslurm: {{nodes: 1, gpus_per_node: 1, engine_socket: \"{}\"}}\nhead: {{cpus: 1, memory: 2g, shm_size: 256m, object_store_memory: 128m}}\nworkers:\n  - {{name: gpu, count: 1, gpus: 1, cpus: 1, memory: 2g, shm_size: 256m, object_store_memory: 128m}}\n",
-            shared.display(),
+    let profile = Profile::small(&name)
+        .shared(&shared)
+        .ray("ready_timeout_s", "120")
+        .worker("gpus", "1")
+        .yaml(&format!(
+            "slurm: {{nodes: 1, gpus_per_node: 1, engine_socket: \"{}\"}}\n",
             podman.endpoint()
-        ),
-    );
+        ))
+        .write(&ctx, "profile.yaml");
     let spec = ctx.write(
         "job.yaml",
         "workload: custom\ncode_path: /mnt/shared/code\nentrypoint: python3 /mnt/shared/code/hello.py\n",

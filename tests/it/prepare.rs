@@ -4,14 +4,18 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::harness::{TestContext, poll};
+use crate::harness::{Profile, TestContext, poll};
 use crate::hub::{
     self, Olah, bytes, gsm8k_rows, head_commit, run_python, sha256_hex, tiny_model, write_raw_gsm8k,
 };
 
 fn profile(ctx: &TestContext, endpoint: &str) -> (PathBuf, PathBuf) {
     let shared = ctx.path("shared");
-    let profile = ctx.write("p.yaml", &format!("name: prep\nimage: i\nshared: {{host_path: {}}}\nenv: {{HF_ENDPOINT: \"{endpoint}\"}}\nworkers: [{{name: gpu, count: 1}}]\n", shared.display()));
+    let profile = Profile::new("prep")
+        .image("i")
+        .shared(&shared)
+        .env("HF_ENDPOINT", endpoint)
+        .write(ctx, "p.yaml");
     (profile, shared)
 }
 

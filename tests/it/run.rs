@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::harness::{TestContext, ensure_image, free_port, poll, test_profile};
+use crate::harness::{TestContext, entry_names, free_port, poll, read_json, test_profile};
 use crate::hub::{Olah, tiny_model};
 
 /// Copies the shipped quickstart (JobSpec, code, sample) so a test may change it.
@@ -35,17 +35,11 @@ fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
-fn read_json(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap_or_default()).unwrap_or(Value::Null)
-}
-
 #[test]
 fn the_quickstart_runs_from_scratch_replays_and_refuses_drift() {
-    if TestContext::skip_docker("the_quickstart_runs_from_scratch_replays_and_refuses_drift") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("runquick");
+    };
     let olah = Olah::start(&ctx.path("olah"));
     tiny_model(&olah.mirrors, "acme/tiny", 5000);
     let name = ctx.cluster("c");
@@ -217,19 +211,19 @@ struct Quick {
 }
 
 impl Quick {
-    fn new(test: &str) -> Quick {
-        ensure_image();
-        let mut ctx = TestContext::new(test);
+    /// The quickstart on a fresh small cluster, in a Docker test's context (`None`: skipped).
+    fn start() -> Option<Quick> {
+        let mut ctx = TestContext::docker()?;
         let name = ctx.cluster("c");
         let shared = ctx.path("shared");
         let profile = ctx.write("p.yaml", &test_profile(&name, &shared, free_port(), 1, ""));
         let jobspec = quickstart_copy(&ctx);
-        Quick {
+        Some(Quick {
             ctx,
             profile,
             shared,
             jobspec,
-        }
+        })
     }
 
     fn argus(&self) -> crate::harness::Argus {
@@ -278,15 +272,10 @@ impl Quick {
 
     /// The run directories under `runs/`.
     fn runs(&self) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(self.shared.join("runs"))
+        entry_names(&self.shared.join("runs"))
             .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
             .filter(|n| !n.starts_with('.'))
-            .collect();
-        names.sort();
-        names
+            .collect()
     }
 
     fn report(&self, run_id: &str) -> Value {
@@ -318,15 +307,10 @@ impl Quick {
 
     /// The job records argus keeps under `jobs/`.
     fn job_records(&self) -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(self.shared.join("jobs"))
+        entry_names(&self.shared.join("jobs"))
             .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
             .filter(|n| !n.starts_with('.'))
-            .collect();
-        names.sort();
-        names
+            .collect()
     }
 
     /// A run that ended SUCCEEDED with its whole record: report done, lock pinning the job,
@@ -365,11 +349,10 @@ fn sigkill(mut child: std::process::Child) {
 
 /// Killed at the start of `stage`, before its job was submitted: running it again resumes
 /// the same run and ends it with one job.
-fn killed_before_its_job_was_submitted(test: &str, stage: &str) {
-    if TestContext::skip_docker(test) {
+fn killed_before_its_job_was_submitted(stage: &str) {
+    let Some(quick) = Quick::start() else {
         return;
-    }
-    let quick = Quick::new(test);
+    };
     let (child, _) = quick.paused_at(&format!("run:{stage}"), &[]);
     let runs = quick.runs();
     assert_eq!(runs.len(), 1, "{runs:?}");
@@ -390,39 +373,29 @@ fn killed_before_its_job_was_submitted(test: &str, stage: &str) {
 
 #[test]
 fn a_run_killed_in_up_is_finished_by_running_it_again() {
-    killed_before_its_job_was_submitted("a_run_killed_in_up_is_finished_by_running_it_again", "up");
+    killed_before_its_job_was_submitted("up");
 }
 
 #[test]
 fn a_run_killed_in_prepare_is_finished_by_running_it_again() {
-    killed_before_its_job_was_submitted(
-        "a_run_killed_in_prepare_is_finished_by_running_it_again",
-        "prepare",
-    );
+    killed_before_its_job_was_submitted("prepare");
 }
 
 #[test]
 fn a_run_killed_in_snapshot_is_finished_by_running_it_again() {
-    killed_before_its_job_was_submitted(
-        "a_run_killed_in_snapshot_is_finished_by_running_it_again",
-        "snapshot",
-    );
+    killed_before_its_job_was_submitted("snapshot");
 }
 
 #[test]
 fn a_run_killed_in_submit_is_finished_by_running_it_again() {
-    killed_before_its_job_was_submitted(
-        "a_run_killed_in_submit_is_finished_by_running_it_again",
-        "submit",
-    );
+    killed_before_its_job_was_submitted("submit");
 }
 
 #[test]
 fn a_run_killed_while_its_job_runs_attaches_to_that_job() {
-    if TestContext::skip_docker("a_run_killed_while_its_job_runs_attaches_to_that_job") {
+    let Some(quick) = Quick::start() else {
         return;
-    }
-    let quick = Quick::new("runwait");
+    };
     let (child, _) = quick.paused_at("run:wait", &[]);
     let runs = quick.runs();
     let first = quick.report(&runs[0]);
@@ -461,12 +434,9 @@ fn a_run_killed_while_its_job_runs_attaches_to_that_job() {
 
 #[test]
 fn a_run_killed_after_ray_took_its_job_but_before_argus_recorded_it_adopts_the_job() {
-    if TestContext::skip_docker(
-        "a_run_killed_after_ray_took_its_job_but_before_argus_recorded_it_adopts_the_job",
-    ) {
+    let Some(quick) = Quick::start() else {
         return;
-    }
-    let quick = Quick::new("runposted");
+    };
     let (child, _) = quick.paused_at("submit:posted", &[]);
     let runs = quick.runs();
     let id = runs[0].clone();
@@ -490,10 +460,9 @@ fn a_run_killed_after_ray_took_its_job_but_before_argus_recorded_it_adopts_the_j
 
 #[test]
 fn a_finished_run_is_not_run_again_unless_new() {
-    if TestContext::skip_docker("a_finished_run_is_not_run_again_unless_new") {
+    let Some(quick) = Quick::start() else {
         return;
-    }
-    let quick = Quick::new("runfinished");
+    };
     // A job that fails, so the exit code says whose it is.
     std::fs::write(
         &quick.jobspec,
@@ -529,10 +498,9 @@ fn a_finished_run_is_not_run_again_unless_new() {
 
 #[test]
 fn two_runs_of_one_jobspec_at_once_make_one_job() {
-    if TestContext::skip_docker("two_runs_of_one_jobspec_at_once_make_one_job") {
+    let Some(quick) = Quick::start() else {
         return;
-    }
-    let quick = Quick::new("runtwice");
+    };
     // The first holds the run's lock, paused before it submits.
     let (mut first, tp) = quick.paused_at("run:submit", &[]);
     let said = quick.ctx.path("second.stderr");

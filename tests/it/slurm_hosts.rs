@@ -271,10 +271,6 @@ impl Drop for Slurm {
 
 // --- the fixture's own tests --------------------------------------------------------------
 
-fn skip(test: &str) -> bool {
-    TestContext::skip_docker(test)
-}
-
 /// `KEY=VALUE` words of a line, e.g. `host=a CUDA_VISIBLE_DEVICES=1`.
 fn words(line: &str) -> BTreeMap<&str, &str> {
     line.split_whitespace()
@@ -330,11 +326,9 @@ fn gpu_indexes_parse_scontrols_gres_forms() {
 
 #[test]
 fn slurm_runs_a_slurmd_per_host_named_for_it_and_a_step_reaches_its_hosts_engine() {
-    let test = "slurm_runs_a_slurmd_per_host_named_for_it_and_a_step_reaches_its_hosts_engine";
-    if skip(test) {
+    let Some(ctx) = TestContext::docker_engine() else {
         return;
-    }
-    let ctx = TestContext::new("slurmup");
+    };
     let started = Instant::now();
     let slurm = Slurm::up(&ctx, &["a", "b", "c"], 2);
     eprintln!("measure: hosts + Slurm up in {:?}", started.elapsed());
@@ -425,11 +419,9 @@ fn slurm_runs_a_slurmd_per_host_named_for_it_and_a_step_reaches_its_hosts_engine
 
 #[test]
 fn two_jobs_on_the_same_nodes_get_disjoint_gpus_and_their_steps_see_absolute_indexes() {
-    let test = "two_jobs_on_the_same_nodes_get_disjoint_gpus_and_their_steps_see_absolute_indexes";
-    if skip(test) {
+    let Some(ctx) = TestContext::docker_engine() else {
         return;
-    }
-    let ctx = TestContext::new("slurmgpu");
+    };
     let started = Instant::now();
     let slurm = Slurm::up(&ctx, &["a", "b"], 2);
     eprintln!("measure: up in {:?}", started.elapsed());
@@ -552,12 +544,9 @@ srun --overlap --ntasks-per-node=1 bash -c '
 
 #[test]
 fn scancel_sends_sigterm_then_sigkill_after_killwait_and_a_container_outlives_the_step() {
-    let test =
-        "scancel_sends_sigterm_then_sigkill_after_killwait_and_a_container_outlives_the_step";
-    if skip(test) {
+    let Some(ctx) = TestContext::docker_engine() else {
         return;
-    }
-    let ctx = TestContext::new("slurmkill");
+    };
     let slurm = Slurm::up(&ctx, &["a"], 2);
     let hosts = slurm.hosts();
     let shell = hosts.import_shell_image("a");

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::harness::{TestContext, docker, ensure_image, free_port, poll, test_profile};
+use crate::harness::{TestContext, docker, entry_names, free_port, poll, test_profile};
 
 /// A profile whose shared storage is in the context's temp dir, on `port`.
 fn profile_at(ctx: &mut TestContext, port: u16, workers: u32) -> (String, PathBuf, PathBuf) {
@@ -180,13 +180,7 @@ fn bad_jobspecs_are_usage_errors_that_write_nothing() {
             .code(2)
             .stderr_has(message);
     }
-    assert!(
-        !shared.join("jobs").exists()
-            || std::fs::read_dir(shared.join("jobs"))
-                .expect("jobs")
-                .count()
-                == 0
-    );
+    assert!(entry_names(&shared.join("jobs")).is_empty());
 }
 
 #[test]
@@ -205,14 +199,7 @@ fn unreachable_ray_is_exit_4_after_bounded_retries() {
         .code(4)
         .stderr_has("cannot reach the Ray dashboard")
         .stderr_has("hint: is the cluster up?");
-    assert!(
-        !shared.join("jobs").exists()
-            || std::fs::read_dir(shared.join("jobs"))
-                .expect("jobs")
-                .flatten()
-                .next()
-                .is_none()
-    );
+    assert!(entry_names(&shared.join("jobs")).is_empty());
 }
 
 /// Ray's error bodies are often Python tracebacks; a real head cannot be made to answer a
@@ -321,11 +308,9 @@ fn job_status(ctx: &TestContext, j: &Jobs, id: &str) -> Value {
 /// there; no secret is in clear anywhere under jobs/<id>.
 #[test]
 fn jobs_import_their_own_snapshot_run_on_a_worker_and_leave_their_records() {
-    if TestContext::skip_docker("jobs_import_their_own_snapshot") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("accept");
+    };
     let j = cluster_with_code(&mut ctx, 2);
     snapshot_marker(&ctx, &j.profile, "codeB", "marker-beta");
     let print_marker = "python3 -c \"import marker; print('MARKER=' + marker.MARKER)\"";
@@ -431,11 +416,9 @@ fn jobs_import_their_own_snapshot_run_on_a_worker_and_leave_their_records() {
 /// carries it redacted (by value, whatever the job printed around it).
 #[test]
 fn a_secret_a_job_prints_is_redacted_in_its_saved_log() {
-    if TestContext::skip_docker("a_secret_a_job_prints_is_redacted_in_its_saved_log") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("leak");
+    };
     let j = cluster_with_code(&mut ctx, 1);
     let spec = job(
         &ctx,
@@ -467,11 +450,9 @@ fn a_secret_a_job_prints_is_redacted_in_its_saved_log() {
 /// A submission id already used is refused, and the existing job's files are untouched.
 #[test]
 fn a_duplicate_submission_id_is_refused_and_changes_nothing() {
-    if TestContext::skip_docker("a_duplicate_submission_id_is_refused") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("dupid");
+    };
     let j = cluster_with_code(&mut ctx, 1);
     let spec = job(&ctx, "job-d", "codeA", "echo once");
     ctx.argus()
@@ -509,11 +490,9 @@ fn a_duplicate_submission_id_is_refused_and_changes_nothing() {
 /// logs --follow streams lines as they are printed and returns when the job ends.
 #[test]
 fn logs_follow_streams_lines_while_the_job_runs() {
-    if TestContext::skip_docker("logs_follow_streams_lines_while_the_job_runs") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("follow");
+    };
     let j = cluster_with_code(&mut ctx, 1);
     let slow = "python3 -u -c \"import time\nfor i in range(4): print('tick', i, flush=True); time.sleep(2)\"";
     let spec = ctx.write(
@@ -558,11 +537,9 @@ fn logs_follow_streams_lines_while_the_job_runs() {
 /// A reader that goes away (`argus job logs -f ID | head -1`) ends argus quietly, exit 0.
 #[test]
 fn logs_follow_into_a_closed_pipe_ends_quietly() {
-    if TestContext::skip_docker("logs_follow_into_a_closed_pipe_ends_quietly") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("pipe");
+    };
     let j = cluster_with_code(&mut ctx, 1);
     let spec = ctx.write(
         "chatty.yaml",
@@ -608,11 +585,9 @@ fn logs_follow_into_a_closed_pipe_ends_quietly() {
 /// stop: a long job is stopped; its status is STOPPED and the exit codes say so (3).
 #[test]
 fn a_stopped_job_exits_3() {
-    if TestContext::skip_docker("a_stopped_job_exits_3") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("stop");
+    };
     let j = cluster_with_code(&mut ctx, 1);
     let spec = job(&ctx, "job-long", "codeA", "sleep 300");
     ctx.argus()
@@ -641,11 +616,9 @@ fn a_stopped_job_exits_3() {
 /// failing job exits 1.
 #[test]
 fn a_time_limit_stops_the_job_and_a_failure_exits_1() {
-    if TestContext::skip_docker("a_time_limit_stops_the_job_and_a_failure_exits_1") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("limit");
+    };
     let j = cluster_with_code(&mut ctx, 1);
     let spec = ctx.write("limited.yaml", "workload: custom\nsubmission_id: job-limited\ncode_id: codeA\nentrypoint: sleep 300\ntime_limit: 3s\n");
     ctx.argus()
@@ -678,11 +651,9 @@ fn a_time_limit_stops_the_job_and_a_failure_exits_1() {
 /// Interop: Ray's own CLI sees argus's job, and argus lists a job Ray's CLI submitted.
 #[test]
 fn ray_cli_and_argus_see_each_others_jobs() {
-    if TestContext::skip_docker("ray_cli_and_argus_see_each_others_jobs") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("interop");
+    };
     let j = cluster_with_code(&mut ctx, 1);
     let spec = job(&ctx, "job-i", "codeA", "echo hi");
     ctx.argus()
@@ -739,11 +710,9 @@ fn ray_cli_and_argus_see_each_others_jobs() {
 /// their final status and their logs.
 #[test]
 fn job_records_outlive_the_cluster() {
-    if TestContext::skip_docker("job_records_outlive_the_cluster") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("outlive");
+    };
     let j = cluster_with_code(&mut ctx, 1);
     let print_marker = "python3 -c \"import marker; print('MARKER=' + marker.MARKER)\"";
     for id in ["job-x", "job-y"] {
@@ -801,11 +770,9 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
 /// under `jobs/<id>/hydra/`, through the overrides argus implies for a verl workload.
 #[test]
 fn job_outputs_land_on_the_shared_storage() {
-    if TestContext::skip_docker("job_outputs_land_on_the_shared_storage") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("outputs");
+    };
     let j = cluster_with_code(&mut ctx, 1);
 
     // A custom job writing a relative path.

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::harness::{Run, TestContext, ensure_image, free_port, poll, test_profile};
+use crate::harness::{Run, TestContext, free_port, poll, read_json, test_profile};
 
 /// The stand-in for `python3 -m verl.trainer.main_ppo`. With Hydra-style arguments it
 /// reads `trainer.*` like verl; without (a custom workload) it reads FAKE_* and the
@@ -490,58 +490,113 @@ impl Drop for Tmux {
     }
 }
 
-fn read_json(path: &Path) -> Value {
-    serde_json::from_str(&std::fs::read_to_string(path).unwrap_or_default()).unwrap_or(Value::Null)
+/// One small cluster with the stand-in verl snapshotted, and how its scenarios call argus.
+struct Training {
+    ctx: TestContext,
+    profile: PathBuf,
+    shared: PathBuf,
+    started: std::time::Instant,
 }
 
-#[test]
-fn training_jobs_on_a_real_cluster() {
-    if TestContext::skip_docker("training_jobs_on_a_real_cluster") {
-        return;
-    }
-    ensure_image();
-    let started = std::time::Instant::now();
-    let mut ctx = TestContext::new("training");
-    let name = ctx.cluster("c");
-    let shared = ctx.path("shared");
-    let profile = ctx.write("p.yaml", &test_profile(&name, &shared, free_port(), 1, ""));
-    argus(&ctx, &profile, &["up"]).code(0);
-    ctx.write("fakeverl/verl/__init__.py", "");
-    ctx.write("fakeverl/verl/trainer/__init__.py", "");
-    ctx.write("fakeverl/verl/trainer/main_ppo.py", FAKE_TRAINER);
-    ctx.write(
-        "fakeverl/verl/trainer/config/_generated_ppo_trainer.yaml",
-        FAKE_CONFIG,
-    );
-    argus(
-        &ctx,
-        &profile,
-        &[
-            "snapshot",
-            "--code-id",
-            "fakeverl",
-            &ctx.path("fakeverl").display().to_string(),
-        ],
-    )
-    .code(0);
-    // A model directory as submit requires one (the stand-in never loads it).
-    ctx.write("shared/models/none/config.json", "{}");
-    let spec = |id: &str, extra: &str| -> PathBuf {
+impl Training {
+    /// `argus up` and the stand-in's snapshot (`None`: Docker tests are skipped).
+    fn up() -> Option<Training> {
+        let started = std::time::Instant::now();
+        let mut ctx = TestContext::docker()?;
+        let name = ctx.cluster("c");
+        let shared = ctx.path("shared");
+        let profile = ctx.write("p.yaml", &test_profile(&name, &shared, free_port(), 1, ""));
+        argus(&ctx, &profile, &["up"]).code(0);
+        ctx.write("fakeverl/verl/__init__.py", "");
+        ctx.write("fakeverl/verl/trainer/__init__.py", "");
+        ctx.write("fakeverl/verl/trainer/main_ppo.py", FAKE_TRAINER);
         ctx.write(
+            "fakeverl/verl/trainer/config/_generated_ppo_trainer.yaml",
+            FAKE_CONFIG,
+        );
+        argus(
+            &ctx,
+            &profile,
+            &[
+                "snapshot",
+                "--code-id",
+                "fakeverl",
+                &ctx.path("fakeverl").display().to_string(),
+            ],
+        )
+        .code(0);
+        // A model directory as submit requires one (the stand-in never loads it).
+        ctx.write("shared/models/none/config.json", "{}");
+        Some(Training {
+            ctx,
+            profile,
+            shared,
+            started,
+        })
+    }
+
+    fn argus(&self, args: &[&str]) -> Run {
+        argus(&self.ctx, &self.profile, args)
+    }
+
+    /// A PPO JobSpec `<id>.yaml` of the stand-in: 6 steps, a checkpoint every 2, validation
+    /// every 3.
+    fn spec(&self, id: &str, extra: &str) -> PathBuf {
+        self.ctx.write(
             &format!("{id}.yaml"),
             &format!("workload: ppo\nsubmission_id: {id}\ncode_id: fakeverl\nmodel_id: /mnt/shared/models/none\ntotal_training_steps: 6\nsave_freq: 2\ntest_freq: 3\n{extra}"),
         )
-    };
+    }
 
-    eprintln!(
-        "[{:>6.1?}] A verl job followed from a pipe",
-        started.elapsed()
+    /// Runs one scenario, saying when it starts.
+    fn scenario(&self, title: &str, scenario: fn(&Training)) {
+        eprintln!("[{:>6.1?}] {title}", self.started.elapsed());
+        scenario(self);
+    }
+}
+
+/// The scenarios share one cluster (bringing one up takes most of a minute here), so they are
+/// one test, each a named function called in sequence. Order matters: the metrics and the
+/// plot read the job the first one ran.
+#[test]
+fn training_jobs_on_a_real_cluster() {
+    let Some(t) = Training::up() else {
+        return;
+    };
+    t.scenario(
+        "A verl job followed from a pipe",
+        a_verl_job_followed_from_a_pipe_streams_without_a_bar,
     );
-    // A verl job followed from a pipe: the log streams, no bar is drawn.
-    let path = spec("train-1", "");
-    let run = ctx
+    t.scenario("Metrics", metrics_are_exact_and_saved_when_the_job_ends);
+    t.scenario(
+        "The plot of the real log",
+        the_plot_of_the_real_log_has_its_points,
+    );
+    t.scenario(
+        "The bar in a real terminal (tmux)",
+        the_bar_is_drawn_in_a_real_terminal_and_not_with_no_progress,
+    );
+    t.scenario("Resume", a_stopped_job_is_resumed_from_its_checkpoint);
+    t.scenario("No checkpoint", a_job_without_checkpoint_is_not_resumed);
+    t.scenario("Unknown ids are bad input.", unknown_ids_are_bad_input);
+    t.scenario(
+        "A custom job without verl lines",
+        a_custom_job_without_verl_lines_has_no_metrics_or_progress,
+    );
+    t.scenario(
+        "argus run --resume",
+        a_stopped_run_is_resumed_by_a_second_run,
+    );
+    t.argus(&["down"]).code(0);
+}
+
+/// A verl job followed from a pipe: the log streams, no bar is drawn.
+fn a_verl_job_followed_from_a_pipe_streams_without_a_bar(t: &Training) {
+    let path = t.spec("train-1", "");
+    let run = t
+        .ctx
         .argus()
-        .profile(&profile)
+        .profile(&t.profile)
         .args(["submit", "--follow"])
         .arg_path(&path)
         .run()
@@ -557,18 +612,21 @@ fn training_jobs_on_a_real_cluster() {
         "no bar without a terminal: {}",
         run.stderr
     );
+}
 
-    eprintln!("[{:>6.1?}] Metrics", started.elapsed());
-    // Metrics: exact values, nan/inf kept, the near-miss line ignored; saved when it ended.
-    let csv = argus(&ctx, &profile, &["job", "metrics", "train-1", "--csv"])
+/// Metrics: exact values, nan/inf kept, the near-miss line ignored; saved when it ended.
+fn metrics_are_exact_and_saved_when_the_job_ends(t: &Training) {
+    let csv = t
+        .argus(&["job", "metrics", "train-1", "--csv"])
         .code(0)
         .stdout;
     assert_eq!(csv, EXPECTED_CSV);
     assert_eq!(
-        std::fs::read_to_string(shared.join("jobs/train-1/metrics.csv")).expect("metrics.csv"),
+        std::fs::read_to_string(t.shared.join("jobs/train-1/metrics.csv")).expect("metrics.csv"),
         EXPECTED_CSV
     );
-    let status = argus(&ctx, &profile, &["job", "status", "train-1", "--json"])
+    let status = t
+        .argus(&["job", "status", "train-1", "--json"])
         .code(0)
         .json();
     let progress = &status["progress"];
@@ -591,24 +649,22 @@ fn training_jobs_on_a_real_cluster() {
             ("response_length/mean", &Value::from(106.0)),
         ]
     );
+}
 
-    eprintln!("[{:>6.1?}] The plot of the real log", started.elapsed());
-    // The plot of the real log: right size, ink, and the log's points.
-    let png = ctx.path("train-1.png");
-    let out = argus(
-        &ctx,
-        &profile,
-        &[
+/// The plot of the real log: right size, ink, and the log's points.
+fn the_plot_of_the_real_log_has_its_points(t: &Training) {
+    let png = t.ctx.path("train-1.png");
+    let out = t
+        .argus(&[
             "job",
             "plot",
             "train-1",
             "--json",
             "-o",
             &png.display().to_string(),
-        ],
-    )
-    .code(0)
-    .json();
+        ])
+        .code(0)
+        .json();
     assert_plot(&png, &out["figure"]);
     let score: Vec<(u64, Value)> = (1..=6).map(|s| (s, Value::from(s as f64 / 10.0))).collect();
     assert_eq!(
@@ -623,25 +679,23 @@ fn training_jobs_on_a_real_cluster() {
         ),
         [(0, 0.125.into()), (3, 0.375.into()), (6, 0.75.into())]
     );
+}
 
-    eprintln!(
-        "[{:>6.1?}] The bar in a real terminal (tmux)",
-        started.elapsed()
-    );
-    // The bar in a real terminal (tmux): drawn above the log, gone with --no-progress.
-    let tmux = Tmux::new(&ctx);
+/// The bar in a real terminal (tmux): drawn above the log, gone with --no-progress.
+fn the_bar_is_drawn_in_a_real_terminal_and_not_with_no_progress(t: &Training) {
+    let tmux = Tmux::new(&t.ctx);
     let argus_bin = env!("CARGO_BIN_EXE_argus");
-    let p = profile.display();
-    spec("tty-1", "");
-    spec("tty-2", "");
+    let p = t.profile.display();
+    t.spec("tty-1", "");
+    t.spec("tty-2", "");
     tmux.start(
         "bar",
-        ctx.dir.path(),
+        t.ctx.dir.path(),
         &format!("{argus_bin} -p {p} submit --follow tty-1.yaml"),
     );
     tmux.start(
         "nobar",
-        ctx.dir.path(),
+        t.ctx.dir.path(),
         &format!("{argus_bin} -p {p} --no-progress submit --follow tty-2.yaml"),
     );
     for (session, bar) in [("bar", true), ("nobar", false)] {
@@ -674,22 +728,27 @@ fn training_jobs_on_a_real_cluster() {
             );
         }
     }
+}
 
-    eprintln!("[{:>6.1?}] Resume", started.elapsed());
-    // Resume: a job saving every 2 steps hangs after step 4; it is refused while running,
-    // stopped, and continued by a new job from global_step_4.
-    let path = spec("long-1", "env_vars: {FAKE_HANG_AFTER: \"4\"}\n");
-    ctx.argus()
-        .profile(&profile)
+/// Resume: a job saving every 2 steps hangs after step 4; it is refused while running,
+/// stopped, and continued by a new job from global_step_4.
+fn a_stopped_job_is_resumed_from_its_checkpoint(t: &Training) {
+    let path = t.spec("long-1", "env_vars: {FAKE_HANG_AFTER: \"4\"}\n");
+    t.ctx
+        .argus()
+        .profile(&t.profile)
         .args(["submit"])
         .arg_path(&path)
         .run()
         .code(0);
-    let marker = shared.join("jobs/long-1/checkpoints/latest_checkpointed_iteration.txt");
+    let marker = t
+        .shared
+        .join("jobs/long-1/checkpoints/latest_checkpointed_iteration.txt");
     poll("the step-4 checkpoint", Duration::from_secs(120), || {
         (std::fs::read_to_string(&marker).ok()?.trim() == "4").then_some(())
     });
-    let running = argus(&ctx, &profile, &["job", "status", "long-1", "--json"])
+    let running = t
+        .argus(&["job", "status", "long-1", "--json"])
         .code(0)
         .json();
     assert_eq!(running["job"]["status"], "RUNNING");
@@ -697,26 +756,22 @@ fn training_jobs_on_a_real_cluster() {
         running["progress"]["eta_s"].as_f64().is_some(),
         "{running:#}"
     );
-    argus(&ctx, &profile, &["submit", "--resume", "long-1"])
+    t.argus(&["submit", "--resume", "long-1"])
         .code(2)
         .stderr_has("job long-1 is still RUNNING")
         .stderr_has("argus job stop long-1 --wait");
-    argus(&ctx, &profile, &["job", "stop", "long-1", "--wait"]).code(3);
-    argus(
-        &ctx,
-        &profile,
-        &[
-            "submit",
-            "--resume",
-            "long-1",
-            "--set",
-            "submission_id=long-2",
-            "--wait",
-        ],
-    )
+    t.argus(&["job", "stop", "long-1", "--wait"]).code(3);
+    t.argus(&[
+        "submit",
+        "--resume",
+        "long-1",
+        "--set",
+        "submission_id=long-2",
+        "--wait",
+    ])
     .code(0)
     .stderr_has("resuming long-1 from global_step_4 in /mnt/shared/jobs/long-1/checkpoints");
-    let record = read_json(&shared.join("jobs/long-2/job.json"));
+    let record = read_json(&t.shared.join("jobs/long-2/job.json"));
     assert_eq!(record["resumes"], "long-1");
     let entrypoint = record["entrypoint"].as_str().expect("entrypoint");
     assert!(
@@ -731,7 +786,7 @@ fn training_jobs_on_a_real_cluster() {
         entrypoint.contains(" trainer.total_training_steps=6 "),
         "same JobSpec: {entrypoint}"
     );
-    let log = std::fs::read_to_string(shared.join("jobs/long-2/logs/driver.log")).expect("log");
+    let log = std::fs::read_to_string(t.shared.join("jobs/long-2/logs/driver.log")).expect("log");
     assert!(
         log.contains("resume_mode=auto default_local_dir=/mnt/shared/jobs/long-1/checkpoints"),
         "{log}"
@@ -746,20 +801,17 @@ fn training_jobs_on_a_real_cluster() {
         !log.contains("step:4 - "),
         "the new job starts after the checkpoint: {log}"
     );
-    let chain = argus(
-        &ctx,
-        &profile,
-        &[
+    let chain = t
+        .argus(&[
             "job",
             "metrics",
             "long-2",
             "--json",
             "--keys",
             "critic/score/mean",
-        ],
-    )
-    .code(0)
-    .json();
+        ])
+        .code(0)
+        .json();
     assert_eq!(chain["jobs"], serde_json::json!(["long-1", "long-2"]));
     let rows: Vec<(u64, &str, &Value)> = chain["rows"]
         .as_array()
@@ -786,68 +838,67 @@ fn training_jobs_on_a_real_cluster() {
     for ((s, j, v), (ws, wj, wv)) in rows.iter().zip(&want) {
         assert_eq!((*s, *j, *v), (*ws, *wj, wv));
     }
-    let out = argus(
-        &ctx,
-        &profile,
-        &[
+    let out = t
+        .argus(&[
             "job",
             "plot",
             "long-2",
             "--json",
             "-o",
-            &ctx.path("chain.png").display().to_string(),
-        ],
-    )
-    .code(0)
-    .json();
+            &t.ctx.path("chain.png").display().to_string(),
+        ])
+        .code(0)
+        .json();
     assert_eq!(out["figure"]["title"], "job long-2 (continues long-1)");
     assert_eq!(
         plotted(&out["figure"], "critic/score/mean", "long-2").len(),
         6
     );
+}
 
-    eprintln!("[{:>6.1?}] No checkpoint", started.elapsed());
-    // No checkpoint: refused with exit 2, nothing submitted.
-    let path = spec("nockpt", "");
-    ctx.argus()
-        .profile(&profile)
+/// No checkpoint: refused with exit 2, nothing submitted.
+fn a_job_without_checkpoint_is_not_resumed(t: &Training) {
+    let path = t.spec("nockpt", "");
+    t.ctx
+        .argus()
+        .profile(&t.profile)
         .args(["submit", "--wait", "--set", "save_freq=100"])
         .arg_path(&path)
         .run()
         .code(0);
-    let jobs_before = std::fs::read_dir(shared.join("jobs"))
+    let jobs_before = std::fs::read_dir(t.shared.join("jobs"))
         .expect("jobs")
         .count();
-    argus(&ctx, &profile, &["submit", "--resume", "nockpt"])
+    t.argus(&["submit", "--resume", "nockpt"])
         .code(2)
         .stderr_has("job nockpt has no checkpoint to resume from")
         .stderr_has("hint: verl saves a checkpoint every trainer.save_freq steps");
     assert_eq!(
-        std::fs::read_dir(shared.join("jobs"))
+        std::fs::read_dir(t.shared.join("jobs"))
             .expect("jobs")
             .count(),
         jobs_before
     );
+}
 
-    eprintln!("[{:>6.1?}] Unknown ids are bad input.", started.elapsed());
-    // Unknown ids are bad input.
-    argus(&ctx, &profile, &["job", "metrics", "no-such-job"])
+/// Unknown ids are bad input.
+fn unknown_ids_are_bad_input(t: &Training) {
+    t.argus(&["job", "metrics", "no-such-job"])
         .code(2)
         .stderr_has("no job no-such-job");
-    argus(&ctx, &profile, &["job", "plot", "no-such-job"]).code(2);
-    argus(&ctx, &profile, &["submit", "--resume", "no-such-job"])
+    t.argus(&["job", "plot", "no-such-job"]).code(2);
+    t.argus(&["submit", "--resume", "no-such-job"])
         .code(2)
         .stderr_has("argus has no record of job no-such-job");
+}
 
-    eprintln!(
-        "[{:>6.1?}] A custom job without verl lines",
-        started.elapsed()
-    );
-    // A custom job without verl lines: its log as before, an empty table, no progress.
-    let plain = ctx.write("plain.yaml", "workload: custom\nsubmission_id: plain-1\ncode_id: fakeverl\nentrypoint: echo hello from a custom job\n");
-    let run = ctx
+/// A custom job without verl lines: its log as before, an empty table, no progress.
+fn a_custom_job_without_verl_lines_has_no_metrics_or_progress(t: &Training) {
+    let plain = t.ctx.write("plain.yaml", "workload: custom\nsubmission_id: plain-1\ncode_id: fakeverl\nentrypoint: echo hello from a custom job\n");
+    let run = t
+        .ctx
         .argus()
-        .profile(&profile)
+        .profile(&t.profile)
         .args(["submit", "--follow"])
         .arg_path(&plain)
         .run()
@@ -857,34 +908,39 @@ fn training_jobs_on_a_real_cluster() {
         "{}",
         run.stdout
     );
-    let run = argus(&ctx, &profile, &["job", "metrics", "plain-1", "--csv"])
+    let run = t
+        .argus(&["job", "metrics", "plain-1", "--csv"])
         .code(0)
         .stderr_has("has no verl step lines");
     assert_eq!(run.stdout, "step\n");
-    assert!(!shared.join("jobs/plain-1/metrics.csv").exists());
-    let status = argus(&ctx, &profile, &["job", "status", "plain-1", "--json"])
+    assert!(!t.shared.join("jobs/plain-1/metrics.csv").exists());
+    let status = t
+        .argus(&["job", "status", "plain-1", "--json"])
         .code(0)
         .json();
     assert!(status["progress"].is_null());
+}
 
-    eprintln!("[{:>6.1?}] argus run --resume", started.elapsed());
-    // argus run --resume: a custom job run stopped midway, continued by a second run with
-    // the checkpoint directory in ARGUS_CHECKPOINT_DIR.
-    ctx.write("runcode/verl/__init__.py", "");
-    ctx.write("runcode/verl/trainer/__init__.py", "");
-    ctx.write("runcode/verl/trainer/main_ppo.py", FAKE_TRAINER);
-    let run_spec = ctx.write(
+/// argus run --resume: a custom job run stopped midway, continued by a second run with
+/// the checkpoint directory in ARGUS_CHECKPOINT_DIR.
+fn a_stopped_run_is_resumed_by_a_second_run(t: &Training) {
+    t.ctx.write("runcode/verl/__init__.py", "");
+    t.ctx.write("runcode/verl/trainer/__init__.py", "");
+    t.ctx
+        .write("runcode/verl/trainer/main_ppo.py", FAKE_TRAINER);
+    let run_spec = t.ctx.write(
         "run.yaml",
         "workload: custom\ncode: {source: runcode, name: runcode}\nentrypoint: python3 -m verl.trainer.main_ppo\nenv_vars: {FAKE_TOTAL: \"4\", FAKE_SAVE_FREQ: \"2\", FAKE_HANG_AFTER: \"2\", FAKE_STEP_SLEEP: \"0.2\"}\n",
     );
-    let mut first = ctx
+    let mut first = t
+        .ctx
         .argus()
-        .profile(&profile)
+        .profile(&t.profile)
         .args(["run"])
         .arg_path(&run_spec)
         .spawn();
     let (run_id, job_id) = poll("the run's job to start", Duration::from_secs(180), || {
-        let dir = std::fs::read_dir(shared.join("runs"))
+        let dir = std::fs::read_dir(t.shared.join("runs"))
             .ok()?
             .flatten()
             .next()?;
@@ -892,7 +948,7 @@ fn training_jobs_on_a_real_cluster() {
         let job = report["submission_id"].as_str()?.to_string();
         (report["stage"] == "wait").then(|| (dir.file_name().to_string_lossy().into_owned(), job))
     });
-    let marker = shared.join(format!(
+    let marker = t.shared.join(format!(
         "jobs/{job_id}/checkpoints/latest_checkpointed_iteration.txt"
     ));
     poll(
@@ -900,22 +956,23 @@ fn training_jobs_on_a_real_cluster() {
         Duration::from_secs(120),
         || (std::fs::read_to_string(&marker).ok()?.trim() == "2").then_some(()),
     );
-    argus(&ctx, &profile, &["job", "stop", &job_id, "--wait"]).code(3);
+    t.argus(&["job", "stop", &job_id, "--wait"]).code(3);
     assert_eq!(
         first.wait().expect("run").code(),
         Some(3),
         "the first run ends with its job STOPPED"
     );
-    let second = argus(&ctx, &profile, &["run", "--json", "--resume", &run_id])
+    let second = t
+        .argus(&["run", "--json", "--resume", &run_id])
         .code(0)
         .json();
     let new_job = second["submission_id"].as_str().expect("job").to_string();
     assert_ne!(new_job, job_id);
     assert_eq!(
-        read_json(&shared.join(format!("jobs/{new_job}/job.json")))["resumes"],
+        read_json(&t.shared.join(format!("jobs/{new_job}/job.json")))["resumes"],
         job_id.as_str()
     );
-    let log = std::fs::read_to_string(shared.join(format!("jobs/{new_job}/logs/driver.log")))
+    let log = std::fs::read_to_string(t.shared.join(format!("jobs/{new_job}/logs/driver.log")))
         .expect("log");
     assert!(
         log.contains(&format!(
@@ -923,23 +980,19 @@ fn training_jobs_on_a_real_cluster() {
         )),
         "{log}"
     );
-    let csv = argus(
-        &ctx,
-        &profile,
-        &[
+    let csv = t
+        .argus(&[
             "job",
             "metrics",
             &new_job,
             "--csv",
             "--keys",
             "critic/score/mean",
-        ],
-    )
-    .code(0)
-    .stdout;
+        ])
+        .code(0)
+        .stdout;
     assert_eq!(csv, "step,critic/score/mean\n1,0.1\n2,0.2\n3,0.3\n4,0.4\n");
-    argus(&ctx, &profile, &["run", "--resume", "run-nope"])
+    t.argus(&["run", "--resume", "run-nope"])
         .code(2)
         .stderr_has("no run run-nope");
-    argus(&ctx, &profile, &["down"]).code(0);
 }

@@ -193,12 +193,10 @@ fn relays_in(container: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tunnel_carries_http_into_a_container_that_has_no_network() {
-    if TestContext::skip_docker("tunnel_carries_http_into_a_container_that_has_no_network") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
+    };
     tls();
-    let mut ctx = TestContext::new("tunnel");
     let container = start_servers(&mut ctx, None, "none", None);
     let files = open_when_ready(&container, 8000).await;
     let echo = open_when_ready(&container, 8001).await;
@@ -331,13 +329,10 @@ async fn tunnel_carries_http_into_a_container_that_has_no_network() {
 /// the websocket log tail alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ray_client_reaches_a_head_with_no_published_port_through_a_tunnel() {
-    if TestContext::skip_docker("ray_client_reaches_a_head_with_no_published_port_through_a_tunnel")
-    {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
+    };
     tls();
-    let mut ctx = TestContext::new("tunnelray");
     let head = ctx.container("head");
     let run = std::process::Command::new("docker")
         .args([
@@ -546,13 +541,10 @@ async fn exercise(ctx: &TestContext, http: &Tunnel, echo: &Tunnel) -> (Duration,
 /// its plain `tcp://`, and `ssh://` (the exec stream rides the SSH connection).
 #[test]
 fn tunnel_reaches_a_container_on_another_host_over_unix_tcp_and_ssh() {
-    let test = "tunnel_reaches_a_container_on_another_host_over_unix_tcp_and_ssh";
-    if TestContext::skip_docker(test) {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
+    };
     tls();
-    let mut ctx = TestContext::new("tunnelhosts");
     let hosts = Hosts::up(
         &ctx,
         &["a"],

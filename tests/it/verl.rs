@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::harness::{Run, TestContext, free_port};
+use crate::harness::{Run, TestContext, entry_names, free_port};
 use crate::hub::{Olah, git_repo};
 
 /// Builds the verl image once per test binary (argus reuses it when its inputs are unchanged).
@@ -85,11 +85,10 @@ fn number(text: &str) -> f64 {
 
 #[test]
 fn verl_grpo_trains_on_cpu_and_resumes_from_its_own_checkpoints() {
-    if TestContext::skip_docker("verl_grpo_trains_on_cpu_and_resumes_from_its_own_checkpoints") {
+    let Some(mut ctx) = TestContext::docker_engine() else {
         return;
-    }
+    };
     ensure_verl_image();
-    let mut ctx = TestContext::new("verlgrpo");
     let (profile, shared) = builtin_profile(&mut ctx, "");
 
     // The shipped JobSpec as it is: 2 steps, a checkpoint at step 2.
@@ -234,11 +233,10 @@ fn verl_grpo_trains_on_cpu_and_resumes_from_its_own_checkpoints() {
 
 #[test]
 fn verl_sft_trains_on_cpu_with_a_model_from_the_hf_mirror() {
-    if TestContext::skip_docker("verl_sft_trains_on_cpu_with_a_model_from_the_hf_mirror") {
+    let Some(mut ctx) = TestContext::docker_engine() else {
         return;
-    }
+    };
     ensure_verl_image();
-    let mut ctx = TestContext::new("verlsft");
     // The tiny model served by a real HF-protocol mirror, as a hub model would be.
     let olah = Olah::start(&ctx.path("olah"));
     let model_dir = Path::new("assets/verl/tiny-qwen2");
@@ -414,11 +412,9 @@ fn the_shipped_jobspecs_are_checked_against_verl_0_8_0s_own_configs() {
 
 #[test]
 fn a_verl_job_the_cluster_cannot_hold_or_a_model_dir_without_config_is_refused_before_submission() {
-    if TestContext::skip_docker("a_verl_job_the_cluster_cannot_hold_is_refused") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    crate::harness::ensure_image();
-    let mut ctx = TestContext::new("verldemand");
+    };
     let name = ctx.cluster("c");
     let shared = ctx.path("shared");
     // One worker with 2 simulated GPUs.
@@ -429,7 +425,7 @@ fn a_verl_job_the_cluster_cannot_hold_or_a_model_dir_without_config_is_refused_b
     ctx.argus().profile(&profile).args(["up"]).run().code(0);
     std::fs::create_dir_all(shared.join("user/code")).expect("code dir");
     std::fs::create_dir_all(shared.join("models/empty")).expect("model dir");
-    let jobs_before = std::fs::read_dir(shared.join("jobs")).map_or(0, |d| d.count());
+    let jobs_before = entry_names(&shared.join("jobs")).len();
     let spec = ctx.write(
         "big.yaml",
         "workload: grpo\ncode_path: /mnt/shared/user/code\nnnodes: 2\nn_gpus_per_node: 2\n",
@@ -453,7 +449,7 @@ fn a_verl_job_the_cluster_cannot_hold_or_a_model_dir_without_config_is_refused_b
         .run()
         .code(2)
         .stderr_has("holds no config.json");
-    let jobs_after = std::fs::read_dir(shared.join("jobs")).map_or(0, |d| d.count());
+    let jobs_after = entry_names(&shared.join("jobs")).len();
     assert_eq!(jobs_before, jobs_after, "nothing was recorded or submitted");
     let list = ctx
         .argus()
