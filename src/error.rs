@@ -166,5 +166,5 @@ pub fn report(err: &Error) -> (Exit, String) {
         let _ = writeln!(out, "hint: {hint}");
     }
     // Ray's error bodies, a URL with a token, a value echoed back: never in clear.
-    (err.exit(), crate::config::secrets::redact_text(&out))
+    (err.exit(), crate::secrets::redact_text(&out))
 }

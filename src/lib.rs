@@ -41,6 +41,7 @@ pub mod ids;
 pub mod lock;
 pub mod ray;
 pub mod records;
+pub mod secrets;
 pub mod testpoint;
 pub mod ui;
 

@@ -79,7 +79,7 @@ impl std::fmt::Display for Holder {
         write!(
             f,
             "`{}` (pid {} on {}, since {})",
-            crate::config::secrets::redact_text(&self.command),
+            crate::secrets::redact_text(&self.command),
             self.pid,
             self.host,
             self.since
@@ -133,7 +133,7 @@ fn nonce() -> String {
 const MAX_COMMAND_CHARS: usize = 200;
 
 /// This process's command line as recorded for other users to read: through the one
-/// redaction of command lines ([`crate::config::secrets::redact_args`]), so a
+/// redaction of command lines ([`crate::secrets::redact_args`]), so a
 /// `--set overrides.x.api_key=...` never reaches the shared storage in clear.
 fn command_line() -> String {
     let args: Vec<String> = std::env::args_os()
@@ -144,7 +144,7 @@ fn command_line() -> String {
 
 /// A command line as a holder record keeps it.
 fn recorded_command(args: &[String]) -> String {
-    crate::config::secrets::redact_args(args, MAX_COMMAND_CHARS)
+    crate::secrets::redact_args(args, MAX_COMMAND_CHARS)
 }
 
 /// The record a lock's holder writes into `owner.json`.

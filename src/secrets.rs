@@ -267,22 +267,6 @@ pub fn redact_yaml(value: serde_yaml::Value) -> serde_yaml::Value {
     known().redact_yaml(value)
 }
 
-pub(crate) fn remember_profile(p: &super::Profile) {
-    let mut s = Secrets::new();
-    s.add_vars(p.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
-    s.add_vars(
-        p.submit
-            .runtime_env
-            .env_vars
-            .iter()
-            .map(|(k, v)| (k.as_str(), v.as_str())),
-    );
-    if let Ok(token) = std::env::var(&p.ray.token_env) {
-        s.add(&token);
-    }
-    remember(&s);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use super::Error;
 use crate::config::LoadedProfile;
 use crate::config::profile::AuthMode;
-use crate::config::secrets::{self, Secrets};
+use crate::secrets::{self, Secrets};
 use crate::fsx;
 
 /// Random bytes in a token made here (64 hex characters).

@@ -31,7 +31,7 @@ pub async fn up(loaded: &LoadedProfile, args: &UpArgs, printer: &Printer) -> Res
         let mut value = serde_json::to_value(&report)?;
         if args.dry_run {
             value["plan"] =
-                crate::config::secrets::redact_json(serde_json::to_value(&report.plan)?);
+                crate::secrets::redact_json(serde_json::to_value(&report.plan)?);
         }
         printer.json(&value);
         return Ok(Exit::Success);

@@ -101,7 +101,7 @@ pub async fn metrics(
         )?;
     } else if printer.json {
         // Streamed a row at a time, with the printer's redaction of every string value.
-        let secrets = crate::config::secrets::known();
+        let secrets = crate::secrets::known();
         let mut out = printer.stdout();
         to_stdout(
             table

@@ -10,7 +10,6 @@ pub mod layout;
 mod mutation_tests;
 pub mod profile;
 pub mod ray_config;
-pub mod secrets;
 pub mod size;
 pub mod yaml;
 

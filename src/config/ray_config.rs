@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::profile::{RuntimeEnvSection, check_entrypoint_resources, check_job_env};
-use super::secrets::Secrets;
+use crate::secrets::Secrets;
 use super::yaml::{self, ConfigError, Source};
 use crate::yaml_path;
 
@@ -71,7 +71,7 @@ impl RayConfig {
                 .iter()
                 .map(|(k, v)| (k.as_str(), v.as_str())),
         );
-        super::secrets::remember(&secrets);
+        crate::secrets::remember(&secrets);
         Ok((config, source))
     }
 }

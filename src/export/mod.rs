@@ -431,7 +431,7 @@ pub fn secrets(source: &Source, env_maps: &[&[&str]]) -> Vec<Finding> {
     };
     // The values of every secret variable this process knows (the profile's, the
     // JobSpec's, this environment's): a value holding one is refused wherever it stands.
-    let known = crate::config::secrets::known();
+    let known = crate::secrets::known();
     let mut out = Vec::new();
     let mut path = Vec::new();
     walk(&doc, &mut path, &mut |path, key, value| {
@@ -444,7 +444,7 @@ pub fn secrets(source: &Source, env_maps: &[&[&str]]) -> Vec<Finding> {
         });
         let what = match (key, value) {
             (Some(key), Some(value))
-                if in_env_map && !value.is_empty() && crate::config::secrets::is_secret_name(key) =>
+                if in_env_map && !value.is_empty() && crate::secrets::is_secret_name(key) =>
             {
                 Some(format!("`{key}` is a secret"))
             }
@@ -597,7 +597,7 @@ mod tests {
             "RAY_AUTH_TOKEN",
             "api-key",
         ] {
-            assert!(crate::config::secrets::is_secret_name(name), "{name}");
+            assert!(crate::secrets::is_secret_name(name), "{name}");
         }
         for name in [
             "TOKENIZERS_PARALLELISM",
@@ -606,7 +606,7 @@ mod tests {
             "KEYBOARD",
             "HF_ENDPOINT",
         ] {
-            assert!(!crate::config::secrets::is_secret_name(name), "{name}");
+            assert!(!crate::secrets::is_secret_name(name), "{name}");
         }
     }
 

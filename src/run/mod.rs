@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use crate::cluster::image;
 use crate::config::jobspec::{Code, LoadedJobSpec};
-use crate::config::secrets::{REDACTED, redact_json};
+use crate::secrets::{REDACTED, redact_json};
 use crate::config::yaml::Source;
 use crate::config::{Layout, LoadedProfile};
 use crate::exit::{Classify, Exit};

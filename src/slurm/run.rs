@@ -267,7 +267,7 @@ async fn stages(
             .open(path)
             .ok()
     });
-    let secrets = crate::config::secrets::known();
+    let secrets = crate::secrets::known();
     let info = crate::submit::watch::wait(&target, &record.submission_id, &options, |text| {
         on_log(text);
         if let Some(file) = saved.as_mut() {

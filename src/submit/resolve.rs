@@ -52,7 +52,7 @@ impl Prepared {
         if let Some(map) = payload.as_object_mut() {
             map.insert("entrypoint".into(), self.shown_entrypoint.clone().into());
         }
-        crate::config::secrets::redact_json(payload)
+        crate::secrets::redact_json(payload)
     }
 }
 

@@ -8,7 +8,7 @@ use serde::Serialize;
 use super::Error;
 use super::resolve::Prepared;
 use super::target::Target;
-use crate::config::secrets::{redact_json, redact_text};
+use crate::secrets::{redact_json, redact_text};
 use crate::ray::jobs::{JobStatus, JobsApi, JobsError};
 use crate::records::JobRecord;
 

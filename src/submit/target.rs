@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::config::ray_config::RayConfig;
-use crate::config::secrets::redact_json;
+use crate::secrets::redact_json;
 use crate::config::{Layout, LoadedProfile};
 use crate::ray::RayClient;
 use crate::records::Records;

@@ -254,7 +254,7 @@ pub async fn record_end(
 /// A job may print a secret it was given (a token in its env): what argus saves or shows
 /// of its log carries none of the values this process knows.
 fn redacted(info: &JobInfo, log: &str) -> String {
-    let mut secrets = crate::config::secrets::known();
+    let mut secrets = crate::secrets::known();
     if let Some(env) = info
         .runtime_env
         .as_ref()

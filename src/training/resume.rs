@@ -16,7 +16,7 @@ use std::path::Path;
 
 use serde_yaml::{Mapping, Value};
 
-use crate::config::secrets::REDACTED;
+use crate::secrets::REDACTED;
 
 /// The checkpoint directory a job used, as the containers see it: the last
 /// `trainer.default_local_dir=` of its entrypoint (verl), else the `ARGUS_CHECKPOINT_DIR`

@@ -51,7 +51,7 @@ impl Printer {
     /// A JSON document on stdout, with every secret value this process knows redacted
     /// (Ray echoes entrypoints and env vars back).
     pub fn json(&self, value: &serde_json::Value) {
-        let secrets = crate::config::secrets::known();
+        let secrets = crate::secrets::known();
         let value = redact_values(value.clone(), &|text| secrets.redact_str(text).into_owned());
         self.data(serde_json::to_string_pretty(&value).unwrap_or_default());
     }

@@ -18,7 +18,7 @@ pub use types::{Code, CodeSource, DataFile, JobSpec, RawJobSpec, Workload};
 pub use values::{MAX_TIME_LIMIT, ScalarString, TimeLimit};
 
 use super::profile::check_job_env;
-use super::secrets::{self, Secrets};
+use crate::secrets::{self, Secrets};
 use super::yaml::{self, ConfigError, Seg, Source};
 use crate::ids::SubmissionId;
 use crate::yaml_path;
@@ -695,7 +695,7 @@ mod tests {
         let s = secrets_of(&j.spec);
         let text = s.redact_str("x wandb.api_key=sk-override-secret DB_PASS=db-pass-secret");
         assert_eq!(text, "x wandb.api_key=<redacted> DB_PASS=<redacted>");
-        let known = crate::config::secrets::redact_text("db-pass-secret sk-override-secret");
+        let known = crate::secrets::redact_text("db-pass-secret sk-override-secret");
         assert_eq!(known, "<redacted> <redacted>");
     }
 }

@@ -52,7 +52,7 @@ pub struct Overrides(pub Vec<Override>);
 
 impl Overrides {
     /// The same overrides with every secret value (key secret-named, see
-    /// [`crate::config::secrets::is_secret_override_key`]) replaced by `<redacted>`,
+    /// [`crate::secrets::is_secret_override_key`]) replaced by `<redacted>`,
     /// structurally, before anything formats or quotes them: what argus shows and
     /// records (the entrypoint printed and written, the JobSpec record) is built from
     /// these, so no quoted form of a secret has to be searched for afterwards.
@@ -64,14 +64,14 @@ impl Overrides {
 impl Override {
     /// This override with its value replaced by `<redacted>` when its key is secret.
     pub fn redacted(&self) -> Override {
-        let secret = crate::config::secrets::is_secret_override_key(&self.key)
+        let secret = crate::secrets::is_secret_override_key(&self.key)
             && !matches!(self.value, OverrideValue::Delete);
         if !secret {
             return self.clone();
         }
         Override {
             key: self.key.clone(),
-            value: OverrideValue::Raw(crate::config::secrets::REDACTED.into()),
+            value: OverrideValue::Raw(crate::secrets::REDACTED.into()),
         }
     }
 }

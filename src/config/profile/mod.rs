@@ -128,7 +128,7 @@ impl LoadedProfile {
     pub fn from_source(source: Source) -> Result<Self, ConfigError> {
         let profile: Profile = yaml::parse(&source)?;
         validate::validate(&profile, &source)?;
-        super::secrets::remember_profile(&profile);
+        remember_secrets(&profile);
         Ok(Self { profile, source })
     }
 
@@ -203,6 +203,24 @@ impl LoadedProfile {
             .sum()
     }
 }
+
+/// The profile's secret values, remembered for redaction (see `crate::secrets`).
+fn remember_secrets(p: &Profile) {
+    let mut s = crate::secrets::Secrets::new();
+    s.add_vars(p.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    s.add_vars(
+        p.submit
+            .runtime_env
+            .env_vars
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str())),
+    );
+    if let Ok(token) = std::env::var(&p.ray.token_env) {
+        s.add(&token);
+    }
+    crate::secrets::remember(&s);
+}
+
 
 #[cfg(test)]
 mod tests {

@@ -17,7 +17,7 @@ use super::types::*;
 use crate::cluster::plan::{ContainerPlan, GpuAttach};
 use crate::config::LoadedProfile;
 use crate::config::profile::GpuMode;
-use crate::config::secrets::is_secret_name;
+use crate::secrets::is_secret_name;
 use crate::config::size::ByteSize;
 use crate::config::yaml::Seg;
 use crate::export::{Findings, quantity};
