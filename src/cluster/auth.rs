@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use super::Error;
 use crate::config::LoadedProfile;
 use crate::config::profile::AuthMode;
-use crate::secrets::{self, Secrets};
 use crate::fsx;
+use crate::secrets::{self, Secrets};
 
 /// Random bytes in a token made here (64 hex characters).
 const TOKEN_BYTES: usize = 32;

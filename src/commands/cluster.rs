@@ -30,8 +30,7 @@ pub async fn up(loaded: &LoadedProfile, args: &UpArgs, printer: &Printer) -> Res
     if printer.json {
         let mut value = serde_json::to_value(&report)?;
         if args.dry_run {
-            value["plan"] =
-                crate::secrets::redact_json(serde_json::to_value(&report.plan)?);
+            value["plan"] = crate::secrets::redact_json(serde_json::to_value(&report.plan)?);
         }
         printer.json(&value);
         return Ok(Exit::Success);

@@ -8,8 +8,8 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::profile::{RuntimeEnvSection, check_entrypoint_resources, check_job_env};
-use crate::secrets::Secrets;
 use super::yaml::{self, ConfigError, Source};
+use crate::secrets::Secrets;
 use crate::yaml_path;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

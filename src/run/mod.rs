@@ -25,12 +25,12 @@ use std::path::{Path, PathBuf};
 
 use crate::cluster::image;
 use crate::config::jobspec::{Code, LoadedJobSpec};
-use crate::secrets::{REDACTED, redact_json};
 use crate::config::yaml::Source;
 use crate::config::{Layout, LoadedProfile};
 use crate::exit::{Classify, Exit};
 use crate::ids::SubmissionId;
 use crate::records::Records;
+use crate::secrets::{REDACTED, redact_json};
 use crate::submit::watch::WaitOptions;
 use crate::submit::{self, Target};
 use crate::ui::Reporter;

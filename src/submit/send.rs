@@ -8,9 +8,9 @@ use serde::Serialize;
 use super::Error;
 use super::resolve::Prepared;
 use super::target::Target;
-use crate::secrets::{redact_json, redact_text};
 use crate::ray::jobs::{JobStatus, JobsApi, JobsError};
 use crate::records::JobRecord;
+use crate::secrets::{redact_json, redact_text};
 
 #[derive(Debug, Clone, Serialize)]
 pub struct SubmitReport {

@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::config::ray_config::RayConfig;
-use crate::secrets::redact_json;
 use crate::config::{Layout, LoadedProfile};
 use crate::ray::RayClient;
 use crate::records::Records;
+use crate::secrets::redact_json;
 
 #[derive(Debug, Clone)]
 pub struct Target {

@@ -18,9 +18,9 @@ pub use types::{Code, CodeSource, DataFile, JobSpec, RawJobSpec, Workload};
 pub use values::{MAX_TIME_LIMIT, ScalarString, TimeLimit};
 
 use super::profile::check_job_env;
-use crate::secrets::{self, Secrets};
 use super::yaml::{self, ConfigError, Seg, Source};
 use crate::ids::SubmissionId;
+use crate::secrets::{self, Secrets};
 use crate::yaml_path;
 
 /// The most nodes a job may ask for.

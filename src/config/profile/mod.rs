@@ -221,7 +221,6 @@ fn remember_secrets(p: &Profile) {
     crate::secrets::remember(&s);
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

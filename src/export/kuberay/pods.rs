@@ -17,10 +17,10 @@ use super::types::*;
 use crate::cluster::plan::{ContainerPlan, GpuAttach};
 use crate::config::LoadedProfile;
 use crate::config::profile::GpuMode;
-use crate::secrets::is_secret_name;
 use crate::config::size::ByteSize;
 use crate::config::yaml::Seg;
 use crate::export::{Findings, quantity};
+use crate::secrets::is_secret_name;
 use crate::yaml_path;
 
 /// The shared storage as a pod volume: `--pvc`, else the profile's NFS export.
