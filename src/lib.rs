@@ -23,7 +23,6 @@ pub mod cluster;
 mod commands;
 pub mod config;
 pub mod data;
-pub mod error;
 pub mod exit;
 pub mod export;
 pub mod hydra;
@@ -76,7 +75,7 @@ pub fn run(cli: Cli) -> ExitCode {
     match runtime.block_on(commands::run(&cli, &printer)) {
         Ok(code) => ExitCode::from(code as u8),
         Err(err) => {
-            let (code, text) = error::report(&err);
+            let (code, text) = commands::error::report(&err);
             printer.error(&text);
             ExitCode::from(code as u8)
         }

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::error::{Context, Result};
+use crate::commands::error::{Context, Result};
 
 use crate::cli::{DownArgs, UpArgs};
 use crate::cluster::plan::{GpuAttach, SharedMount};

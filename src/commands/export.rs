@@ -1,7 +1,7 @@
 //! `argus export kuberay`: the profile (and a JobSpec) as a KubeRay object, on stdout or
 //! into a file, with the warnings on stderr (and in `--json`).
 
-use crate::error::Result;
+use crate::commands::error::Result;
 use serde_json::json;
 
 use crate::cli::{Cli, KubeRayArgs};

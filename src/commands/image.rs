@@ -1,6 +1,6 @@
 //! `argus image build`.
 
-use crate::error::{Context, Result};
+use crate::commands::error::{Context, Result};
 
 use crate::cli::{Cli, ImageBuildArgs};
 use crate::cluster::{docker, image};

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::error::{Context, Result};
+use crate::commands::error::{Context, Result};
 
 use crate::cli::{Cli, JobCommand, SubmitArgs};
 use crate::cluster::access;

@@ -1,11 +1,12 @@
 //! Command handlers: resolve the profile, call the library, print the result. The only
-//! layer that adds context (`crate::error::Context`) to library errors.
+//! layer that adds context (`crate::commands::error::Context`) to library errors.
 //!
 //! Before any handler runs, [`check_flags`] refuses flags given where they do not apply
 //! (they would be ignored silently, and the command would act on something else), and a
 //! command that talks to Docker has its endpoint parsed: a malformed one is bad input.
 
 mod cluster;
+pub mod error;
 mod export;
 mod image;
 mod job;
@@ -15,7 +16,7 @@ mod slurm;
 mod snapshot;
 mod training;
 
-use crate::error::Result;
+use crate::commands::error::Result;
 
 use crate::cli::{Cli, Commands, ExportCommand, ImageCommand, PrepareArgs};
 use crate::config::docker::{DockerEndpoint, VALID_ENDPOINTS};

@@ -1,6 +1,6 @@
 //! `argus prepare`.
 
-use crate::error::{Context, Result};
+use crate::commands::error::{Context, Result};
 
 use crate::cli::PrepareArgs;
 use crate::config::{Layout, LoadedProfile};

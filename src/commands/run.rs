@@ -1,6 +1,6 @@
 //! `argus run`.
 
-use crate::error::{Context, Result};
+use crate::commands::error::{Context, Result};
 
 use crate::cli::{Cli, RunArgs};
 use crate::config::jobspec::LoadedJobSpec;

@@ -1,8 +1,8 @@
 //! `argus slurm ...`.
 
 use crate::cli::{Cli, SlurmCommand, SlurmSubmitArgs};
+use crate::commands::error::{Context, Result};
 use crate::config::jobspec::LoadedJobSpec;
-use crate::error::{Context, Result};
 use crate::exit::Exit;
 use crate::slurm::{self, script::AllocationFlags, submit as login};
 use crate::ui::Printer;

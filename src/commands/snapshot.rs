@@ -1,6 +1,6 @@
 //! `argus snapshot SRC`, `snapshot list`, `snapshot verify ID`, `snapshot rm ID`.
 
-use crate::error::{Context, Result};
+use crate::commands::error::{Context, Result};
 
 use crate::cli::{SnapshotArgs, SnapshotCommand};
 use crate::config::{Layout, LoadedProfile};

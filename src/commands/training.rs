@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::error::{Context, Result};
+use crate::commands::error::{Context, Result};
 
 use crate::config::LoadedProfile;
 use crate::config::jobspec::LoadedJobSpec;

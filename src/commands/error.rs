@@ -18,7 +18,7 @@ pub enum Error {
     #[error(transparent)]
     Id(#[from] crate::ids::IdError),
     #[error(transparent)]
-    Flag(#[from] crate::commands::FlagError),
+    Flag(#[from] super::FlagError),
     #[error(transparent)]
     Cluster(#[from] crate::cluster::Error),
     #[error(transparent)]
