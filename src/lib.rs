@@ -35,6 +35,7 @@ pub mod training;
 // Leaf modules: shared by several stages, importing none of them.
 pub mod digest;
 pub mod fsx;
+pub mod hf;
 pub mod http;
 pub mod ids;
 pub mod lock;

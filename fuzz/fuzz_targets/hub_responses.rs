@@ -8,7 +8,7 @@
 
 use libfuzzer_sys::fuzz_target;
 
-#[path = "../../src/data/hub_types.rs"]
+#[path = "../../src/hf.rs"]
 #[allow(dead_code)]
 mod hub_types;
 

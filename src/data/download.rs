@@ -20,8 +20,8 @@ use serde::Serialize;
 
 use super::hf::{FileMeta, HubClient, HubError, RepoKind};
 use super::hf_cache::HubCache;
-use super::hub_types::{Etag, RepoId, RepoPath, Revision};
 use crate::fsx::Dirs;
+use crate::hf::{Etag, RepoId, RepoPath, Revision};
 use crate::ui::Reporter;
 
 /// Files downloaded at the same time.

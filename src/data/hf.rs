@@ -1,7 +1,7 @@
 //! A Hugging Face hub client over reqwest: the revision API for the file list, HEAD on
 //! `resolve/` for a file's commit, etag and size, GET for its bytes.
 //!
-//! Every answer is parsed into checked types ([`super::hub_types`]) before anything is
+//! Every answer is parsed into checked types ([`crate::hf`]) before anything is
 //! done with it. Redirects are followed by hand, so the token (`HF_TOKEN`) is sent only
 //! to the configured endpoint's origin (scheme, host and port), as huggingface_hub does:
 //! a redirect to a CDN or any other host gets no `Authorization` header. The token never
@@ -18,11 +18,11 @@ use reqwest::{Method, StatusCode, Url, header};
 use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
-use super::hub_types::{
+use crate::hf::{
     Commit, ProtocolError, RepoId, RepoPath, Revision, RevisionInfo, parse_file_meta,
     parse_revision_info, shown,
 };
-pub use super::hub_types::{FileMeta, RepoKind};
+pub use crate::hf::{FileMeta, RepoKind};
 use crate::http::USER_AGENT;
 
 #[derive(Debug, thiserror::Error)]

@@ -7,15 +7,15 @@
 //! hub/{models|datasets}--{org}--{name}/refs/<revision>             the commit, no trailing newline
 //! ```
 //!
-//! Every path is built from checked names ([`super::hub_types`]), so it is the root
+//! Every path is built from checked names ([`crate::hf`]), so it is the root
 //! followed by plain components; before anything is written into a directory, the
 //! directory is also resolved on disk and must still be under the (resolved) root, so a
 //! symlink planted in the cache cannot redirect a write either.
 
 use std::path::{Path, PathBuf};
 
-use super::hub_types::{Commit, Etag, RepoId, RepoKind, RepoPath, Revision, lexically_under};
 use crate::fsx::Dirs;
+use crate::hf::{Commit, Etag, RepoId, RepoKind, RepoPath, Revision, lexically_under};
 
 #[derive(Debug, Clone)]
 pub struct HubCache {

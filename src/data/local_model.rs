@@ -15,9 +15,9 @@ use sha2::{Digest, Sha256};
 
 use super::download::CachedFile;
 use super::hf_cache::HubCache;
-use super::hub_types::{Commit, Etag, ModelSpec, RepoKind, RepoPath};
 use super::{Error, ModelReport, Prepare};
 use crate::fsx::Dirs;
+use crate::hf::{Commit, Etag, ModelSpec, RepoKind, RepoPath};
 use crate::ui::Reporter;
 
 /// At most this many files: a model directory, not a tree of anything.

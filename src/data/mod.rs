@@ -1,5 +1,5 @@
 //! Data and models on the shared storage: a Hugging Face client and cache (`hf`,
-//! `hf_cache`, `download`) over checked names (`hub_types`), GSM8K in verl's format
+//! `hf_cache`, `download`) over checked names (`crate::hf`), GSM8K in verl's format
 //! (`gsm8k`, pure) and its parquet files (`parquet`). Everything is written from this
 //! host, atomically: a dataset is published as a whole (both splits and the manifest,
 //! or nothing), a model file only once its bytes are verified.
@@ -9,7 +9,6 @@ pub mod fsutil;
 pub mod gsm8k;
 pub mod hf;
 pub mod hf_cache;
-pub mod hub_types;
 pub mod local_model;
 pub mod parquet;
 mod publish;
@@ -20,12 +19,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Layout;
 use crate::exit::{Classify, Exit};
+use crate::hf::{BadName, ModelSpec, RepoId, Revision};
 use crate::ui::Reporter;
 use download::{CachedFile, Filter, SnapshotSpec};
 use fsutil::NotRegular;
 use hf::{HubClient, HubError, RepoKind};
 use hf_cache::HubCache;
-use hub_types::{BadName, ModelSpec, RepoId, Revision};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

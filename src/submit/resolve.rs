@@ -422,7 +422,7 @@ fn ray_user_agent() -> String {
 /// lookup, outside the cache.
 fn resolve_model(target: &Target, model: &str, notes: &mut Vec<String>) -> Result<String, Error> {
     use crate::data::hf_cache::HubCache;
-    use crate::data::hub_types::{ModelSpec, RepoKind};
+    use crate::hf::{ModelSpec, RepoKind};
     if model.starts_with('/') {
         // Lexically clean (no `..`, no control character) before it is looked at or sent.
         crate::ids::ContainerPath::parse_as("model path", model).map_err(|e| Error::BadModel {
@@ -464,7 +464,7 @@ fn resolve_model(target: &Target, model: &str, notes: &mut Vec<String>) -> Resul
     }
     // verl takes a repo id or a path, never a revision: one that is not cached cannot be
     // passed on without silently becoming `main`.
-    if spec.revision != crate::data::hub_types::Revision::main() {
+    if spec.revision != crate::hf::Revision::main() {
         return Err(Error::BadModel {
             model: model.to_string(),
             reason: format!(

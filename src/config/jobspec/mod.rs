@@ -332,7 +332,7 @@ fn check(raw: RawJobSpec, src: &Source) -> Result<JobSpec, ConfigError> {
                     )
                     .with_hint("model_id: argus/tiny-qwen2 (ORG/NAME)"));
             }
-            Some(id) if crate::data::hub_types::ModelSpec::parse(id).is_err() => {
+            Some(id) if crate::hf::ModelSpec::parse(id).is_err() => {
                 return Err(src
                     .error_at(&yaml_path!["model_id"], format!("with model_from, model_id {id:?} must be a hub name: the model goes into the shared HF cache under it"))
                     .with_hint("ORG/NAME, e.g. argus/tiny-qwen2"));
