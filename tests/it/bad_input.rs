@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::harness::{TestContext, docker, free_port};
+use crate::harness::{Profile, TestContext, docker, free_port};
 
 /// One bad input and how it must end.
 struct Case {
@@ -23,10 +23,11 @@ struct Case {
 
 /// The good profile: 10 lines, so a key appended starts at line 11.
 fn profile(name: &str, shared: &Path, port: u16) -> String {
-    format!(
-        "name: {name}\nimage: argus/ray:2.51.1\nshared:\n  host_path: {}\nray:\n  dashboard_port: {port}\nworkers:\n  - name: gpu\n    count: 1\n    gpus: 2\n",
-        shared.display()
-    )
+    Profile::new(name)
+        .shared(shared)
+        .port(port)
+        .worker("gpus", "2")
+        .build()
 }
 
 const JOB: &str = "workload: custom\ncode_id: abc\nentrypoint: python3 -c 1\n";

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::harness::{TestContext, docker, ensure_image, free_port, inspect, poll, test_profile};
+use crate::harness::{TestContext, docker, free_port, inspect, poll, test_profile};
 
 fn alive_nodes(report: &Value) -> Vec<&Value> {
     report["nodes"]
@@ -100,11 +100,9 @@ fn cluster_networks(c: &Cluster) -> Vec<String> {
 /// a second up changes nothing and says so.
 #[test]
 fn up_converges_and_a_second_up_changes_nothing() {
-    if TestContext::skip_docker("up_converges_and_a_second_up_changes_nothing") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("upconv");
+    };
     let c = cluster(&mut ctx, 2);
     let report = up_json(&ctx, &c);
     assert_eq!(alive_nodes(&report).len(), 3, "{report:#}");
@@ -146,11 +144,9 @@ fn up_converges_and_a_second_up_changes_nothing() {
 /// expires) never counts.
 #[test]
 fn a_recreated_worker_counts_only_with_its_new_node() {
-    if TestContext::skip_docker("a_recreated_worker_counts_only_with_its_new_node") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("recreate");
+    };
     let c = cluster(&mut ctx, 1);
     let report = up_json(&ctx, &c);
     let w = &c.workers[0];
@@ -187,11 +183,9 @@ fn a_recreated_worker_counts_only_with_its_new_node() {
 /// then counts the new node, not the one of the container's previous life.
 #[test]
 fn a_killed_raylet_is_restarted_and_up_counts_its_new_node() {
-    if TestContext::skip_docker("a_killed_raylet_is_restarted_and_up_counts_its_new_node") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("raylet");
+    };
     let c = cluster(&mut ctx, 1);
     let report = up_json(&ctx, &c);
     let w = &c.workers[0];
@@ -221,11 +215,9 @@ fn a_killed_raylet_is_restarted_and_up_counts_its_new_node() {
 /// two of one name, which Docker allows), nothing else, and keeps the shared data.
 #[test]
 fn down_removes_only_this_cluster_and_keeps_shared_data() {
-    if TestContext::skip_docker("down_removes_only_this_cluster_and_keeps_shared_data") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("down");
+    };
     let c = cluster(&mut ctx, 1);
     let other = ctx.container("other-head");
     docker(&[
@@ -305,11 +297,9 @@ fn down_removes_only_this_cluster_and_keeps_shared_data() {
 /// holder, then finds the cluster converged. One network, one set of containers.
 #[test]
 fn two_concurrent_ups_end_with_one_healthy_cluster() {
-    if TestContext::skip_docker("two_concurrent_ups_end_with_one_healthy_cluster") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("twoups");
+    };
     let c = cluster(&mut ctx, 1);
     let tp = ctx.path("testpoint");
     let mut first = ctx
@@ -354,11 +344,9 @@ fn two_concurrent_ups_end_with_one_healthy_cluster() {
 /// A lock left by an `up` that was killed is taken over at once (its holder is gone).
 #[test]
 fn a_lock_left_by_a_killed_up_is_taken_over() {
-    if TestContext::skip_docker("a_lock_left_by_a_killed_up_is_taken_over") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("deadlock");
+    };
     let c = cluster(&mut ctx, 1);
     let tp = ctx.path("testpoint");
     let mut first = ctx
@@ -386,11 +374,9 @@ fn a_lock_left_by_a_killed_up_is_taken_over() {
 /// listens on `ray.dashboard_bind` only, not on every interface of the host.
 #[test]
 fn host_mode_dashboard_listens_only_on_dashboard_bind() {
-    if TestContext::skip_docker("host_mode_dashboard_listens_only_on_dashboard_bind") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("hostdash");
+    };
     let name = ctx.cluster("c");
     let shared = ctx.path("shared");
     let port = free_port();
@@ -443,11 +429,9 @@ fn host_mode_dashboard_listens_only_on_dashboard_bind() {
 /// (it cannot start here without a GPU, which argus reports as a failure).
 #[test]
 fn nvidia_workers_carry_their_device_request() {
-    if TestContext::skip_docker("nvidia_workers_carry_their_device_request") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("nvidia");
+    };
     let name = ctx.cluster("c");
     let text = test_profile(&name, &ctx.path("shared"), free_port(), 1, "").replace(
         "    gpus: 2\n",
@@ -489,11 +473,9 @@ fn nvidia_workers_carry_their_device_request() {
 /// quickly with the container's own log, instead of waiting out the timeout.
 #[test]
 fn a_node_that_cannot_start_fails_fast_with_its_log() {
-    if TestContext::skip_docker("a_node_that_cannot_start_fails_fast_with_its_log") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("crash");
+    };
     let name = ctx.cluster("c");
     // Only the worker's line has four spaces of indent.
     let text = test_profile(&name, &ctx.path("shared"), free_port(), 1, "").replace(
@@ -537,11 +519,9 @@ fn port_block(container: &str) -> u32 {
 /// (exit 2) naming that cluster, and creates nothing.
 #[test]
 fn two_host_mode_clusters_on_one_host_take_their_own_port_blocks() {
-    if TestContext::skip_docker("two_host_mode_clusters_on_one_host_take_their_own_port_blocks") {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("portblk");
+    };
     let host_mode = |ctx: &mut TestContext, suffix: &str, gcs: u16| {
         let name = ctx.cluster(suffix);
         let text = test_profile(&name, &ctx.path("shared"), free_port(), 1, "").replace(

@@ -77,7 +77,7 @@ impl TestContext {
 
     /// True (and says so) when Docker tests are switched off by the user. Prefer
     /// [`TestContext::docker`], which takes the name from the test itself.
-    pub fn skip_docker(test: &str) -> bool {
+    fn skip_docker(test: &str) -> bool {
         if std::env::var_os(SKIP_DOCKER).is_some() {
             eprintln!("SKIPPED {test}: {SKIP_DOCKER} is set (needs a Docker Engine)");
             return true;

@@ -124,10 +124,9 @@ fn count_below_one_and_missing_image_are_usage_errors() {
 
 #[test]
 fn unreachable_docker_is_exit_4_with_a_hint() {
-    if TestContext::skip_docker("unreachable_docker_is_exit_4_with_a_hint") {
+    let Some(mut ctx) = TestContext::docker_engine() else {
         return;
-    }
-    let mut ctx = TestContext::new("unreach");
+    };
     let name = ctx.cluster("c");
     let mut text = test_profile(&name, &ctx.path("shared"), free_port(), 1, "");
     text.push_str("docker:\n  host: tcp://127.0.0.1:9\n");
@@ -148,10 +147,9 @@ fn unreachable_docker_is_exit_4_with_a_hint() {
 
 #[test]
 fn absent_image_that_cannot_be_pulled_creates_nothing() {
-    if TestContext::skip_docker("absent_image_that_cannot_be_pulled_creates_nothing") {
+    let Some(mut ctx) = TestContext::docker_engine() else {
         return;
-    }
-    let mut ctx = TestContext::new("noimg");
+    };
     let name = ctx.cluster("c");
     let text = test_profile(&name, &ctx.path("shared"), free_port(), 1, "")
         .replace("argus/ray:2.51.1", "argus-test-absent/none:0");

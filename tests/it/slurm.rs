@@ -5,10 +5,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::harness::{TestContext, ensure_image};
+use crate::harness::{Profile, TestContext};
 use crate::slurm_hosts::Slurm;
 
-const IMAGE: &str = "argus/ray:2.51.1";
 /// Slurm's KillWait for these tests: as on real clusters (30 s), so a node step has time to
 /// remove its containers on a loaded machine before Slurm kills it (at 5 s it once did not).
 const KILL_WAIT_S: u32 = 30;
@@ -44,10 +43,12 @@ fn profile(ctx: &mut TestContext) -> (PathBuf, PathBuf) {
     let shared = ctx.path("shared");
     std::fs::create_dir_all(shared.join("code")).expect("shared");
     std::fs::write(shared.join("code/probe.py"), PROBE).expect("probe");
-    let text = format!(
-        "name: {name}\nimage: {IMAGE}\nshared: {{host_path: {}}}\nray: {{ready_timeout_s: 240}}\nslurm: {{nodes: 3, gpus_per_node: 1}}\nhead: {{cpus: 1, memory: 2g, shm_size: 256m, object_store_memory: 128m}}\nworkers:\n  - {{name: gpu, count: 1, gpus: 1, gpu_mode: nvidia, cpus: 1, memory: 2g, shm_size: 256m, object_store_memory: 128m}}\n",
-        shared.display()
-    );
+    let text = Profile::small(&name)
+        .shared(&shared)
+        .worker("gpus", "1")
+        .worker("gpu_mode", "nvidia")
+        .yaml("slurm: {nodes: 3, gpus_per_node: 1}\n")
+        .build();
     (ctx.write("profile.yaml", &text), shared)
 }
 
@@ -103,12 +104,9 @@ fn probe_lines<'a>(out: &'a str, kind: &str) -> BTreeMap<&'a str, &'a str> {
 
 #[test]
 fn a_submitted_run_comes_up_on_three_nodes_with_slurms_gpus_and_leaves_nothing() {
-    let test = "a_submitted_run_comes_up_on_three_nodes_with_slurms_gpus_and_leaves_nothing";
-    if TestContext::skip_docker(test) {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("slurmrun");
+    };
     let slurm = Slurm::up_with_kill_wait(&ctx, &["a", "b", "c"], 2, KILL_WAIT_S);
     let (profile, shared) = profile(&mut ctx);
     // Another job holds GPU 0 on every node: argus's job must get index 1 everywhere.
@@ -268,12 +266,9 @@ fn final_state(ctx: &TestContext, slurm: &Slurm, profile: &Path, run_id: &str) -
 
 #[test]
 fn a_cancelled_run_leaves_no_container_within_killwait_and_says_cancelled() {
-    let test = "a_cancelled_run_leaves_no_container_within_killwait_and_says_cancelled";
-    if TestContext::skip_docker(test) {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("slurmcancel");
+    };
     let slurm = Slurm::up_with_kill_wait(&ctx, &["a", "b", "c"], 2, KILL_WAIT_S);
     let (profile, shared) = profile(&mut ctx);
     let spec = jobspec(&ctx, "sleepy", "env_vars: {PROBE_SLEEP: '600'}\n");
@@ -476,12 +471,9 @@ fn check_live_run(ctx: &TestContext, slurm: &Slurm, profile: &Path, run_id: &str
 
 #[test]
 fn a_killed_node_step_leaves_containers_that_the_epilog_removes() {
-    let test = "a_killed_node_step_leaves_containers_that_the_epilog_removes";
-    if TestContext::skip_docker(test) {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("slurmepilog");
+    };
     let slurm = Slurm::up_with_kill_wait(&ctx, &["a", "b", "c"], 2, KILL_WAIT_S);
     let (profile, shared) = profile(&mut ctx);
     let spec = jobspec(&ctx, "sleepy", "env_vars: {PROBE_SLEEP: '600'}\n");
@@ -539,11 +531,9 @@ fn node_step_pid(host: &str, run_id: &str) -> Option<u32> {
 
 #[test]
 fn a_binary_the_nodes_cannot_see_is_refused_before_anything_starts() {
-    let test = "a_binary_the_nodes_cannot_see_is_refused_before_anything_starts";
-    if TestContext::skip_docker(test) {
+    let Some(mut ctx) = TestContext::docker_engine() else {
         return;
-    }
-    let mut ctx = TestContext::new("slurmbin");
+    };
     let slurm = Slurm::up_with_kill_wait(&ctx, &["a", "b"], 1, KILL_WAIT_S);
     let (profile, shared) = profile(&mut ctx);
     let spec = jobspec(&ctx, "probe", "");
@@ -576,12 +566,9 @@ fn a_binary_the_nodes_cannot_see_is_refused_before_anything_starts() {
 
 #[test]
 fn a_run_past_its_time_limit_leaves_nothing_and_says_timeout() {
-    let test = "a_run_past_its_time_limit_leaves_nothing_and_says_timeout";
-    if TestContext::skip_docker(test) {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("slurmtime");
+    };
     let slurm = Slurm::up_with_kill_wait(&ctx, &["a", "b", "c"], 2, KILL_WAIT_S);
     let (profile, _shared) = profile(&mut ctx);
     let spec = jobspec(&ctx, "sleepy", "env_vars: {PROBE_SLEEP: '600'}\n");
@@ -598,12 +585,9 @@ fn a_run_past_its_time_limit_leaves_nothing_and_says_timeout() {
 
 #[test]
 fn two_runs_sharing_two_nodes_get_disjoint_gpus_ports_and_names() {
-    let test = "two_runs_sharing_two_nodes_get_disjoint_gpus_ports_and_names";
-    if TestContext::skip_docker(test) {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("slurmtwo");
+    };
     let slurm = Slurm::up_with_kill_wait(&ctx, &["a", "b"], 2, KILL_WAIT_S);
     let (profile, shared) = profile(&mut ctx);
     // Each job holds its cluster until the other's is up too (both on the same nodes at once).
@@ -660,12 +644,9 @@ fn two_runs_sharing_two_nodes_get_disjoint_gpus_ports_and_names() {
 
 #[test]
 fn run_slurm_inside_an_salloc_uses_that_allocation() {
-    let test = "run_slurm_inside_an_salloc_uses_that_allocation";
-    if TestContext::skip_docker(test) {
+    let Some(mut ctx) = TestContext::docker() else {
         return;
-    }
-    ensure_image();
-    let mut ctx = TestContext::new("slurmsalloc");
+    };
     let slurm = Slurm::up_with_kill_wait(&ctx, &["a", "b"], 2, KILL_WAIT_S);
     let (profile, _shared) = profile(&mut ctx);
     let spec = jobspec(&ctx, "probe", "");
@@ -699,11 +680,9 @@ fn run_slurm_inside_an_salloc_uses_that_allocation() {
 /// node refuses whoever lacks it; `argus job` from the login node carries it.
 #[test]
 fn a_run_with_token_auth_refuses_requests_without_the_token() {
-    let test = "a_run_with_token_auth_refuses_requests_without_the_token";
-    if TestContext::skip_docker(test) {
+    let Some(mut ctx) = TestContext::docker_engine() else {
         return;
-    }
-    let mut ctx = TestContext::new("slurmtoken");
+    };
     crate::auth::ensure_image_260(&ctx);
     let slurm = Slurm::up_with_kill_wait(&ctx, &["a"], 1, KILL_WAIT_S);
     let name = ctx.cluster("tk");
