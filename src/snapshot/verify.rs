@@ -90,7 +90,12 @@ pub fn verify(snapshot: &Path) -> Result<VerifyReport, Error> {
             report.added.push(format!("{rel:?}"));
             continue;
         };
-        if rel.starts_with(".argus/") {
+        // Python's byte-code cache, written by running the code (jobs import from the
+        // snapshot): never part of a snapshot (the walk leaves it out), never a difference.
+        if rel.starts_with(".argus/")
+            || rel.ends_with(".pyc")
+            || rel.split('/').any(|c| c == "__pycache__")
+        {
             continue;
         }
         on_disk.insert(rel.to_string(), item.path().to_path_buf());
