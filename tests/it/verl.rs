@@ -418,9 +418,10 @@ fn a_verl_job_the_cluster_cannot_hold_or_a_model_dir_without_config_is_refused_b
     let name = ctx.cluster("c");
     let shared = ctx.path("shared");
     // One worker with 2 simulated GPUs.
+    let port = free_port();
     let profile = ctx.write(
         "p.yaml",
-        &crate::harness::test_profile(&name, &shared, free_port(), 1, ""),
+        &crate::harness::test_profile(&name, &shared, port, 1, ""),
     );
     ctx.argus().profile(&profile).args(["up"]).run().code(0);
     std::fs::create_dir_all(shared.join("user/code")).expect("code dir");
@@ -449,6 +450,25 @@ fn a_verl_job_the_cluster_cannot_hold_or_a_model_dir_without_config_is_refused_b
         .run()
         .code(2)
         .stderr_has("holds no config.json");
+    // A driver asking for a resource only the live cluster can tell is absent (a node's
+    // address): refused at submit with what the nodes have, not left PENDING forever.
+    let pinned = ctx.write(
+        "pinned.yaml",
+        &(crate::harness::test_profile(&name, &shared, port, 1, "")
+            + "submit:\n  entrypoint_resources: {\"node:10.99.99.99\": 0.01}\n"),
+    );
+    let spec = ctx.write(
+        "pinned-job.yaml",
+        "workload: custom\ncode_path: /mnt/shared/user/code\nentrypoint: python3 -c 1\n",
+    );
+    ctx.argus()
+        .profile(&pinned)
+        .args(["submit"])
+        .arg_path(&spec)
+        .run()
+        .code(2)
+        .stderr_has("node:10.99.99.99")
+        .stderr_has("its driver would wait forever");
     let jobs_after = entry_names(&shared.join("jobs")).len();
     assert_eq!(jobs_before, jobs_after, "nothing was recorded or submitted");
     let list = ctx
