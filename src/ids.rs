@@ -671,6 +671,39 @@ impl PinnedRelease {
     }
 }
 
+/// A Ray version as an image's tag carries it (`2.51.1`; a missing patch is 0).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct RayVersion(pub u32, pub u32, pub u32);
+
+impl RayVersion {
+    /// The Ray version in an image's tag: `argus/ray:2.51.1`,
+    /// `rayproject/ray:2.51.1-py311-gpu`; None for a digest or a tag such as `latest`.
+    pub fn of_image(image: &str) -> Option<Self> {
+        let name = image.split('@').next()?;
+        let last = name.rsplit('/').next()?;
+        let (_, tag) = last.split_once(':')?;
+        Self::from_tag(tag)
+    }
+
+    /// The version a tag starts with: `2.51.1`, `2.60.0-py311-gpu`, `2.52`.
+    pub fn from_tag(tag: &str) -> Option<Self> {
+        let end = tag
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(tag.len());
+        let mut parts = tag[..end].split('.').filter(|p| !p.is_empty());
+        let major = parts.next()?.parse().ok()?;
+        let minor = parts.next()?.parse().ok()?;
+        let patch = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        Some(RayVersion(major, minor, patch))
+    }
+}
+
+impl fmt::Display for RayVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.0, self.1, self.2)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -846,5 +879,28 @@ mod tests {
         assert!(stays_under(Path::new("a/./b")));
         assert!(!stays_under(Path::new("a/../b")));
         assert!(!stays_under(Path::new("/a")));
+    }
+
+    #[test]
+    fn ray_versions_come_from_tags() {
+        assert_eq!(
+            RayVersion::of_image("argus/ray:2.51.1"),
+            Some(RayVersion(2, 51, 1))
+        );
+        assert_eq!(
+            RayVersion::of_image("reg.example:5000/ray:2.60.0-py311-gpu"),
+            Some(RayVersion(2, 60, 0))
+        );
+        assert_eq!(
+            RayVersion::of_image("rayproject/ray:2.52"),
+            Some(RayVersion(2, 52, 0))
+        );
+        assert_eq!(
+            RayVersion::of_image("reg.example:5000/ray@sha256:abc"),
+            None
+        );
+        assert_eq!(RayVersion::of_image("reg.example/ray:latest"), None);
+        assert_eq!(RayVersion::from_tag("nightly"), None);
+        assert_eq!(RayVersion(2, 51, 1).to_string(), "2.51.1");
     }
 }

@@ -1,166 +1,37 @@
 //! Reconcile: observe what Docker runs for this cluster, diff it with the plan, act on
 //! the difference, then wait for Ray. Idempotent by construction: a converged cluster
 //! produces only `keep` actions. `down` is the symmetric teardown.
+//!
+//! `diff` is pure (observed vs planned -> actions); `observe` reads the engines
+//! (containers, networks, the ports other clusters hold); `infra` acts (storage, network,
+//! volume, start and removal of containers); `wait` waits for Ray and says why it is not
+//! ready. This file orchestrates: `up` and `down`, and the cluster's lock.
 
-use std::collections::HashMap;
+mod diff;
+mod infra;
+mod observe;
+mod wait;
+
 use std::time::{Duration, Instant};
 
-use bollard::Docker;
-use bollard::exec::{CreateExecOptions, StartExecResults};
-use bollard::models::{NetworkCreateRequest, VolumeCreateRequest};
-use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, InspectContainerOptions, RemoveContainerOptionsBuilder,
-};
-use futures_util::StreamExt;
 use futures_util::future::try_join_all;
 use serde::Serialize;
 
-use super::docker::{self, docker_err, is_conflict, is_not_found};
+use super::docker::{self, docker_err, is_not_found};
 use super::hosts::{self, Engine};
-use super::plan::{
-    self, ClusterPlan, ContainerPlan, LABEL_CLUSTER, LABEL_SPEC, PlanInputs, Role, SharedMount,
-};
-use super::ready::{self, Readiness};
+use super::plan::{self, ClusterPlan, ContainerPlan, PlanInputs, Role, SharedMount};
 use super::{Error, access, image};
 use crate::config::LoadedProfile;
-use crate::config::layout::{self, Layout};
 use crate::lock;
-use crate::ray::{RayClient, RayNode};
+use crate::ray::RayNode;
 use crate::ui::Reporter;
 
-/// A container of this cluster as Docker reports it.
-#[derive(Debug, Clone)]
-pub struct Observed {
-    /// The host whose engine runs it.
-    pub host: String,
-    pub id: String,
-    pub name: String,
-    pub state: String,
-    pub spec: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "action", rename_all = "lowercase")]
-pub enum Action {
-    Create {
-        name: String,
-        host: String,
-    },
-    Recreate {
-        name: String,
-        host: String,
-        reason: String,
-    },
-    Keep {
-        name: String,
-        host: String,
-    },
-    Remove {
-        name: String,
-        host: String,
-        reason: String,
-    },
-}
-
-impl Action {
-    pub fn name(&self) -> &str {
-        match self {
-            Action::Create { name, .. }
-            | Action::Recreate { name, .. }
-            | Action::Keep { name, .. }
-            | Action::Remove { name, .. } => name,
-        }
-    }
-    pub fn host(&self) -> &str {
-        match self {
-            Action::Create { host, .. }
-            | Action::Recreate { host, .. }
-            | Action::Keep { host, .. }
-            | Action::Remove { host, .. } => host,
-        }
-    }
-    pub fn changes(&self) -> bool {
-        !matches!(self, Action::Keep { .. })
-    }
-}
-
-impl std::fmt::Display for Action {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let on = |host: &str| {
-            if host == crate::config::profile::LOCAL_HOST {
-                String::new()
-            } else {
-                format!(" on {host}")
-            }
-        };
-        match self {
-            Action::Create { name, host } => write!(f, "create    {name}{}", on(host)),
-            Action::Recreate { name, host, reason } => {
-                write!(f, "recreate  {name}{} ({reason})", on(host))
-            }
-            Action::Keep { name, host } => write!(f, "keep      {name}{}", on(host)),
-            Action::Remove { name, host, reason } => {
-                write!(f, "remove    {name}{} ({reason})", on(host))
-            }
-        }
-    }
-}
-
-/// What must change to go from `observed` to `plan`. Pure. A container is itself only on
-/// the host the plan puts it on: one of the same name on another host is removed there.
-pub fn diff(plan: &ClusterPlan, observed: &[Observed]) -> Vec<Action> {
-    let by_key: HashMap<(&str, &str), &Observed> = observed
-        .iter()
-        .map(|o| ((o.host.as_str(), o.name.as_str()), o))
-        .collect();
-    let mut actions = Vec::new();
-    let mut head_replaced = false;
-    for want in &plan.containers {
-        let name = want.name.clone();
-        let host = want.host.clone();
-        let action = match by_key.get(&(want.host.as_str(), want.name.as_str())) {
-            None => Action::Create { name, host },
-            Some(o) if o.spec.as_deref() != Some(want.spec_hash().as_str()) => Action::Recreate {
-                name,
-                host,
-                reason: "spec changed".into(),
-            },
-            Some(o) if !matches!(o.state.as_str(), "running" | "restarting") => Action::Recreate {
-                name,
-                host,
-                reason: format!("container is {}", o.state),
-            },
-            Some(_) if head_replaced => Action::Recreate {
-                name,
-                host,
-                reason: "the head is replaced".into(),
-            },
-            Some(_) => Action::Keep { name, host },
-        };
-        if want.role == Role::Head && action.changes() {
-            head_replaced = true;
-        }
-        actions.push(action);
-    }
-    for o in observed {
-        let planned = plan
-            .containers
-            .iter()
-            .find(|c| c.name == o.name)
-            .map(|c| c.host.as_str());
-        let reason = match planned {
-            Some(host) if host == o.host => continue,
-            Some(host) => format!("it belongs on host {host}"),
-            None => "not in the profile".into(),
-        };
-        actions.push(Action::Remove {
-            name: o.name.clone(),
-            host: o.host.clone(),
-            reason,
-        });
-    }
-    actions
-}
+pub use diff::{Action, diff};
+use infra::{create_layout_inside, ensure_network, prepare_storage};
+pub(crate) use infra::{remove, start};
+use observe::cluster_networks;
+pub use observe::{Observed, observe, observe_all, observe_ports};
+use wait::wait;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct UpReport {
@@ -234,37 +105,13 @@ pub async fn up(
 ) -> Result<UpReport, Error> {
     let started = Instant::now();
     let profile = &loaded.profile;
-    // Real GPUs on Docker hosts: argus must know which (Slurm's node step sets them).
-    for group in &profile.workers {
-        if group.gpus > 0
-            && group.gpu_mode != crate::config::profile::GpuMode::Simulated
-            && group.device_ids.is_none()
-        {
-            return Err(Error::NoDeviceIds {
-                group: group.name.clone(),
-                gpus: group.gpus,
-                mode: group.gpu_mode.as_str().to_string(),
-                workers: group.count(),
-            });
-        }
-    }
+    require_device_ids(profile)?;
     let token = super::auth::token_for_up(loaded, options.dry_run)?;
     let engines = hosts::connect_every(loaded).await?;
     hosts::check_distinct(&engines).await?;
     let (image_id, images) = image_on_hosts(loaded, &engines, options.dry_run, reporter).await?;
     check_token_auth(loaded, &engines, &image_id).await?;
-    let (held, own) = observe_ports(&engines, &profile.name).await?;
-    let first_block = plan::choose_first_blocks(profile, &held, &own)
-        .map_err(|clash| Error::Ports(Box::new(clash)))?;
-    let plan = plan::plan(
-        loaded,
-        &PlanInputs {
-            image_id: image_id.clone(),
-            token: token.clone(),
-            first_block,
-            ..Default::default()
-        },
-    );
+    let plan = plan_cluster(loaded, &engines, &image_id, &token).await?;
     // A dry run only looks; anything that may act holds the cluster's lock from here.
     let _lock = if options.dry_run {
         None
@@ -293,16 +140,71 @@ pub async fn up(
         return Ok(report);
     }
 
-    let head_engine = host_engine(&engines, plan.head_host())?;
-    prepare_storage(&engines, &plan).await?;
-    let network_id = ensure_network(&head_engine.docker, &plan).await?;
+    let head_engine = converge(&engines, &plan, &actions, reporter).await?;
+    let ray = access::ray_client_on(loaded, &head_engine.docker, token).await?;
+    let nodes = wait(&engines, &ray, &plan, options.timeout, reporter).await?;
+    report.gpus = nodes.iter().filter(|n| n.alive()).map(RayNode::gpus).sum();
+    report.nodes = nodes;
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+/// Real GPUs on Docker hosts: argus must know which (Slurm's node step sets them).
+fn require_device_ids(profile: &crate::config::profile::Profile) -> Result<(), Error> {
+    for group in &profile.workers {
+        if group.gpus > 0
+            && group.gpu_mode != crate::config::profile::GpuMode::Simulated
+            && group.device_ids.is_none()
+        {
+            return Err(Error::NoDeviceIds {
+                group: group.name.clone(),
+                gpus: group.gpus,
+                mode: group.gpu_mode.as_str().to_string(),
+                workers: group.count(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The plan, its host-mode port blocks chosen clear of those other clusters hold.
+async fn plan_cluster(
+    loaded: &LoadedProfile,
+    engines: &[Engine],
+    image_id: &str,
+    token: &Option<String>,
+) -> Result<ClusterPlan, Error> {
+    let (held, own) = observe_ports(engines, &loaded.profile.name).await?;
+    let first_block = plan::choose_first_blocks(&loaded.profile, &held, &own)
+        .map_err(|clash| Error::Ports(Box::new(clash)))?;
+    Ok(plan::plan(
+        loaded,
+        &PlanInputs {
+            image_id: image_id.to_string(),
+            token: token.clone(),
+            first_block,
+            ..Default::default()
+        },
+    ))
+}
+
+/// Acts on the difference: storage and network first, then the removals, then the head and
+/// (in parallel) the workers that are created or recreated. Returns the head's engine.
+async fn converge<'e>(
+    engines: &'e [Engine],
+    plan: &ClusterPlan,
+    actions: &[Action],
+    reporter: &dyn Reporter,
+) -> Result<&'e Engine, Error> {
+    let head_engine = host_engine(engines, plan.head_host())?;
+    prepare_storage(engines, plan).await?;
+    let network_id = ensure_network(&head_engine.docker, plan).await?;
     let network_id = network_id.as_deref();
 
     let removals = actions.iter().filter_map(|a| match a {
         Action::Remove { name, host, .. } => Some((host.as_str(), name.as_str())),
         _ => None,
     });
-    let engines = &engines;
     try_join_all(removals.map(|(host, name)| async move {
         remove(&host_engine(engines, host)?.docker, name).await
     }))
@@ -321,8 +223,8 @@ pub async fn up(
             })
             .collect()
     };
-    if changed && plan.hosts.len() > 1 {
-        super::storage_check::check_shared_storage(engines, &plan, reporter).await?;
+    if actions.iter().any(Action::changes) && plan.hosts.len() > 1 {
+        super::storage_check::check_shared_storage(engines, plan, reporter).await?;
     }
     for head in replace(Role::Head) {
         start(
@@ -344,13 +246,7 @@ pub async fn up(
         start(&engine.docker, cluster, w, network_id, reporter).await
     }))
     .await?;
-
-    let ray = access::ray_client_on(loaded, &head_engine.docker, token).await?;
-    let nodes = wait(engines, &ray, &plan, options.timeout, reporter).await?;
-    report.gpus = nodes.iter().filter(|n| n.alive()).map(RayNode::gpus).sum();
-    report.nodes = nodes;
-    report.seconds = started.elapsed().as_secs_f64();
-    Ok(report)
+    Ok(head_engine)
 }
 
 /// The engine of `host`; every host of the plan was connected before anything acts.
@@ -432,514 +328,6 @@ async fn check_token_auth(
         });
     }
     Ok(())
-}
-
-/// The containers of the cluster on every host.
-pub async fn observe_all(engines: &[Engine], cluster: &str) -> Result<Vec<Observed>, Error> {
-    let lists = try_join_all(engines.iter().map(|e| async move {
-        let mut list = observe(&e.docker, cluster).await?;
-        for o in &mut list {
-            o.host = e.name.clone();
-        }
-        Ok::<_, Error>(list)
-    }))
-    .await?;
-    Ok(lists.into_iter().flatten().collect())
-}
-
-/// What the engines say about host ports: the ports and port blocks other argus clusters'
-/// containers hold on each host (the engine is the truth, whoever made them: `argus up`,
-/// a Slurm job), and the first block this cluster's own containers already use there.
-pub async fn observe_ports(
-    engines: &[Engine],
-    cluster: &str,
-) -> Result<
-    (
-        Vec<plan::HeldPorts>,
-        std::collections::BTreeMap<String, u32>,
-    ),
-    Error,
-> {
-    let lists = try_join_all(engines.iter().map(|e| async move {
-        let list = docker::containers_labelled(&e.docker, LABEL_CLUSTER).await?;
-        Ok::<_, Error>((e.name.clone(), list))
-    }))
-    .await?;
-    let mut held = Vec::new();
-    let mut own = std::collections::BTreeMap::new();
-    for (host, list) in lists {
-        for c in list {
-            let labels = c.labels.clone().unwrap_or_default();
-            let owner = labels.get(LABEL_CLUSTER).cloned().unwrap_or_default();
-            let host_network = c
-                .host_config
-                .as_ref()
-                .and_then(|h| h.network_mode.as_deref())
-                == Some("host");
-            let command = c.command.clone().unwrap_or_default();
-            let (block, command_ports) = plan::ports_of_command(command.split_whitespace());
-            let block = block.filter(|_| host_network);
-            if owner == cluster {
-                if let Some(block) = block {
-                    let first = own.entry(host.clone()).or_insert(block);
-                    *first = (*first).min(block);
-                }
-                continue;
-            }
-            // Published ports are the host's in any mode; a command's only in host mode.
-            let mut ports: std::collections::BTreeSet<u16> = c
-                .ports
-                .iter()
-                .flatten()
-                .filter_map(|p| p.public_port)
-                .collect();
-            if host_network {
-                ports.extend(command_ports);
-            }
-            if block.is_none() && ports.is_empty() {
-                continue;
-            }
-            held.push(plan::HeldPorts {
-                host: host.clone(),
-                cluster: owner,
-                container: c
-                    .names
-                    .unwrap_or_default()
-                    .first()
-                    .map(|n| n.trim_start_matches('/').to_string())
-                    .unwrap_or_default(),
-                blocks: block.into_iter().collect(),
-                ports,
-            });
-        }
-    }
-    Ok((held, own))
-}
-
-/// The cluster's containers on one engine, running or not (`host` left empty).
-pub async fn observe(docker: &Docker, cluster: &str) -> Result<Vec<Observed>, Error> {
-    let list = docker::containers_labelled(docker, &format!("{LABEL_CLUSTER}={cluster}")).await?;
-    Ok(list
-        .into_iter()
-        .map(|c| Observed {
-            host: String::new(),
-            id: c.id.unwrap_or_default(),
-            name: c
-                .names
-                .unwrap_or_default()
-                .first()
-                .map(|n| n.trim_start_matches('/').to_string())
-                .unwrap_or_default(),
-            state: c.state.map(|s| s.to_string()).unwrap_or_default(),
-            spec: c.labels.unwrap_or_default().get(LABEL_SPEC).cloned(),
-        })
-        .collect())
-}
-
-/// The shared layout (host path: from this machine, which sees the same storage) and, for
-/// an NFS export, the Docker volume on every host.
-async fn prepare_storage(engines: &[Engine], plan: &ClusterPlan) -> Result<(), Error> {
-    if let Some(path) = &plan.shared_host_path {
-        Layout::new(path)
-            .create()
-            .map_err(|source| Error::SharedStorage {
-                path: path.display().to_string(),
-                source,
-            })?;
-    }
-    try_join_all(engines.iter().map(|e| ensure_volume(&e.docker, plan))).await?;
-    Ok(())
-}
-
-async fn ensure_volume(docker: &Docker, plan: &ClusterPlan) -> Result<(), Error> {
-    if let Some(volume) = &plan.volume {
-        match docker.inspect_volume(&volume.name).await {
-            Ok(_) => {}
-            Err(e) if is_not_found(&e) => {
-                let mut device_options = format!("addr={}", volume.server);
-                if let Some(options) = &volume.options {
-                    device_options.push(',');
-                    device_options.push_str(options);
-                }
-                let request = VolumeCreateRequest {
-                    name: Some(volume.name.clone()),
-                    driver: Some("local".to_string()),
-                    driver_opts: Some(HashMap::from([
-                        ("type".to_string(), "nfs".to_string()),
-                        ("o".to_string(), device_options),
-                        ("device".to_string(), format!(":{}", volume.export)),
-                    ])),
-                    labels: Some(HashMap::from([(
-                        LABEL_CLUSTER.to_string(),
-                        plan.cluster.clone(),
-                    )])),
-                    ..Default::default()
-                };
-                docker
-                    .create_volume(request)
-                    .await
-                    .map_err(docker_err(format!("create volume {}", volume.name)))?;
-            }
-            Err(e) => return Err(docker_err(format!("inspect volume {}", volume.name))(e)),
-        }
-    }
-    Ok(())
-}
-
-/// The cluster's networks (by label), as (id, name, attached containers).
-async fn cluster_networks(
-    docker: &Docker,
-    cluster: &str,
-) -> Result<Vec<(String, String, usize)>, Error> {
-    let filters = HashMap::from([("label", vec![format!("{LABEL_CLUSTER}={cluster}")])]);
-    let options = bollard::query_parameters::ListNetworksOptionsBuilder::new()
-        .filters(&filters)
-        .build();
-    let list = docker
-        .list_networks(Some(options))
-        .await
-        .map_err(docker_err("list networks"))?;
-    let mut out = Vec::new();
-    for n in list {
-        let id = n.id.unwrap_or_default();
-        // The list does not say which containers are attached; inspect does.
-        let attached = match docker
-            .inspect_network(
-                &id,
-                None::<bollard::query_parameters::InspectNetworkOptions>,
-            )
-            .await
-        {
-            Ok(info) => info.containers.map_or(0, |c| c.len()),
-            Err(_) => 0,
-        };
-        out.push((id, n.name.unwrap_or_default(), attached));
-    }
-    Ok(out)
-}
-
-/// Makes sure the cluster has exactly one network of its name and returns its id. Extra
-/// networks of that name (left by two `up`s racing, before argus locked) are removed when
-/// nothing is attached to them; containers always address the network by id.
-async fn ensure_network(docker: &Docker, plan: &ClusterPlan) -> Result<Option<String>, Error> {
-    let Some(network) = &plan.network else {
-        return Ok(None);
-    };
-    let mut ours: Vec<(String, String, usize)> = cluster_networks(docker, &plan.cluster)
-        .await?
-        .into_iter()
-        .filter(|(_, name, _)| name == network)
-        .collect();
-    // Keep the one with the most containers attached (the one in use).
-    ours.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.cmp(&b.0)));
-    if let Some(((keep, _, _), extras)) = ours.split_first() {
-        for (id, _, attached) in extras {
-            if *attached == 0 {
-                tracing::info!("removing a duplicate network {network} ({id})");
-                let _ = docker.remove_network(id).await;
-            }
-        }
-        return Ok(Some(keep.clone()));
-    }
-    let request = NetworkCreateRequest {
-        name: network.clone(),
-        driver: Some("bridge".to_string()),
-        labels: Some(HashMap::from([(
-            LABEL_CLUSTER.to_string(),
-            plan.cluster.clone(),
-        )])),
-        ..Default::default()
-    };
-    match docker.create_network(request).await {
-        Ok(created) => Ok(Some(created.id)),
-        Err(e) if is_conflict(&e) => Err(Error::NameTaken {
-            name: network.clone(),
-            cluster: plan.cluster.clone(),
-        }),
-        Err(e) => Err(docker_err(format!("create network {network}"))(e)),
-    }
-}
-
-pub(crate) async fn remove(docker: &Docker, name: &str) -> Result<(), Error> {
-    let options = RemoveContainerOptionsBuilder::new().force(true).build();
-    match docker.remove_container(name, Some(options)).await {
-        Ok(()) => Ok(()),
-        Err(e) if is_not_found(&e) => Ok(()),
-        Err(e) => Err(docker_err(format!("remove container {name}"))(e)),
-    }
-}
-
-/// Removes what stands under the name (if it is ours), creates and starts the container.
-pub(crate) async fn start(
-    docker: &Docker,
-    cluster: &str,
-    c: &ContainerPlan,
-    network_id: Option<&str>,
-    reporter: &dyn Reporter,
-) -> Result<(), Error> {
-    let task = reporter.task(&c.name);
-    task.update("creating");
-    match docker
-        .inspect_container(&c.name, None::<InspectContainerOptions>)
-        .await
-    {
-        Ok(existing) => {
-            let labels = existing.config.and_then(|c| c.labels).unwrap_or_default();
-            if labels.get(LABEL_CLUSTER).map(String::as_str) != Some(cluster) {
-                task.fail("name taken by another container");
-                return Err(Error::NameTaken {
-                    name: c.name.clone(),
-                    cluster: cluster.to_string(),
-                });
-            }
-            remove(docker, &c.name).await?;
-        }
-        Err(e) if is_not_found(&e) => {}
-        Err(e) => return Err(docker_err(format!("inspect container {}", c.name))(e)),
-    }
-    let options = CreateContainerOptionsBuilder::new().name(&c.name).build();
-    docker
-        .create_container(Some(options), docker::create_body(c, cluster, network_id))
-        .await
-        .map_err(|e| {
-            task.fail("create failed");
-            docker_err(format!("create container {}", c.name))(e)
-        })?;
-    task.update("starting");
-    docker
-        .start_container(
-            &c.name,
-            None::<bollard::query_parameters::StartContainerOptions>,
-        )
-        .await
-        .map_err(|e| {
-            task.fail("start failed");
-            docker_err(format!("start container {}", c.name))(e)
-        })?;
-    task.done("started");
-    Ok(())
-}
-
-/// Waits for Ray. Fails fast, with its log, when a container whose node is missing has
-/// stopped or restarted since the wait began (a crash loop never becomes ready).
-async fn wait(
-    engines: &[Engine],
-    ray: &RayClient,
-    plan: &ClusterPlan,
-    timeout: Duration,
-    reporter: &dyn Reporter,
-) -> Result<Vec<RayNode>, Error> {
-    // Each container is looked at through its own host's engine.
-    let mut docker_of: HashMap<&str, &Docker> = HashMap::new();
-    for c in &plan.containers {
-        docker_of.insert(&c.name, &host_engine(engines, &c.host)?.docker);
-    }
-    let docker_of = |name: &str| docker_of.get(name).copied();
-    let task = reporter.task("ray");
-    let total = plan.containers.len();
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut restarts_before = HashMap::new();
-    for c in &plan.containers {
-        restarts_before.insert(
-            c.name.clone(),
-            container_health(docker_of(&c.name), &c.name).await.restarts,
-        );
-    }
-    loop {
-        // Poll Ray in slices, looking at the containers in between: when each last
-        // started (a node older than its container is a previous life's) and whether a
-        // missing node's container has died.
-        let mut incarnations = ready::Incarnations::new();
-        for c in &plan.containers {
-            if let Some(started) = container_health(docker_of(&c.name), &c.name)
-                .await
-                .started_ms
-            {
-                incarnations.insert(c.name.clone(), started);
-            }
-        }
-        let slice_end = deadline.min(tokio::time::Instant::now() + Duration::from_secs(2));
-        let outcome = ready::wait_ready(
-            ray,
-            &plan.containers,
-            &incarnations,
-            slice_end,
-            |r: &Readiness| {
-                task.update(&format!("{}/{total} nodes ready", r.ready.len()));
-            },
-        )
-        .await;
-        let (readiness, error) = match outcome {
-            Ok(_) => {
-                let nodes = ray.nodes().await.unwrap_or_default();
-                let nodes: Vec<RayNode> = nodes.into_iter().filter(RayNode::alive).collect();
-                let gpus: f64 = nodes.iter().map(RayNode::gpus).sum();
-                task.done(&format!("{total}/{total} nodes alive, {gpus} GPUs"));
-                return Ok(nodes);
-            }
-            Err(failed) => failed,
-        };
-        // The dashboard can die while its container runs on (`ray start --block` does not
-        // exit for it): nothing will answer again, so say so now, with the head's log.
-        if error.is_some()
-            && let Some(head) = plan.head()
-            && let Some(docker) = docker_of(&head.name)
-            && let Some(logs) = docker::exec_output(
-                docker,
-                &head.name,
-                &[
-                    "tail",
-                    "-n",
-                    "30",
-                    "/tmp/ray/session_latest/logs/dashboard.log",
-                ],
-            )
-            .await
-            && logs.contains("The dashboard on node")
-            && logs.contains("failed with the following error")
-        {
-            task.fail("the dashboard died");
-            return Err(Error::NodeExited {
-                name: format!("{} (its Ray dashboard)", head.name),
-                exit_code: -1,
-                logs,
-            });
-        }
-        for (name, _) in &readiness.missing {
-            let Health {
-                running,
-                restarts,
-                exit_code,
-                ..
-            } = container_health(docker_of(name), name).await;
-            if !running || restarts > restarts_before.get(name).copied().unwrap_or(0) {
-                task.fail(&format!("{name} stopped"));
-                let logs = tail_logs(docker_of(name), name, 20).await;
-                return Err(Error::NodeExited {
-                    name: name.clone(),
-                    exit_code,
-                    logs,
-                });
-            }
-        }
-        if tokio::time::Instant::now() < deadline {
-            continue;
-        }
-        task.fail("not ready");
-        let mut detail = String::new();
-        for (name, problem) in &readiness.missing {
-            let logs = tail_logs(docker_of(name), name, 15).await;
-            detail.push_str(&format!(
-                "\n  {name}: {problem}\n  last lines of its log:\n{logs}"
-            ));
-        }
-        for name in &readiness.unexpected {
-            detail.push_str(&format!("\n  unexpected ALIVE node {name}"));
-        }
-        if let Some(error) = error {
-            detail.push_str(&format!("\n  last error: {error}"));
-        }
-        return Err(Error::NotReady {
-            seconds: timeout.as_secs(),
-            detail,
-        });
-    }
-}
-
-/// `mkdir -p` of the shared layout, run in `container` through the exec API.
-async fn create_layout_inside(docker: &Docker, container: &str, mount: &str) -> Result<(), Error> {
-    let mut cmd = vec!["mkdir".to_string(), "-p".to_string()];
-    cmd.extend(
-        layout::DIRECTORIES
-            .iter()
-            .map(|dir| format!("{mount}/{dir}")),
-    );
-    let failed = |source| Error::Docker {
-        action: format!("create the shared layout in {container}"),
-        source,
-    };
-    let exec = docker
-        .create_exec(
-            container,
-            CreateExecOptions {
-                cmd: Some(cmd),
-                attach_stdout: Some(true),
-                attach_stderr: Some(true),
-                ..Default::default()
-            },
-        )
-        .await
-        .map_err(failed)?;
-    if let StartExecResults::Attached { mut output, .. } =
-        docker.start_exec(&exec.id, None).await.map_err(failed)?
-    {
-        while output.next().await.is_some() {}
-    }
-    let code = docker
-        .inspect_exec(&exec.id)
-        .await
-        .map_err(failed)?
-        .exit_code;
-    if code != Some(0) {
-        return Err(Error::SharedStorage {
-            path: mount.to_string(),
-            source: std::io::Error::other(format!("mkdir -p in {container} exited with {code:?}")),
-        });
-    }
-    Ok(())
-}
-
-/// A container's state as readiness needs it.
-#[derive(Debug, Clone, Copy, Default)]
-struct Health {
-    running: bool,
-    restarts: i64,
-    exit_code: i64,
-    /// When its current process started (ms since the epoch, the host's clock).
-    started_ms: Option<u64>,
-}
-
-/// Docker's `2026-11-23T05:12:34.123456789Z` as ms since the epoch.
-fn epoch_ms(rfc3339: &str) -> Option<u64> {
-    let t = humantime::parse_rfc3339_weak(rfc3339).ok()?;
-    let d = t.duration_since(std::time::UNIX_EPOCH).ok()?;
-    Some(d.as_millis() as u64)
-}
-
-/// The last lines of a container's log, through its host's engine.
-async fn tail_logs(docker: Option<&Docker>, name: &str, lines: usize) -> String {
-    match docker {
-        Some(docker) => docker::tail_logs(docker, name, lines).await,
-        None => "    (its host is not connected)".to_string(),
-    }
-}
-
-/// A missing container (or one on a host not connected) is not running.
-async fn container_health(docker: Option<&Docker>, name: &str) -> Health {
-    let Some(docker) = docker else {
-        return Health {
-            exit_code: -1,
-            ..Health::default()
-        };
-    };
-    match docker
-        .inspect_container(name, None::<InspectContainerOptions>)
-        .await
-    {
-        Ok(info) => {
-            let state = info.state.unwrap_or_default();
-            Health {
-                running: state.running == Some(true) && state.restarting != Some(true),
-                restarts: info.restart_count.unwrap_or(0),
-                exit_code: state.exit_code.unwrap_or(-1),
-                started_ms: state.started_at.as_deref().and_then(epoch_ms),
-            }
-        }
-        Err(_) => Health {
-            exit_code: -1,
-            ..Health::default()
-        },
-    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -1026,104 +414,4 @@ pub async fn down(
         }
     }
     Ok(report)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::LoadedProfile;
-
-    fn plan() -> ClusterPlan {
-        plan::plan(
-            &LoadedProfile::load(None).unwrap(),
-            &PlanInputs {
-                image_id: "sha256:1".into(),
-                ..Default::default()
-            },
-        )
-    }
-
-    fn running(c: &ContainerPlan) -> Observed {
-        Observed {
-            host: c.host.clone(),
-            id: c.name.clone(),
-            name: c.name.clone(),
-            state: "running".into(),
-            spec: Some(c.spec_hash()),
-        }
-    }
-
-    #[test]
-    fn dockers_start_times_parse_to_the_millisecond() {
-        assert_eq!(
-            epoch_ms("2026-11-23T05:12:34.123456789Z"),
-            Some(1_795_410_754_123)
-        );
-        assert_eq!(epoch_ms("0001-01-01T00:00:00Z"), None);
-    }
-
-    #[test]
-    fn converged_cluster_only_keeps() {
-        let plan = plan();
-        let observed: Vec<_> = plan.containers.iter().map(running).collect();
-        assert!(diff(&plan, &observed).iter().all(|a| !a.changes()));
-    }
-
-    #[test]
-    fn missing_exited_changed_and_extra_containers_are_acted_on() {
-        let plan = plan();
-        let mut observed: Vec<_> = plan.containers.iter().map(running).collect();
-        observed.remove(2);
-        observed[1].state = "exited".into();
-        observed.push(Observed {
-            host: "local".into(),
-            id: "x".into(),
-            name: "argus-local-old-0".into(),
-            state: "running".into(),
-            spec: None,
-        });
-        let actions = diff(&plan, &observed);
-        assert_eq!(
-            actions[0],
-            Action::Keep {
-                name: "argus-local-head".into(),
-                host: "local".into(),
-            }
-        );
-        assert_eq!(
-            actions[1],
-            Action::Recreate {
-                name: "argus-local-gpu-0".into(),
-                host: "local".into(),
-                reason: "container is exited".into()
-            }
-        );
-        assert_eq!(
-            actions[2],
-            Action::Create {
-                name: "argus-local-gpu-1".into(),
-                host: "local".into(),
-            }
-        );
-        assert_eq!(
-            actions[3],
-            Action::Remove {
-                name: "argus-local-old-0".into(),
-                host: "local".into(),
-                reason: "not in the profile".into()
-            }
-        );
-    }
-
-    #[test]
-    fn a_replaced_head_takes_the_workers_with_it() {
-        let plan = plan();
-        let mut observed: Vec<_> = plan.containers.iter().map(running).collect();
-        observed[0].spec = Some("old".into());
-        let actions = diff(&plan, &observed);
-        assert!(
-            actions.iter().all(|a| matches!(a, Action::Recreate { .. })),
-            "{actions:?}"
-        );
-    }
 }

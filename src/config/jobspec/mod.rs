@@ -11,6 +11,7 @@ mod overrides;
 mod types;
 mod values;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 pub use overrides::{Override, OverrideValue, Overrides, bare_key, valid_key};
@@ -19,7 +20,7 @@ pub use values::{MAX_TIME_LIMIT, ScalarString, TimeLimit};
 
 use super::profile::check_job_env;
 use super::yaml::{self, ConfigError, Seg, Source};
-use crate::ids::SubmissionId;
+use crate::ids::{CodeRef, ContainerPath, SubmissionId};
 use crate::secrets::{self, Secrets};
 use crate::yaml_path;
 
@@ -219,8 +220,49 @@ pub fn valid_id(id: &str) -> bool {
 }
 
 /// The raw document, checked: one code source, a command only for custom, bounds.
-fn check(raw: RawJobSpec, src: &Source) -> Result<JobSpec, ConfigError> {
-    let code = match (raw.code_path, raw.code_id, raw.code) {
+fn check(mut raw: RawJobSpec, src: &Source) -> Result<JobSpec, ConfigError> {
+    let code = check_code(
+        raw.code_path.take(),
+        raw.code_id.take(),
+        raw.code.take(),
+        src,
+    )?;
+    check_entrypoint(raw.workload, raw.entrypoint.as_deref(), src)?;
+    check_bounds(&raw, src)?;
+    check_env_vars(&raw.env_vars, src)?;
+    check_overrides(&raw.overrides, src)?;
+    check_model_from(&raw, src)?;
+    Ok(JobSpec {
+        workload: raw.workload,
+        submission_id: raw.submission_id,
+        code,
+        model_id: raw.model_id,
+        train_file: raw.train_file,
+        val_file: raw.val_file,
+        nnodes: raw.nnodes,
+        n_gpus_per_node: raw.n_gpus_per_node,
+        total_training_steps: raw.total_training_steps,
+        save_freq: raw.save_freq,
+        test_freq: raw.test_freq,
+        overrides: raw.overrides,
+        env_vars: raw.env_vars,
+        metadata: raw.metadata,
+        time_limit: raw.time_limit,
+        entrypoint: raw.entrypoint,
+        data_from: raw.data_from,
+        model_from: raw.model_from,
+        runtime_env: raw.runtime_env,
+    })
+}
+
+/// Exactly one of `code_path`, `code_id` and `code.source`; a PyPI source pins a release.
+fn check_code(
+    code_path: Option<ContainerPath>,
+    code_id: Option<CodeRef>,
+    code: Option<CodeSource>,
+    src: &Source,
+) -> Result<Code, ConfigError> {
+    Ok(match (code_path, code_id, code) {
         (Some(p), None, None) => Code::Path(p),
         (None, Some(id), None) => Code::Snapshot(id),
         (None, None, Some(s)) => {
@@ -250,8 +292,16 @@ fn check(raw: RawJobSpec, src: &Source) -> Result<JobSpec, ConfigError> {
                 .error_at(&yaml_path![at], "give one of code_path, code_id and code.source")
                 .with_hint("code_path: /mnt/shared/common/code/verl/<id> | code_id: <id> | code: {source: ../verl}"));
         }
-    };
-    match (raw.workload, &raw.entrypoint) {
+    })
+}
+
+/// An entrypoint for workload custom, and only for it: non-empty, without a NUL byte.
+fn check_entrypoint(
+    workload: Workload,
+    entrypoint: Option<&str>,
+    src: &Source,
+) -> Result<(), ConfigError> {
+    match (workload, entrypoint) {
         (Workload::Custom, None) => {
             return Err(src
                 .error_at(
@@ -279,6 +329,11 @@ fn check(raw: RawJobSpec, src: &Source) -> Result<JobSpec, ConfigError> {
         }
         _ => {}
     }
+    Ok(())
+}
+
+/// Node, GPU and step counts within their bounds.
+fn check_bounds(raw: &RawJobSpec, src: &Source) -> Result<(), ConfigError> {
     for (field, value, max) in [
         ("nnodes", raw.nnodes, MAX_NNODES),
         ("n_gpus_per_node", raw.n_gpus_per_node, MAX_GPUS_PER_NODE),
@@ -312,8 +367,16 @@ fn check(raw: RawJobSpec, src: &Source) -> Result<JobSpec, ConfigError> {
                 )));
         }
     }
-    check_job_env(src, &yaml_path!["env_vars"], raw.env_vars.keys())?;
-    for (key, value) in &raw.env_vars {
+    Ok(())
+}
+
+/// `env_vars`: names a job may set, values without a NUL byte.
+fn check_env_vars(
+    env_vars: &BTreeMap<String, ScalarString>,
+    src: &Source,
+) -> Result<(), ConfigError> {
+    check_job_env(src, &yaml_path!["env_vars"], env_vars.keys())?;
+    for (key, value) in env_vars {
         if value.0.contains('\0') {
             return Err(src.error_at(
                 &yaml_path!["env_vars", key.as_str()],
@@ -321,7 +384,12 @@ fn check(raw: RawJobSpec, src: &Source) -> Result<JobSpec, ConfigError> {
             ));
         }
     }
-    check_overrides(&raw.overrides, src)?;
+    Ok(())
+}
+
+/// `model_from` needs a `model_id` that is a hub name: the model's name in the shared HF
+/// cache.
+fn check_model_from(raw: &RawJobSpec, src: &Source) -> Result<(), ConfigError> {
     if raw.model_from.is_some() {
         match raw.model_id.as_deref() {
             None => {
@@ -340,27 +408,7 @@ fn check(raw: RawJobSpec, src: &Source) -> Result<JobSpec, ConfigError> {
             Some(_) => {}
         }
     }
-    Ok(JobSpec {
-        workload: raw.workload,
-        submission_id: raw.submission_id,
-        code,
-        model_id: raw.model_id,
-        train_file: raw.train_file,
-        val_file: raw.val_file,
-        nnodes: raw.nnodes,
-        n_gpus_per_node: raw.n_gpus_per_node,
-        total_training_steps: raw.total_training_steps,
-        save_freq: raw.save_freq,
-        test_freq: raw.test_freq,
-        overrides: raw.overrides,
-        env_vars: raw.env_vars,
-        metadata: raw.metadata,
-        time_limit: raw.time_limit,
-        entrypoint: raw.entrypoint,
-        data_from: raw.data_from,
-        model_from: raw.model_from,
-        runtime_env: raw.runtime_env,
-    })
+    Ok(())
 }
 
 /// Keys in Hydra's charset.

@@ -30,7 +30,7 @@ pub use types::{
 pub use validate::{
     HOST_MODE_PORT_BASE, HOST_MODE_PORT_BLOCK, MAX_CPUS, MAX_GPUS_PER_WORKER, MAX_GROUPS,
     MAX_HOST_MODE_NODES, MAX_HOSTS, MAX_READY_TIMEOUT_S, MAX_WORKERS, TOKEN_AUTH_SINCE,
-    check_entrypoint_resources, check_job_env, ray_version_of_image, token_auth_supported,
+    check_entrypoint_resources, check_job_env, token_auth_supported,
 };
 
 use super::docker::DockerEndpoint;

@@ -23,7 +23,8 @@ use std::path::Path;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-pub use names::{RayVersion, dns1035, ray_version};
+pub use crate::ids::RayVersion;
+pub use names::dns1035;
 pub use types::*;
 
 use super::{Finding, Findings, Severity};
@@ -144,7 +145,7 @@ pub fn build(loaded: &LoadedProfile, job: Option<&Job>, options: &Options) -> Bu
     check_flags(options, &mut f);
 
     let image = image(loaded, options, &mut f);
-    let ray_version = ray_version(&image).or_else(|| ray_version(&p.image));
+    let ray_version = RayVersion::of_image(&image).or_else(|| RayVersion::of_image(&p.image));
     if ray_version.is_none() {
         f.warn(
             src,

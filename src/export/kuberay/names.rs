@@ -1,31 +1,7 @@
-//! Kubernetes' name rules (DNS-1035 and DNS-1123 names, label values) and the Ray version
-//! an image's tag carries.
+//! Kubernetes' name rules (DNS-1035 and DNS-1123 names, label values). The Ray version an
+//! image's tag carries is [`crate::ids::RayVersion`].
 
 use sha2::{Digest, Sha256};
-
-/// A Ray version in an image's tag: `argus/ray:2.51.1`, `rayproject/ray:2.51.1-py311-gpu`.
-pub fn ray_version(image: &str) -> Option<RayVersion> {
-    let name = image.split('@').next()?;
-    let last = name.rsplit('/').next()?;
-    let (_, tag) = last.split_once(':')?;
-    let end = tag
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(tag.len());
-    let mut parts = tag[..end].split('.').filter(|p| !p.is_empty());
-    let major = parts.next()?.parse().ok()?;
-    let minor = parts.next()?.parse().ok()?;
-    let patch = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    Some(RayVersion(major, minor, patch))
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub struct RayVersion(pub u32, pub u32, pub u32);
-
-impl std::fmt::Display for RayVersion {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}.{}.{}", self.0, self.1, self.2)
-    }
-}
 
 /// A DNS-1035 label of at most `max` characters for `raw`: itself when it already is one;
 /// otherwise lower-cased, other characters as `-`, `prefix` in front when it does not
@@ -113,21 +89,6 @@ mod tests {
         let long = dns1035(&"a".repeat(100), 47, "job-");
         assert_eq!(long.len(), 47);
         assert!(dns1035_label(&long));
-    }
-
-    #[test]
-    fn ray_versions_come_from_tags() {
-        assert_eq!(ray_version("argus/ray:2.51.1"), Some(RayVersion(2, 51, 1)));
-        assert_eq!(
-            ray_version("reg.example:5000/ray:2.60.0-py311-gpu"),
-            Some(RayVersion(2, 60, 0))
-        );
-        assert_eq!(
-            ray_version("rayproject/ray:2.52"),
-            Some(RayVersion(2, 52, 0))
-        );
-        assert_eq!(ray_version("reg.example:5000/ray@sha256:abc"), None);
-        assert_eq!(ray_version("reg.example/ray:latest"), None);
     }
 
     #[test]
