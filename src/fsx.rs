@@ -301,22 +301,12 @@ impl Dirs {
         let mut path = root.to_path_buf();
         for name in names {
             path.push(name);
-            match std::fs::create_dir(&path) {
-                Ok(()) => self
-                    .created
+            make_dir_checked(&path, || {
+                self.created
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .push(path.clone()),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(e),
-            }
-            let meta = std::fs::symlink_metadata(&path)?;
-            if meta.file_type().is_symlink() {
-                return Err(Unsafe::Link { path }.into());
-            }
-            if !meta.is_dir() {
-                return Err(Unsafe::NotDir { path }.into());
-            }
+                    .push(path.clone());
+            })?;
         }
         Ok(path)
     }
@@ -370,6 +360,27 @@ impl Unsafe {
 impl From<Unsafe> for std::io::Error {
     fn from(e: Unsafe) -> Self {
         std::io::Error::new(std::io::ErrorKind::InvalidData, e)
+    }
+}
+
+/// An I/O failure with what was being done and to which path: the one shape that the
+/// stages' `Io` variants wrap (`Io(#[from] fsx::IoAt)`), so the message reads
+/// `<action> <path>` with the OS error as its cause everywhere.
+#[derive(Debug, thiserror::Error)]
+#[error("{action} {}", path.display())]
+pub struct IoAt {
+    pub action: &'static str,
+    pub path: PathBuf,
+    #[source]
+    pub source: std::io::Error,
+}
+
+/// Builds an [`IoAt`] for `map_err`: `.map_err(fsx::io_at("cannot read", &path))`.
+pub fn io_at<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> IoAt + 'a {
+    move |source| IoAt {
+        action,
+        path: path.to_path_buf(),
+        source,
     }
 }
 
@@ -482,20 +493,46 @@ pub fn create_dirs_under(root: &Path, rel: impl AsRef<Path>) -> std::io::Result<
     let mut path = root.to_path_buf();
     for name in names {
         path.push(name);
-        match std::fs::create_dir(&path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e),
-        }
-        let meta = std::fs::symlink_metadata(&path)?;
-        if meta.file_type().is_symlink() {
-            return Err(Unsafe::Link { path }.into());
-        }
-        if !meta.is_dir() {
-            return Err(Unsafe::NotDir { path }.into());
-        }
+        make_dir_checked(&path, || {})?;
     }
     Ok(path)
+}
+
+/// Makes one directory unless it exists (calling `made` when this call made it), then
+/// checks that what is there is a real directory: a planted link is refused, never
+/// followed.
+fn make_dir_checked(path: &Path, made: impl FnOnce()) -> std::io::Result<()> {
+    match std::fs::create_dir(path) {
+        Ok(()) => made(),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e),
+    }
+    let meta = std::fs::symlink_metadata(path)?;
+    let path = path.to_path_buf();
+    if meta.file_type().is_symlink() {
+        return Err(Unsafe::Link { path }.into());
+    }
+    if !meta.is_dir() {
+        return Err(Unsafe::NotDir { path }.into());
+    }
+    Ok(())
+}
+
+/// What a file is when it is a FIFO, socket or device node: the kinds that reading or
+/// copying must refuse by name (a FIFO would block forever). None for anything else.
+pub fn special_kind(file_type: std::fs::FileType) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    if file_type.is_fifo() {
+        Some("a FIFO")
+    } else if file_type.is_socket() {
+        Some("a socket")
+    } else if file_type.is_block_device() {
+        Some("a block device")
+    } else if file_type.is_char_device() {
+        Some("a character device")
+    } else {
+        None
+    }
 }
 
 /// Opens a regular file for reading without following a link at its last component

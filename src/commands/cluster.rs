@@ -7,7 +7,7 @@ use crate::commands::error::{Context, Result};
 use crate::cli::{DownArgs, UpArgs};
 use crate::cluster::plan::{GpuAttach, SharedMount};
 use crate::cluster::reconcile::{self, UpOptions};
-use crate::cluster::status;
+use crate::cluster::status::{self, StatusReport};
 use crate::config::LoadedProfile;
 use crate::exit::Exit;
 use crate::ui::{Printer, table};
@@ -159,42 +159,9 @@ pub async fn status(loaded: &LoadedProfile, printer: &Printer) -> Result<Exit> {
             .unwrap_or_default()
     ));
     printer.data("");
-    let mut rows = vec![vec![
-        "HOST".to_string(),
-        "ENDPOINT".to_string(),
-        "ENGINE".to_string(),
-        "IMAGE".to_string(),
-    ]];
-    for h in &report.hosts {
-        let engine = match (&h.engine_version, &h.error) {
-            (_, Some(_)) => "unreachable".to_string(),
-            (Some(version), None) => format!("docker {version}"),
-            (None, None) => "reachable".to_string(),
-        };
-        let image = match (&h.image_id, h.reachable) {
-            (Some(id), _) => crate::cluster::image::short_id(id).to_string(),
-            (None, true) => "absent".to_string(),
-            (None, false) => "?".to_string(),
-        };
-        rows.push(vec![h.name.clone(), h.endpoint.clone(), engine, image]);
-    }
-    printer.data(table(&rows));
+    printer.data(table(&hosts_table(&report)));
     printer.data("");
-    let mut rows = vec![vec![
-        "CONTAINER".to_string(),
-        "HOST".to_string(),
-        "STATE".to_string(),
-        "RESTARTS".to_string(),
-    ]];
-    rows.extend(report.containers.iter().map(|c| {
-        vec![
-            c.name.clone(),
-            c.host.clone(),
-            c.state.clone(),
-            c.restarts.to_string(),
-        ]
-    }));
-    printer.data(table(&rows));
+    printer.data(table(&containers_table(&report)));
     printer.data("");
     for h in report.unreachable() {
         printer.warn(format!(
@@ -208,14 +175,47 @@ pub async fn status(loaded: &LoadedProfile, printer: &Printer) -> Result<Exit> {
         printer.data(format!("ray: {error}"));
         return Ok(exit);
     }
-    let mut rows = vec![vec![
-        "NODE".to_string(),
-        "STATE".to_string(),
-        "IP".to_string(),
-        "CPU".to_string(),
-        "GPU".to_string(),
-        "RESOURCES".to_string(),
-    ]];
+    printer.data(table(&nodes_table(&report)));
+    Ok(exit)
+}
+
+fn header(names: &[&str]) -> Vec<String> {
+    names.iter().map(ToString::to_string).collect()
+}
+
+fn hosts_table(report: &StatusReport) -> Vec<Vec<String>> {
+    let mut rows = vec![header(&["HOST", "ENDPOINT", "ENGINE", "IMAGE"])];
+    for h in &report.hosts {
+        let engine = match (&h.engine_version, &h.error) {
+            (_, Some(_)) => "unreachable".to_string(),
+            (Some(version), None) => format!("docker {version}"),
+            (None, None) => "reachable".to_string(),
+        };
+        let image = match (&h.image_id, h.reachable) {
+            (Some(id), _) => crate::cluster::image::short_id(id).to_string(),
+            (None, true) => "absent".to_string(),
+            (None, false) => "?".to_string(),
+        };
+        rows.push(vec![h.name.clone(), h.endpoint.clone(), engine, image]);
+    }
+    rows
+}
+
+fn containers_table(report: &StatusReport) -> Vec<Vec<String>> {
+    let mut rows = vec![header(&["CONTAINER", "HOST", "STATE", "RESTARTS"])];
+    rows.extend(report.containers.iter().map(|c| {
+        vec![
+            c.name.clone(),
+            c.host.clone(),
+            c.state.clone(),
+            c.restarts.to_string(),
+        ]
+    }));
+    rows
+}
+
+fn nodes_table(report: &StatusReport) -> Vec<Vec<String>> {
+    let mut rows = vec![header(&["NODE", "STATE", "IP", "CPU", "GPU", "RESOURCES"])];
     for node in &report.nodes {
         let custom: Vec<String> = node
             .resources_total
@@ -240,8 +240,7 @@ pub async fn status(loaded: &LoadedProfile, printer: &Printer) -> Result<Exit> {
             custom.join(","),
         ]);
     }
-    printer.data(table(&rows));
-    Ok(exit)
+    rows
 }
 
 fn shell_words(words: &[String]) -> String {

@@ -8,7 +8,7 @@ use crate::cli::{Cli, KubeRayArgs};
 use crate::config::jobspec::LoadedJobSpec;
 use crate::exit::Exit;
 use crate::export::kuberay::{Options, Version};
-use crate::export::{self, Finding, Severity};
+use crate::export::{self, Exported, Finding, Severity};
 use crate::ui::Printer;
 
 pub async fn kuberay(cli: &Cli, args: &KubeRayArgs, printer: &Printer) -> Result<Exit> {
@@ -35,34 +35,10 @@ pub async fn kuberay(cli: &Cli, args: &KubeRayArgs, printer: &Printer) -> Result
         }
         None => None,
     };
-    let options = Options {
-        image: args.image.clone(),
-        pvc: args.pvc.clone(),
-        namespace: args.namespace.clone(),
-        hf_token_secret: args.hf_token_secret.clone(),
-        auth_secret: args.auth_secret.clone(),
-        queue: args.queue.clone(),
-        // clap only lets the versions Version knows through.
-        version: Version::parse(&args.kuberay_version).unwrap_or(Version::V1_7),
-        backoff_limit: args.backoff_limit,
-    };
-    let exported = match export::kuberay(&profile, jobspec.as_ref(), &options, &reporter) {
+    let exported = match export::kuberay(&profile, jobspec.as_ref(), &options_of(args), &reporter) {
         Ok(exported) => exported,
         Err(err) => {
-            let findings = err.findings();
-            for warning in findings.iter().filter(|f| f.severity == Severity::Warning) {
-                printer.warn(warning.to_string());
-            }
-            if printer.json {
-                let (refusals, warnings): (Vec<&Finding>, Vec<&Finding>) = findings
-                    .iter()
-                    .partition(|f| f.severity == Severity::Refusal);
-                printer.json(&json!({
-                    "exported": false,
-                    "refusals": refusals,
-                    "warnings": warnings,
-                }));
-            }
+            print_refusal(printer, &err);
             return Err(err.into());
         }
     };
@@ -80,6 +56,45 @@ pub async fn kuberay(cli: &Cli, args: &KubeRayArgs, printer: &Printer) -> Result
             }
         })?;
     }
+    print_exported(printer, args, &exported);
+    print_next_step(printer, args, &exported, profile.profile.ray.dashboard_port);
+    Ok(Exit::Success)
+}
+
+fn options_of(args: &KubeRayArgs) -> Options {
+    Options {
+        image: args.image.clone(),
+        pvc: args.pvc.clone(),
+        namespace: args.namespace.clone(),
+        hf_token_secret: args.hf_token_secret.clone(),
+        auth_secret: args.auth_secret.clone(),
+        queue: args.queue.clone(),
+        // clap only lets the versions Version knows through.
+        version: Version::parse(&args.kuberay_version).unwrap_or(Version::V1_7),
+        backoff_limit: args.backoff_limit,
+    }
+}
+
+/// A refused export: its warnings on stderr, and (with `--json`) every finding on stdout.
+fn print_refusal(printer: &Printer, err: &export::Error) {
+    let findings = err.findings();
+    for warning in findings.iter().filter(|f| f.severity == Severity::Warning) {
+        printer.warn(warning.to_string());
+    }
+    if printer.json {
+        let (refusals, warnings): (Vec<&Finding>, Vec<&Finding>) = findings
+            .iter()
+            .partition(|f| f.severity == Severity::Refusal);
+        printer.json(&json!({
+            "exported": false,
+            "refusals": refusals,
+            "warnings": warnings,
+        }));
+    }
+}
+
+/// The object (on stdout unless it went into `--output`), or its summary with `--json`.
+fn print_exported(printer: &Printer, args: &KubeRayArgs, exported: &Exported) {
     if printer.json {
         let mut out = json!({
             "exported": true,
@@ -98,6 +113,10 @@ pub async fn kuberay(cli: &Cli, args: &KubeRayArgs, printer: &Printer) -> Result
     } else if args.output.is_none() {
         printer.raw(&exported.yaml);
     }
+}
+
+/// What to do with the object next: apply it, and follow the job or reach the cluster.
+fn print_next_step(printer: &Printer, args: &KubeRayArgs, exported: &Exported, port: u16) {
     let file = args
         .output
         .as_ref()
@@ -114,9 +133,7 @@ pub async fn kuberay(cli: &Cli, args: &KubeRayArgs, printer: &Printer) -> Result
             "RayJob {name}: kubectl{ns} apply -f {file}; follow it with kubectl{ns} get rayjob {name} -w (the operator submits the job over HTTP: its driver log is `ray job logs -f` through a port-forward of its cluster's head Service, port 8265)"
         )),
         _ => printer.info(format!(
-            "RayCluster {name}: kubectl{ns} apply -f {file}; then kubectl{ns} port-forward svc/{name}-head-svc {port}:8265 and argus submit JOBSPEC",
-            port = profile.profile.ray.dashboard_port
+            "RayCluster {name}: kubectl{ns} apply -f {file}; then kubectl{ns} port-forward svc/{name}-head-svc {port}:8265 and argus submit JOBSPEC"
         )),
     }
-    Ok(Exit::Success)
 }

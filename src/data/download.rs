@@ -21,7 +21,7 @@ use serde::Serialize;
 use super::hf::{FileMeta, HubClient, HubError, RepoKind};
 use super::hf_cache::HubCache;
 use crate::fsx::Dirs;
-use crate::hf::{Etag, RepoId, RepoPath, Revision};
+use crate::hf::{Commit, Etag, RepoId, RepoPath, Revision};
 use crate::ui::Reporter;
 
 /// Files downloaded at the same time.
@@ -125,32 +125,8 @@ pub async fn snapshot(
     let overall = reporter.task(repo.as_str());
     overall.update(&format!("{} files at {}", wanted.len(), commit.short()));
 
-    // Plan: what the cache has, and what the mirror says about the rest (all checked).
-    let planned: Vec<(RepoPath, Etag, Option<FileMeta>)> = stream::iter(wanted)
-        .map(|file| {
-            let commit = &commit;
-            async move {
-                if let Some(etag) = cache.linked_etag(kind, repo, commit, &file) {
-                    return Ok((file, etag, None));
-                }
-                let meta = client.head(kind, repo, commit, &file).await?;
-                Ok::<_, HubError>((file, meta.etag.clone(), Some(meta)))
-            }
-        })
-        .buffered(PARALLEL_HEADS)
-        .try_collect()
-        .await?;
-    // Each missing blob once, even when several files have the same bytes.
-    let mut to_fetch: BTreeMap<Etag, (RepoPath, FileMeta)> = BTreeMap::new();
-    for (file, etag, meta) in &planned {
-        if let Some(meta) = meta
-            && !cache.blob(kind, repo, etag).is_file()
-        {
-            to_fetch
-                .entry(etag.clone())
-                .or_insert_with(|| (file.clone(), meta.clone()));
-        }
-    }
+    let planned = plan(client, cache, kind, repo, &commit, wanted).await?;
+    let to_fetch = missing_blobs(cache, kind, repo, &planned);
 
     // Act.
     let dirs = Dirs::new();
@@ -217,6 +193,52 @@ pub async fn snapshot(
         ));
     }
     Ok(result)
+}
+
+/// Where each wanted file's bytes are: its etag from the cache's link, else from the
+/// mirror's HEAD (whose metadata the download then needs), all checked.
+async fn plan(
+    client: &HubClient,
+    cache: &HubCache,
+    kind: RepoKind,
+    repo: &RepoId,
+    commit: &Commit,
+    wanted: Vec<RepoPath>,
+) -> Result<Vec<Planned>, HubError> {
+    stream::iter(wanted)
+        .map(|file| async move {
+            if let Some(etag) = cache.linked_etag(kind, repo, commit, &file) {
+                return Ok((file, etag, None));
+            }
+            let meta = client.head(kind, repo, commit, &file).await?;
+            Ok::<_, HubError>((file, meta.etag.clone(), Some(meta)))
+        })
+        .buffered(PARALLEL_HEADS)
+        .try_collect()
+        .await
+}
+
+/// A file, its etag, and the mirror's metadata when the cache did not know it.
+type Planned = (RepoPath, Etag, Option<FileMeta>);
+
+/// Each blob the cache lacks, once, even when several files have the same bytes.
+fn missing_blobs(
+    cache: &HubCache,
+    kind: RepoKind,
+    repo: &RepoId,
+    planned: &[Planned],
+) -> BTreeMap<Etag, (RepoPath, FileMeta)> {
+    let mut to_fetch = BTreeMap::new();
+    for (file, etag, meta) in planned {
+        if let Some(meta) = meta
+            && !cache.blob(kind, repo, etag).is_file()
+        {
+            to_fetch
+                .entry(etag.clone())
+                .or_insert_with(|| (file.clone(), meta.clone()));
+        }
+    }
+    to_fetch
 }
 
 /// Downloads one blob through `<etag>.incomplete` and renames it into place once its

@@ -5,23 +5,10 @@
 
 use std::fs::File;
 use std::io::Write;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-/// What a path is when it is not a regular file or a directory.
-pub fn special_kind(file_type: std::fs::FileType) -> Option<&'static str> {
-    if file_type.is_fifo() {
-        Some("a FIFO")
-    } else if file_type.is_socket() {
-        Some("a socket")
-    } else if file_type.is_block_device() {
-        Some("a block device")
-    } else if file_type.is_char_device() {
-        Some("a character device")
-    } else {
-        None
-    }
-}
+use crate::fsx::special_kind;
 
 /// A path that is not what it must be (a regular file, or a directory).
 #[derive(Debug, thiserror::Error)]

@@ -24,11 +24,7 @@ use crate::ui::Reporter;
 const MAX_FILES: usize = 10_000;
 
 fn io_error(action: &'static str, path: &Path, source: std::io::Error) -> Error {
-    Error::Io {
-        action,
-        path: path.to_path_buf(),
-        source,
-    }
+    Error::Io(crate::fsx::io_at(action, path)(source))
 }
 
 /// Regular files under `dir`, as repo paths (sorted). Symlinks, FIFOs and devices are
@@ -140,30 +136,7 @@ pub fn import(
     reporter: &dyn Reporter,
 ) -> Result<ModelReport, Error> {
     let spec = ModelSpec::parse(model).map_err(|e| Error::LocalModel(format!("{model}: {e}")))?;
-    // A directory has no revisions: its commit is its content's hash, under `main`.
-    if model.contains('@') {
-        return Err(Error::LocalModel(format!(
-            "{model}: a model from a directory is put under its name alone (refs/main -> the hash of its content); leave out @{}",
-            spec.revision
-        )));
-    }
-    match std::fs::symlink_metadata(dir) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => {
-            return Err(Error::LocalModel(format!(
-                "{} is not a directory",
-                dir.display()
-            )));
-        }
-        Err(e) => return Err(Error::LocalModel(format!("{}: {e}", dir.display()))),
-    }
-    let listed = files_of(dir)?;
-    if !listed.iter().any(|(p, _)| p.as_str() == "config.json") {
-        return Err(Error::LocalModel(format!(
-            "{} holds no config.json: not a Hugging Face model directory",
-            dir.display()
-        )));
-    }
+    let listed = listed_model(model, &spec, dir)?;
     let task = reporter.task(&format!("model {} from {}", spec.repo, dir.display()));
     let mut hashed = Vec::with_capacity(listed.len());
     for (repo_path, path) in &listed {
@@ -178,24 +151,8 @@ pub fn import(
     let mut bytes = 0u64;
     for ((repo_path, path), (_, sha)) in listed.iter().zip(&hashed) {
         let etag = Etag::parse(sha).map_err(|e| Error::LocalModel(e.to_string()))?;
-        let blob = cache.blob(RepoKind::Model, &spec.repo, &etag);
-        if let Some(parent) = blob.parent() {
-            cache
-                .create_dir(parent, &dirs)
-                .map_err(|e| io_error("create", parent, e))?;
-        }
-        if !blob.is_file() || sha256_file(&blob)? != *sha {
-            task.update(&format!("copy {repo_path}"));
-            let tmp = cache.incomplete(RepoKind::Model, &spec.repo, &etag);
-            let n = std::fs::copy(path, &tmp).map_err(|e| io_error("copy", path, e))?;
-            if sha256_file(&tmp)? != *sha {
-                let _ = std::fs::remove_file(&tmp);
-                return Err(Error::LocalModel(format!(
-                    "{} changed while it was copied",
-                    path.display()
-                )));
-            }
-            std::fs::rename(&tmp, &blob).map_err(|e| io_error("rename", &blob, e))?;
+        let announce = || task.update(&format!("copy {repo_path}"));
+        if let Some(n) = copy_blob(&cache, &spec, &etag, (path, sha), &dirs, announce)? {
             copied += 1;
             bytes += n;
         }
@@ -251,6 +208,74 @@ pub fn import(
         files_downloaded: copied,
         bytes_downloaded: bytes,
     })
+}
+
+/// The files of the model directory `dir` (regular files only, with a config.json), for
+/// `model` named without a revision: a directory has none, its commit is its content's
+/// hash, under `main`.
+fn listed_model(
+    model: &str,
+    spec: &ModelSpec,
+    dir: &Path,
+) -> Result<Vec<(RepoPath, PathBuf)>, Error> {
+    if model.contains('@') {
+        return Err(Error::LocalModel(format!(
+            "{model}: a model from a directory is put under its name alone (refs/main -> the hash of its content); leave out @{}",
+            spec.revision
+        )));
+    }
+    match std::fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(Error::LocalModel(format!(
+                "{} is not a directory",
+                dir.display()
+            )));
+        }
+        Err(e) => return Err(Error::LocalModel(format!("{}: {e}", dir.display()))),
+    }
+    let listed = files_of(dir)?;
+    if !listed.iter().any(|(p, _)| p.as_str() == "config.json") {
+        return Err(Error::LocalModel(format!(
+            "{} holds no config.json: not a Hugging Face model directory",
+            dir.display()
+        )));
+    }
+    Ok(listed)
+}
+
+/// Copies `path` into the cache as the blob `etag` (through its `.incomplete`, checked
+/// against `sha` before the rename) unless the blob is there with those bytes. Returns
+/// the bytes copied, None when nothing was; `announce` is called before a copy.
+fn copy_blob(
+    cache: &HubCache,
+    spec: &ModelSpec,
+    etag: &Etag,
+    (path, sha): (&Path, &str),
+    dirs: &Dirs,
+    announce: impl FnOnce(),
+) -> Result<Option<u64>, Error> {
+    let blob = cache.blob(RepoKind::Model, &spec.repo, etag);
+    if let Some(parent) = blob.parent() {
+        cache
+            .create_dir(parent, dirs)
+            .map_err(|e| io_error("create", parent, e))?;
+    }
+    if blob.is_file() && sha256_file(&blob)? == sha {
+        return Ok(None);
+    }
+    announce();
+    let tmp = cache.incomplete(RepoKind::Model, &spec.repo, etag);
+    let n = std::fs::copy(path, &tmp).map_err(|e| io_error("copy", path, e))?;
+    if sha256_file(&tmp)? != sha {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::LocalModel(format!(
+            "{} changed while it was copied",
+            path.display()
+        )));
+    }
+    std::fs::rename(&tmp, &blob).map_err(|e| io_error("rename", &blob, e))?;
+    Ok(Some(n))
 }
 
 #[cfg(test)]

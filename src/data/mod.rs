@@ -12,6 +12,7 @@ pub mod hf_cache;
 pub mod local_model;
 pub mod parquet;
 mod publish;
+mod request;
 
 use std::path::{Path, PathBuf};
 
@@ -25,6 +26,7 @@ use download::{CachedFile, Filter, SnapshotSpec};
 use fsutil::NotRegular;
 use hf::{HubClient, HubError, RepoKind};
 use hf_cache::HubCache;
+pub use request::Request;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -50,13 +52,8 @@ pub enum Error {
     NotRegular(#[source] NotRegular),
     #[error("model_from: {0}")]
     LocalModel(String),
-    #[error("{action} {}", path.display())]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] crate::fsx::IoAt),
 }
 
 impl Classify for Error {
@@ -75,7 +72,7 @@ impl Classify for Error {
             | Error::NotRegular(_)
             | Error::LocalModel(_) => Exit::Usage,
             Error::Lock(e) => e.exit(),
-            Error::Io { source, .. } => crate::fsx::io_exit(source),
+            Error::Io(e) => crate::fsx::io_exit(&e.source),
             Error::Hub(
                 HubError::Unreachable { .. } | HubError::Http { .. } | HubError::Interrupted { .. },
             ) => Exit::Unreachable,
@@ -94,18 +91,14 @@ impl Classify for Error {
             Error::Transform(_) => Some("the raw data is not GSM8K-shaped: every answer ends with a `#### <number>` line".into()),
             Error::UnknownDataset(_) => Some("--dataset gsm8k or --dataset gsm8k-sft".into()),
             Error::Lock(e) => e.hint(),
-            Error::Io { source, .. } => crate::fsx::io_hint(source),
+            Error::Io(e) => crate::fsx::io_hint(&e.source),
             _ => None,
         }
     }
 }
 
 fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
-    move |source| Error::Io {
-        action,
-        path: path.to_path_buf(),
-        source,
-    }
+    move |source| Error::Io(crate::fsx::io_at(action, path)(source))
 }
 
 /// A hub client for the profile: its HF_ENDPOINT (else the environment's, else the hub)
@@ -323,7 +316,7 @@ pub fn check_from(dir: &Path) -> Result<(), Error> {
             let path = entry.path();
             // Follows symlinks (a link to a FIFO is a FIFO here); stat never blocks.
             if let Ok(meta) = std::fs::metadata(&path)
-                && let Some(kind) = fsutil::special_kind(meta.file_type())
+                && let Some(kind) = crate::fsx::special_kind(meta.file_type())
             {
                 return Err(Error::NotRegular(NotRegular::Special { path, kind }));
             }
@@ -364,6 +357,14 @@ struct RawFile {
     digest: FileDigest,
 }
 
+/// Where the raw GSM8K files came from: a local `--from` directory or the hub.
+struct RawSource {
+    dir: PathBuf,
+    /// `local:<dir>` or `<repo>@<commit>`, as the manifest records it.
+    name: String,
+    commit: Option<String>,
+}
+
 pub async fn prepare_dataset(
     p: &Prepare,
     dataset: Dataset,
@@ -376,41 +377,15 @@ pub async fn prepare_dataset(
     p.check_storage()?;
     // `common/datasets/<name>`, checked: a planted link there is refused before anything
     // is read through it or written next to it.
-    let datasets_rel = Path::new("common/datasets");
     let out_dir = p
         .host
-        .under(datasets_rel.join(dataset.dir_name()))
+        .under(Path::new(DATASETS_REL).join(dataset.dir_name()))
         .map_err(io(
             "cannot use",
             &p.host.datasets().join(dataset.dir_name()),
         ))?;
     let _lock = lock(p, &format!("dataset-{}", dataset.dir_name()), reporter)?;
-    let (raw_dir, source, commit) = match from {
-        Some(dir) => {
-            check_from(dir)?;
-            (dir.to_path_buf(), format!("local:{}", dir.display()), None)
-        }
-        None => {
-            p.client.check_endpoint()?;
-            p.create_cache()?;
-            let spec = SnapshotSpec {
-                kind: RepoKind::Dataset,
-                repo: RepoId::parse(RAW_REPO).map_err(Error::BadInput)?,
-                revision: Revision::main(),
-                filter: Filter::new(
-                    &[
-                        "main/train-*.parquet".into(),
-                        "main/test-*.parquet".into(),
-                        "README.md".into(),
-                    ],
-                    &[],
-                )?,
-            };
-            let result = download::snapshot(&p.client, &p.cache(), &spec, reporter).await?;
-            let commit = result.commit.clone();
-            (result.dir, format!("{RAW_REPO}@{commit}"), Some(commit))
-        }
-    };
+    let raw_source = fetch_raw(p, from, reporter).await?;
     let report = |outputs, written| DatasetReport {
         dataset,
         path: p
@@ -420,33 +395,13 @@ pub async fn prepare_dataset(
             .display()
             .to_string(),
         host_path: out_dir.clone(),
-        source: source.clone(),
+        source: raw_source.name.clone(),
         outputs,
         written,
     };
 
     let task = reporter.task(dataset.dir_name());
-    let mut raw = Vec::new();
-    for split in SPLITS {
-        for path in raw_files(&raw_dir, split)? {
-            let file = fsutil::open_regular(&path).map_err(Error::NotRegular)?;
-            let sha256 = fsutil::sha256_of(&file).map_err(io("cannot read", &path))?;
-            raw.push(RawFile {
-                split,
-                digest: FileDigest {
-                    file: path
-                        .strip_prefix(&raw_dir)
-                        .unwrap_or(&path)
-                        .display()
-                        .to_string(),
-                    sha256,
-                    rows: 0,
-                },
-                path,
-                file,
-            });
-        }
-    }
+    let raw = open_raw(&raw_source.dir)?;
     let raw_digests: Vec<FileDigest> = raw.iter().map(|r| r.digest.clone()).collect();
     // Up to date: same transform of the same raw bytes, outputs untouched since.
     if let Some(existing) = read_manifest(&out_dir)
@@ -460,6 +415,101 @@ pub async fn prepare_dataset(
     }
 
     task.update("reading the raw splits");
+    let batches = transform(dataset, raw)?;
+    let manifest = DatasetManifest {
+        dataset,
+        transform_version: TRANSFORM_VERSION,
+        source: raw_source.name.clone(),
+        source_commit: raw_source.commit.clone(),
+        raw_files: raw_digests,
+        outputs: Vec::new(),
+        argus_version: env!("CARGO_PKG_VERSION").into(),
+        created: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+    };
+    let outputs = publish_dataset(p, &out_dir, &batches, manifest, &*task)?;
+    task.done(
+        &outputs
+            .iter()
+            .map(|o| format!("{} {} rows", o.file, o.rows))
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    Ok(report(outputs, true))
+}
+
+/// Where datasets live, under the storage root.
+const DATASETS_REL: &str = "common/datasets";
+
+/// The raw files: the `--from` directory as it is, or the hub's snapshot in the cache.
+async fn fetch_raw(
+    p: &Prepare,
+    from: Option<&Path>,
+    reporter: &dyn Reporter,
+) -> Result<RawSource, Error> {
+    if let Some(dir) = from {
+        check_from(dir)?;
+        return Ok(RawSource {
+            dir: dir.to_path_buf(),
+            name: format!("local:{}", dir.display()),
+            commit: None,
+        });
+    }
+    p.client.check_endpoint()?;
+    p.create_cache()?;
+    let spec = SnapshotSpec {
+        kind: RepoKind::Dataset,
+        repo: RepoId::parse(RAW_REPO).map_err(Error::BadInput)?,
+        revision: Revision::main(),
+        filter: Filter::new(
+            &[
+                "main/train-*.parquet".into(),
+                "main/test-*.parquet".into(),
+                "README.md".into(),
+            ],
+            &[],
+        )?,
+    };
+    let result = download::snapshot(&p.client, &p.cache(), &spec, reporter).await?;
+    let commit = result.commit.clone();
+    Ok(RawSource {
+        dir: result.dir,
+        name: format!("{RAW_REPO}@{commit}"),
+        commit: Some(commit),
+    })
+}
+
+/// Opens every raw split file (regular files only) and digests it.
+fn open_raw(raw_dir: &Path) -> Result<Vec<RawFile>, Error> {
+    let mut raw = Vec::new();
+    for split in SPLITS {
+        for path in raw_files(raw_dir, split)? {
+            let file = fsutil::open_regular(&path).map_err(Error::NotRegular)?;
+            let sha256 = fsutil::sha256_of(&file).map_err(io("cannot read", &path))?;
+            raw.push(RawFile {
+                split,
+                digest: FileDigest {
+                    file: path
+                        .strip_prefix(raw_dir)
+                        .unwrap_or(&path)
+                        .display()
+                        .to_string(),
+                    sha256,
+                    rows: 0,
+                },
+                path,
+                file,
+            });
+        }
+    }
+    Ok(raw)
+}
+
+/// Reads and transforms every split before anything is written: a bad row leaves no
+/// half dataset.
+fn transform(
+    dataset: Dataset,
+    raw: Vec<RawFile>,
+) -> Result<Vec<(&'static str, arrow_array::RecordBatch)>, Error> {
     let mut batches = Vec::new();
     for split in SPLITS {
         let mut rows = Vec::new();
@@ -467,7 +517,6 @@ pub async fn prepare_dataset(
             let file = r.file.try_clone().map_err(io("cannot read", &r.path))?;
             rows.extend(parquet::read_raw_file(file, &r.path)?);
         }
-        // Transform every split before writing anything: a bad row leaves no half dataset.
         let batch = match dataset {
             Dataset::Gsm8k => parquet::rl_batch(&gsm8k::to_rl(split, &rows)?),
             Dataset::Gsm8kSft => parquet::sft_batch(&gsm8k::to_sft(split, &rows)?),
@@ -478,10 +527,20 @@ pub async fn prepare_dataset(
         })?;
         batches.push((split, batch));
     }
-    drop(raw);
+    Ok(batches)
+}
 
-    // Everything goes into a staging directory next to the final one, synced, then
-    // swapped in: readers see the old dataset, the new one, or none; never a part.
+/// Writes the splits and the manifest (its outputs filled in) into a staging directory
+/// next to the final one, synced, then swaps it in: readers see the old dataset, the new
+/// one, or none; never a part. Returns the outputs written.
+fn publish_dataset(
+    p: &Prepare,
+    out_dir: &Path,
+    batches: &[(&'static str, arrow_array::RecordBatch)],
+    mut manifest: DatasetManifest,
+    task: &dyn crate::ui::Task,
+) -> Result<Vec<FileDigest>, Error> {
+    let datasets_rel = Path::new(DATASETS_REL);
     let datasets = p.host.datasets();
     let dirs = crate::fsx::Dirs::new();
     dirs.create_under(p.host.root(), datasets_rel)
@@ -489,33 +548,22 @@ pub async fn prepare_dataset(
     // Checked again under the lock: the name may have been planted while we waited.
     let out_dir = p
         .host
-        .under(datasets_rel.join(dataset.dir_name()))
-        .map_err(io("cannot use", &out_dir))?;
-    let staging = publish::Staging::new(&datasets, dataset.dir_name())
+        .under(datasets_rel.join(manifest.dataset.dir_name()))
+        .map_err(io("cannot use", out_dir))?;
+    let staging = publish::Staging::new(&datasets, manifest.dataset.dir_name())
         .map_err(io("cannot create a staging directory in", &datasets))?;
-    let mut outputs = Vec::new();
-    for (split, batch) in &batches {
+    for (split, batch) in batches {
         let name = format!("{split}.parquet");
         let file = staging.path().join(&name);
         task.update(&format!("writing {}", out_dir.join(&name).display()));
         parquet::write_file(&file, batch)?;
         let written = fsutil::open_regular(&file).map_err(Error::NotRegular)?;
-        outputs.push(FileDigest {
+        manifest.outputs.push(FileDigest {
             file: name,
             sha256: fsutil::sha256_of(&written).map_err(io("cannot read", &file))?,
             rows: parquet::rows(batch),
         });
     }
-    let manifest = DatasetManifest {
-        dataset,
-        transform_version: TRANSFORM_VERSION,
-        source: source.clone(),
-        source_commit: commit,
-        raw_files: raw_digests,
-        outputs: outputs.clone(),
-        argus_version: env!("CARGO_PKG_VERSION").into(),
-        created: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-    };
     let manifest_path = staging.path().join("manifest.json");
     fsutil::write_synced(
         &manifest_path,
@@ -526,14 +574,7 @@ pub async fn prepare_dataset(
         .publish(&out_dir)
         .map_err(io("cannot publish", &out_dir))?;
     dirs.keep();
-    task.done(
-        &outputs
-            .iter()
-            .map(|o| format!("{} {} rows", o.file, o.rows))
-            .collect::<Vec<_>>()
-            .join(", "),
-    );
-    Ok(report(outputs, true))
+    Ok(manifest.outputs)
 }
 
 /// The outputs a manifest lists are the dataset's own files, each still with its sha256.

@@ -19,29 +19,11 @@ pub struct Staging {
     published: bool,
 }
 
-/// This host's name, as a file-name-safe string (names on shared storage carry the host:
-/// a pid means nothing on another machine).
-fn host() -> String {
-    let raw = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let safe: String = raw
-        .trim()
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect();
-    if safe.is_empty() { "host".into() } else { safe }
-}
-
 impl Staging {
     /// Creates `<parent>/.<name>.tmp-<host>-<pid>/`, after removing this host's leftovers
     /// of dead runs.
     pub fn new(parent: &Path, name: &str) -> std::io::Result<Self> {
-        let host = host();
+        let host = crate::fsx::host_name();
         remove_leftovers(parent, name, &host);
         let path = parent.join(format!(".{name}.tmp-{host}-{}", std::process::id()));
         if path.exists() {
@@ -67,7 +49,7 @@ impl Staging {
         let old = self.parent.join(format!(
             ".{}.old-{}-{}",
             self.name,
-            host(),
+            crate::fsx::host_name(),
             std::process::id()
         ));
         let had_old = match std::fs::rename(final_dir, &old) {
@@ -158,7 +140,7 @@ mod tests {
     #[test]
     fn leftovers_of_dead_runs_on_this_host_are_removed() {
         let dir = tempfile::tempdir().unwrap();
-        let host = host();
+        let host = crate::fsx::host_name();
         let dead = dir.path().join(format!(".gsm8k.tmp-{host}-4000000000"));
         let other = dir.path().join(".gsm8k.tmp-otherhost-1");
         std::fs::create_dir_all(&dead).unwrap();

@@ -76,11 +76,8 @@ impl Manifest {
         let path = snapshot.join(MANIFEST);
         let bytes = crate::fsx::read_under(snapshot, MANIFEST, MAX_MANIFEST_BYTES)
             .map_err(io("cannot read the manifest", &path))?;
-        serde_json::from_slice(&bytes).map_err(|e| Error::Io {
-            action: "corrupt manifest",
-            path,
-            source: std::io::Error::other(e),
-        })
+        serde_json::from_slice(&bytes)
+            .map_err(|e| io("corrupt manifest", &path)(std::io::Error::other(e)))
     }
 }
 

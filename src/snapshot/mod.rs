@@ -78,19 +78,14 @@ pub enum Error {
     InUse { id: String, jobs: String },
     #[error(transparent)]
     Lock(#[from] crate::lock::Error),
-    #[error("{action} {path}")]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] crate::fsx::IoAt),
 }
 
 impl Classify for Error {
     fn exit(&self) -> Exit {
         match self {
-            Error::Io { .. } | Error::Changed { .. } | Error::Corrupt { .. } => Exit::Failed,
+            Error::Io(_) | Error::Changed { .. } | Error::Corrupt { .. } => Exit::Failed,
             Error::Lock(e) => e.exit(),
             _ => Exit::Usage,
         }
@@ -107,8 +102,8 @@ impl Classify for Error {
             Error::SourceContainsShared { .. } => Some("snapshot the code's own directory".into()),
             Error::Conflict { .. } => Some("snapshots are immutable: choose another --code-id, or leave it out to derive one from the content".into()),
             Error::InUse { .. } => Some("wait for those jobs to finish, or pass --force".into()),
-            Error::Io { source, .. } if source.kind() == std::io::ErrorKind::PermissionDenied => Some("the shared storage is not writable by this user".into()),
-            Error::Io { source, .. } if source.raw_os_error() == Some(28) => Some("the disk is full; nothing was published".into()),
+            Error::Io(e) if e.source.kind() == std::io::ErrorKind::PermissionDenied => Some("the shared storage is not writable by this user".into()),
+            Error::Io(e) if e.source.raw_os_error() == Some(28) => Some("the disk is full; nothing was published".into()),
             _ => None,
         }
     }
@@ -135,11 +130,7 @@ pub(crate) fn io<'a>(
         } else {
             source
         };
-        Error::Io {
-            action,
-            path: path.to_path_buf(),
-            source,
-        }
+        Error::Io(crate::fsx::io_at(action, path)(source))
     }
 }
 
@@ -230,29 +221,7 @@ pub fn snapshot(
     reporter: &dyn Reporter,
 ) -> Result<SnapshotReport, Error> {
     let started = std::time::Instant::now();
-    validate_id("name", &options.name)?;
-    if let Some(id) = &options.code_id {
-        validate_id("code id", id)?;
-    }
-    let source = &options.source;
-    match std::fs::metadata(source) {
-        Err(_) => return Err(Error::SourceMissing(source.clone())),
-        Ok(m) if !m.is_dir() => return Err(Error::SourceNotDir(source.clone())),
-        Ok(_) => {}
-    }
-    let source = std::fs::canonicalize(source).map_err(io("cannot resolve", source))?;
-    // Where the snapshots will be, whether or not the storage has a `common/` yet.
-    if resolve_existing(code_root).starts_with(&source) {
-        return Err(Error::SourceContainsShared {
-            tree: source,
-            shared: resolve_existing(&anchor(code_root).0),
-        });
-    }
-    // A planted link is refused before the long walk (and again, race-free, below).
-    if let Err(e @ Error::Unsafe(_)) = below(code_root, &options.name) {
-        return Err(e);
-    }
-
+    let source = check_source(code_root, options)?;
     let task = reporter.task("snapshot");
     task.update("listing files");
     let entries = walk::collect(&source, &options.excludes, options.follow_links)?;
@@ -302,36 +271,9 @@ pub fn snapshot(
     publish::remove_leftovers(&dir, &code_id);
     let target = crate::fsx::under(&root, family.join(&code_id))
         .map_err(io("cannot read", &dir.join(&code_id)))?;
-    let existing = match std::fs::symlink_metadata(&target) {
-        Ok(meta) if meta.is_dir() => true,
-        Ok(_) => {
-            return Err(crate::fsx::Unsafe::NotDir { path: target }.into());
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-        Err(e) => return Err(io("cannot read", &target)(e)),
-    };
-    if existing {
+    if already_published(&target)? {
         made.keep();
-        let manifest = Manifest::read(&target)?;
-        if manifest.tree_hash != tree_hash {
-            task.fail("id taken");
-            return Err(Error::Conflict {
-                name: options.name.clone(),
-                code_id,
-                existing: manifest.tree_hash,
-                new: tree_hash,
-            });
-        }
-        // Reused only if it is what its manifest (and so its id) says.
-        task.update("checking the existing snapshot");
-        let check = verify::verify(&target)?;
-        if !check.ok() {
-            task.fail("damaged");
-            return Err(Error::Corrupt {
-                id: format!("{}/{code_id}", options.name),
-                what: check.summary(),
-            });
-        }
+        reuse(&target, &options.name, &code_id, &tree_hash, &*task)?;
         task.done(&format!("{code_id} unchanged ({files} files)"));
         return Ok(report(false, target));
     }
@@ -352,6 +294,79 @@ pub fn snapshot(
         crate::ui::human_bytes(bytes)
     ));
     Ok(report(true, target))
+}
+
+/// The options' names checked and the source tree resolved: a directory that does not
+/// hold the snapshots' own storage, with no link planted where the snapshot goes.
+fn check_source(code_root: &Path, options: &SnapshotOptions) -> Result<PathBuf, Error> {
+    validate_id("name", &options.name)?;
+    if let Some(id) = &options.code_id {
+        validate_id("code id", id)?;
+    }
+    let source = &options.source;
+    match std::fs::metadata(source) {
+        Err(_) => return Err(Error::SourceMissing(source.clone())),
+        Ok(m) if !m.is_dir() => return Err(Error::SourceNotDir(source.clone())),
+        Ok(_) => {}
+    }
+    let source = std::fs::canonicalize(source).map_err(io("cannot resolve", source))?;
+    // Where the snapshots will be, whether or not the storage has a `common/` yet.
+    if resolve_existing(code_root).starts_with(&source) {
+        return Err(Error::SourceContainsShared {
+            tree: source,
+            shared: resolve_existing(&anchor(code_root).0),
+        });
+    }
+    // A planted link is refused before the long walk (and again, race-free, below).
+    if let Err(e @ Error::Unsafe(_)) = below(code_root, &options.name) {
+        return Err(e);
+    }
+    Ok(source)
+}
+
+/// Whether the snapshot is already published at `target` (a directory; anything else
+/// there is refused).
+fn already_published(target: &Path) -> Result<bool, Error> {
+    match std::fs::symlink_metadata(target) {
+        Ok(meta) if meta.is_dir() => Ok(true),
+        Ok(_) => Err(crate::fsx::Unsafe::NotDir {
+            path: target.to_path_buf(),
+        }
+        .into()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(io("cannot read", target)(e)),
+    }
+}
+
+/// An existing snapshot is reused only if it holds the same tree and is what its
+/// manifest (and so its id) says.
+fn reuse(
+    target: &Path,
+    name: &str,
+    code_id: &str,
+    tree_hash: &str,
+    task: &dyn crate::ui::Task,
+) -> Result<(), Error> {
+    let manifest = Manifest::read(target)?;
+    if manifest.tree_hash != tree_hash {
+        task.fail("id taken");
+        return Err(Error::Conflict {
+            name: name.to_string(),
+            code_id: code_id.to_string(),
+            existing: manifest.tree_hash,
+            new: tree_hash.to_string(),
+        });
+    }
+    task.update("checking the existing snapshot");
+    let check = verify::verify(target)?;
+    if !check.ok() {
+        task.fail("damaged");
+        return Err(Error::Corrupt {
+            id: format!("{name}/{code_id}"),
+            what: check.summary(),
+        });
+    }
+    Ok(())
 }
 
 /// The directories of `root/rel` (and of `root` itself) that do not exist yet: removed again (if still empty) when

@@ -39,11 +39,7 @@ pub fn publish(
             Ok(()) => crate::fsx::fsync_dir(dir).map_err(io("cannot sync", dir)),
             // Published by a concurrent identical snapshot in the meantime.
             Err(_) if published_as(&target, &manifest.tree_hash) => remove_tree(&tmp),
-            Err(e) => Err(Error::Io {
-                action: "cannot publish",
-                path: target.clone(),
-                source: e,
-            }),
+            Err(e) => Err(crate::fsx::io_at("cannot publish", &target)(e).into()),
         }
     });
     if result.is_err() {

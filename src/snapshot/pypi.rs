@@ -28,13 +28,8 @@ pub enum PypiError {
     NoWheel { requirement: String },
     #[error("cannot unpack {wheel}:\n{output}")]
     Unpack { wheel: String, output: String },
-    #[error("{action} {}", path.display())]
-    Io {
-        action: &'static str,
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Io(#[from] crate::fsx::IoAt),
 }
 
 impl crate::exit::Classify for PypiError {
@@ -43,7 +38,7 @@ impl crate::exit::Classify for PypiError {
         match self {
             PypiError::Invalid(_) | PypiError::NoWheel { .. } => Exit::Usage,
             PypiError::Download { .. } => Exit::Unreachable,
-            PypiError::Unpack { .. } | PypiError::Io { .. } => Exit::Failed,
+            PypiError::Unpack { .. } | PypiError::Io(_) => Exit::Failed,
         }
     }
     fn hint(&self) -> Option<String> {
@@ -55,11 +50,7 @@ impl crate::exit::Classify for PypiError {
 }
 
 fn io<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> PypiError + 'a {
-    move |source| PypiError::Io {
-        action,
-        path: path.to_path_buf(),
-        source,
-    }
+    move |source| PypiError::Io(crate::fsx::io_at(action, path)(source))
 }
 
 /// A `code.source` of `pypi:<name>==<version>` becomes that release's sources on this host
@@ -203,9 +194,7 @@ async fn fetch(
     let _ = std::fs::remove_dir_all(&work);
     // Another process may have put the same tree in place first: that one is as good.
     match outcome {
-        Err(PypiError::Io { action, .. }) if action == "rename into place" && tree.is_dir() => {
-            Ok(())
-        }
+        Err(PypiError::Io(e)) if e.action == "rename into place" && tree.is_dir() => Ok(()),
         other => other,
     }
 }

@@ -74,11 +74,8 @@ pub fn verify(snapshot: &Path) -> Result<VerifyReport, Error> {
         .follow_links(false)
         .build()
     {
-        let item = item.map_err(|e| Error::Io {
-            action: "cannot read",
-            path: snapshot.to_path_buf(),
-            source: std::io::Error::other(e.to_string()),
-        })?;
+        let item =
+            item.map_err(|e| io("cannot read", snapshot)(std::io::Error::other(e.to_string())))?;
         if item.file_type().is_some_and(|t| t.is_dir()) {
             continue;
         }

@@ -94,15 +94,9 @@ pub fn collect(root: &Path, excludes: &[String], follow_links: bool) -> Result<V
     Ok(entries)
 }
 
-fn collect_under(
-    root: &Path,
-    dir: &Path,
-    prefix: &str,
-    excludes: &[String],
-    follow_links: bool,
-    depth: usize,
-    out: &mut Vec<Entry>,
-) -> Result<(), Error> {
+/// The walk of `dir`: its .gitignore files honoured, `.git` and `__pycache__` left out,
+/// links not followed, and the `excludes` as overrides.
+fn walker(dir: &Path, excludes: &[String]) -> Result<ignore::Walk, Error> {
     let mut overrides = OverrideBuilder::new(dir);
     for pattern in excludes {
         overrides
@@ -116,7 +110,7 @@ fn collect_under(
         pattern: excludes.join(" "),
         reason: e.to_string(),
     })?;
-    let walker = WalkBuilder::new(dir)
+    Ok(WalkBuilder::new(dir)
         .standard_filters(false)
         .git_ignore(true)
         .require_git(false)
@@ -124,13 +118,22 @@ fn collect_under(
         .follow_links(false)
         .overrides(overrides)
         .filter_entry(|e| !matches!(e.file_name().to_str(), Some(".git" | "__pycache__")))
-        .build();
+        .build())
+}
+
+fn collect_under(
+    root: &Path,
+    dir: &Path,
+    prefix: &str,
+    excludes: &[String],
+    follow_links: bool,
+    depth: usize,
+    out: &mut Vec<Entry>,
+) -> Result<(), Error> {
+    let walker = walker(dir, excludes)?;
     for item in walker {
-        let item = item.map_err(|e| Error::Io {
-            action: "cannot read",
-            path: dir.to_path_buf(),
-            source: std::io::Error::other(e.to_string()),
-        })?;
+        let item =
+            item.map_err(|e| io("cannot read", dir)(std::io::Error::other(e.to_string())))?;
         let path = item.path();
         let Ok(rel_here) = path.strip_prefix(dir) else {
             continue;
@@ -206,23 +209,11 @@ fn collect_under(
 }
 
 fn file_entry(rel: String, path: &Path) -> Result<Entry, Error> {
-    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    use std::os::unix::fs::PermissionsExt;
     let meta = std::fs::metadata(path).map_err(io("cannot read", path))?;
     // A FIFO would block the copy forever, a socket or device cannot be copied: each is
     // refused by name before anything is written.
-    let t = meta.file_type();
-    let special = if t.is_fifo() {
-        Some("a FIFO")
-    } else if t.is_socket() {
-        Some("a socket")
-    } else if t.is_char_device() {
-        Some("a character device")
-    } else if t.is_block_device() {
-        Some("a block device")
-    } else {
-        None
-    };
-    if let Some(kind) = special {
+    if let Some(kind) = crate::fsx::special_kind(meta.file_type()) {
         return Err(Error::SpecialFile {
             path: path.to_path_buf(),
             kind,

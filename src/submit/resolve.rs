@@ -12,7 +12,7 @@ use super::override_check::{self, Outcome};
 use super::target::{Target, redacted_yaml};
 use super::{Error, payload};
 use crate::config::Layout;
-use crate::config::jobspec::{Code, LoadedJobSpec, Workload};
+use crate::config::jobspec::{Code, JobSpec, LoadedJobSpec, Workload};
 
 /// A job ready to submit: everything decided, nothing written.
 #[derive(Debug, Clone, Serialize)]
@@ -87,17 +87,22 @@ fn gpu_demand(overrides: &[crate::config::jobspec::Override]) -> Option<GpuDeman
     })
 }
 
-/// What the driver asks of the one node it runs on, read from the payload:
-/// `entrypoint_resources`, with `entrypoint_num_cpus` / `_gpus` as Ray's CPU and GPU.
-pub fn driver_asks(payload: &serde_json::Value) -> BTreeMap<String, f64> {
-    let mut asks: BTreeMap<String, f64> = payload["entrypoint_resources"]
+/// The payload's `entrypoint_resources` (custom resources the driver asks for), as numbers.
+pub fn entrypoint_resources(payload: &serde_json::Value) -> BTreeMap<String, f64> {
+    payload["entrypoint_resources"]
         .as_object()
         .map(|m| {
             m.iter()
                 .filter_map(|(k, v)| Some((k.clone(), v.as_f64()?)))
                 .collect()
         })
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// What the driver asks of the one node it runs on, read from the payload:
+/// `entrypoint_resources`, with `entrypoint_num_cpus` / `_gpus` as Ray's CPU and GPU.
+pub fn driver_asks(payload: &serde_json::Value) -> BTreeMap<String, f64> {
+    let mut asks = entrypoint_resources(payload);
     for (key, name) in [
         ("entrypoint_num_cpus", "CPU"),
         ("entrypoint_num_gpus", "GPU"),
@@ -175,80 +180,19 @@ pub fn generate_id(prefix: &str) -> String {
 /// storage (snapshots, HF cache) but writes nothing.
 pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<Prepared, Error> {
     let spec = &loaded.spec;
-    let submission_id = spec
-        .submission_id
-        .as_ref()
-        .map(ToString::to_string)
-        .unwrap_or_else(|| generate_id(spec.workload.as_str()));
-    if !crate::config::jobspec::valid_id(&submission_id) {
-        return Err(Error::BadId(submission_id));
-    }
+    let submission_id = submission_id_of(spec)?;
     let mut notes = Vec::new();
     for (before, again) in entrypoint::repeated(&spec.overrides.0) {
         notes.push(repeated_note(loaded, before, again));
     }
     let layout = Layout::new(&target.mount);
-
-    let (code_path, code_id) = match &spec.code {
-        Code::Source(_) => return Err(Error::NeedsRun),
-        Code::Path(path) => (
-            path.to_string(),
-            Path::new(path.as_str())
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned()),
-        ),
-        Code::Snapshot(code_ref) => {
-            let id = &code_ref.to_string();
-            let name = code_ref.name.as_ref().map_or("verl", |n| n.as_str());
-            let code_id = code_ref.id.as_str();
-            let path = format!("{}/{name}/{code_id}", layout.code().display());
-            if let Some(host) = &target.host_shared {
-                let code_root = Layout::new(host).code();
-                let found =
-                    crate::snapshot::find(&code_root, id).map_err(|_| Error::CodeNotFound {
-                        code_id: id.clone(),
-                        root: code_root.clone(),
-                    })?;
-                let found_name = found
-                    .parent()
-                    .and_then(|p| p.file_name())
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                (
-                    format!("{}/{found_name}/{code_id}", layout.code().display()),
-                    Some(code_id.to_string()),
-                )
-            } else {
-                (path, Some(code_id.to_string()))
-            }
-        }
-    };
-
+    let (code_path, code_id) = resolve_code(target, spec, &layout)?;
     let model_path = spec
         .model_id
         .as_ref()
         .map(|m| resolve_model(target, m, &mut notes))
         .transpose()?;
-    let verl = spec.workload != Workload::Custom;
-    let dataset = if spec.workload == Workload::Sft {
-        "gsm8k_sft"
-    } else {
-        "gsm8k"
-    };
-    let resolve_data = |value: &Option<String>, split: &str| -> Option<String> {
-        let datasets = layout.datasets();
-        match value {
-            Some(v) if v.starts_with('/') => Some(v.clone()),
-            Some(v) if !v.contains('/') && !v.contains('.') => {
-                Some(format!("{}/{v}/{split}.parquet", datasets.display()))
-            }
-            Some(v) => Some(format!("{}/{v}", datasets.display())),
-            None if verl => Some(format!("{}/{dataset}/{split}.parquet", datasets.display())),
-            None => None,
-        }
-    };
-    let train_file = resolve_data(&spec.train_file.as_ref().map(ToString::to_string), "train");
-    let val_file = resolve_data(&spec.val_file.as_ref().map(ToString::to_string), "test");
+    let (train_file, val_file) = data_files(spec, &layout);
 
     // A custom entrypoint's relative script is the snapshot's (looked for when checking).
     let snapshot_on_host = target
@@ -280,73 +224,18 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
         &work_dir,
         &entrypoint::build(&entrypoint::redacted(&inputs))?,
     )?;
-
-    // Hydra's verdict on the whole command line (argus's implied overrides, then the
-    // user's), against the configs inside the code snapshot.
-    let demand = if verl {
+    let demand = if spec.workload != Workload::Custom {
         let (implied, user) = entrypoint::effective_parts(&inputs);
         gpu_demand(&implied.into_iter().chain(user).collect::<Vec<_>>())
     } else {
         None
     };
-    let mut checked_overrides_against = None;
-    if let (Some(config), true) = (entrypoint::config_name(spec.workload), check) {
-        let outcome = match target.host_path_of(&code_path) {
-            Some(host) => {
-                let (implied, user) = entrypoint::effective_parts(&inputs);
-                let first_user = implied.len();
-                let all: Vec<_> = implied.into_iter().chain(user).collect();
-                override_check::check(&host, config, &all, first_user)?
-            }
-            None => Outcome::NotChecked {
-                reason: format!("{code_path} is not on the shared storage seen from this host"),
-            },
-        };
-        match outcome {
-            Outcome::Checked { origin } => checked_overrides_against = Some(origin),
-            Outcome::NotChecked { reason } if !spec.overrides.0.is_empty() => {
-                notes.push(format!("overrides not checked: {reason}"));
-            }
-            Outcome::NotChecked { .. } => {}
-        }
-    }
+    let checked_overrides_against =
+        check_overrides(target, spec, &inputs, &code_path, check, &mut notes)?;
 
-    let mut env_vars = target.env_vars.clone();
-    // What argus resolved, for any workload's own use (a custom script reads its data here).
-    let resolved = [
-        ("ARGUS_CODE_PATH", Some(code_path.clone())),
-        ("ARGUS_TRAIN_FILE", inputs.train_file.clone()),
-        ("ARGUS_VAL_FILE", inputs.val_file.clone()),
-        ("ARGUS_MODEL_PATH", inputs.model_path.clone()),
-        (
-            "ARGUS_JOB_DIR",
-            Some(format!("{}/{submission_id}", layout.jobs().display())),
-        ),
-        ("ARGUS_CHECKPOINT_DIR", Some(inputs.checkpoint_dir.clone())),
-    ];
-    env_vars.extend(
-        resolved
-            .into_iter()
-            .filter_map(|(k, v)| v.map(|v| (k.to_string(), v))),
-    );
-    env_vars.extend(spec.env_vars.iter().map(|(k, v)| (k.clone(), v.0.clone())));
-    let mut python_path = vec![code_path.clone()];
-    python_path.extend(target.user_code_path.clone());
-    python_path.push("${PYTHONPATH}".to_string());
-    env_vars.insert("PYTHONPATH".to_string(), python_path.join(":"));
-
-    let mut metadata: BTreeMap<String, String> = spec
-        .metadata
-        .iter()
-        .map(|(k, v)| (k.clone(), v.0.clone()))
-        .collect();
-    metadata.insert("workload".into(), spec.workload.as_str().into());
-    metadata.insert("code_path".into(), code_path.clone());
-    if let Some(id) = &code_id {
-        metadata.insert("code_id".into(), id.clone());
-    }
-    metadata.insert("submitted_by".into(), ray_user_agent());
-
+    let job_dir = format!("{}/{submission_id}", layout.jobs().display());
+    let env_vars = job_env(target, spec, &inputs, &code_path, job_dir);
+    let metadata = job_metadata(spec, &code_path, code_id.as_deref());
     let payload = payload::build(&payload::Payload {
         submission_id: &submission_id,
         entrypoint: &entrypoint,
@@ -373,13 +262,181 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
         checked_overrides_against,
         notes,
         time_limit_s: spec.time_limit.map(|t| t.0.as_secs()),
-        jobspec_record: redacted_yaml(&crate::config::jobspec::JobSpec {
+        jobspec_record: redacted_yaml(&JobSpec {
             overrides: spec.overrides.redacted(),
             ..spec.clone()
         }),
         resumes: None,
         demand,
     })
+}
+
+/// The JobSpec's `submission_id`, else a fresh `<workload>-<time>-<hex>`.
+fn submission_id_of(spec: &JobSpec) -> Result<String, Error> {
+    let submission_id = spec
+        .submission_id
+        .as_ref()
+        .map(ToString::to_string)
+        .unwrap_or_else(|| generate_id(spec.workload.as_str()));
+    if !crate::config::jobspec::valid_id(&submission_id) {
+        return Err(Error::BadId(submission_id));
+    }
+    Ok(submission_id)
+}
+
+/// The code as the containers see it, and its id: a path as given, or a snapshot (found
+/// on the shared storage when this host sees it, under whatever name it was published).
+fn resolve_code(
+    target: &Target,
+    spec: &JobSpec,
+    layout: &Layout,
+) -> Result<(String, Option<String>), Error> {
+    match &spec.code {
+        Code::Source(_) => Err(Error::NeedsRun),
+        Code::Path(path) => Ok((
+            path.to_string(),
+            Path::new(path.as_str())
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned()),
+        )),
+        Code::Snapshot(code_ref) => {
+            let id = &code_ref.to_string();
+            let name = code_ref.name.as_ref().map_or("verl", |n| n.as_str());
+            let code_id = code_ref.id.as_str();
+            let Some(host) = &target.host_shared else {
+                let path = format!("{}/{name}/{code_id}", layout.code().display());
+                return Ok((path, Some(code_id.to_string())));
+            };
+            let code_root = Layout::new(host).code();
+            let found = crate::snapshot::find(&code_root, id).map_err(|_| Error::CodeNotFound {
+                code_id: id.clone(),
+                root: code_root.clone(),
+            })?;
+            let found_name = found
+                .parent()
+                .and_then(|p| p.file_name())
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            Ok((
+                format!("{}/{found_name}/{code_id}", layout.code().display()),
+                Some(code_id.to_string()),
+            ))
+        }
+    }
+}
+
+/// The train and validation files as the containers see them: an absolute path as
+/// given, a dataset name's split, a path under the datasets, or (for verl) GSM8K's.
+fn data_files(spec: &JobSpec, layout: &Layout) -> (Option<String>, Option<String>) {
+    let verl = spec.workload != Workload::Custom;
+    let dataset = if spec.workload == Workload::Sft {
+        "gsm8k_sft"
+    } else {
+        "gsm8k"
+    };
+    let resolve_data = |value: &Option<String>, split: &str| -> Option<String> {
+        let datasets = layout.datasets();
+        match value {
+            Some(v) if v.starts_with('/') => Some(v.clone()),
+            Some(v) if !v.contains('/') && !v.contains('.') => {
+                Some(format!("{}/{v}/{split}.parquet", datasets.display()))
+            }
+            Some(v) => Some(format!("{}/{v}", datasets.display())),
+            None if verl => Some(format!("{}/{dataset}/{split}.parquet", datasets.display())),
+            None => None,
+        }
+    };
+    (
+        resolve_data(&spec.train_file.as_ref().map(ToString::to_string), "train"),
+        resolve_data(&spec.val_file.as_ref().map(ToString::to_string), "test"),
+    )
+}
+
+/// Hydra's verdict on the whole command line (argus's implied overrides, then the
+/// user's), against the configs inside the code snapshot: where they were checked, or a
+/// note saying why they were not.
+fn check_overrides(
+    target: &Target,
+    spec: &JobSpec,
+    inputs: &EntrypointInputs,
+    code_path: &str,
+    check: bool,
+    notes: &mut Vec<String>,
+) -> Result<Option<String>, Error> {
+    let (Some(config), true) = (entrypoint::config_name(spec.workload), check) else {
+        return Ok(None);
+    };
+    let outcome = match target.host_path_of(code_path) {
+        Some(host) => {
+            let (implied, user) = entrypoint::effective_parts(inputs);
+            let first_user = implied.len();
+            let all: Vec<_> = implied.into_iter().chain(user).collect();
+            override_check::check(&host, config, &all, first_user)?
+        }
+        None => Outcome::NotChecked {
+            reason: format!("{code_path} is not on the shared storage seen from this host"),
+        },
+    };
+    match outcome {
+        Outcome::Checked { origin } => return Ok(Some(origin)),
+        Outcome::NotChecked { reason } if !spec.overrides.0.is_empty() => {
+            notes.push(format!("overrides not checked: {reason}"));
+        }
+        Outcome::NotChecked { .. } => {}
+    }
+    Ok(None)
+}
+
+/// The job's environment: the target's, what argus resolved (`ARGUS_*`, for any
+/// workload's own use: a custom script reads its data here), the JobSpec's, then a
+/// PYTHONPATH that puts the code first.
+fn job_env(
+    target: &Target,
+    spec: &JobSpec,
+    inputs: &EntrypointInputs,
+    code_path: &str,
+    job_dir: String,
+) -> BTreeMap<String, String> {
+    let mut env_vars = target.env_vars.clone();
+    let resolved = [
+        ("ARGUS_CODE_PATH", Some(code_path.to_string())),
+        ("ARGUS_TRAIN_FILE", inputs.train_file.clone()),
+        ("ARGUS_VAL_FILE", inputs.val_file.clone()),
+        ("ARGUS_MODEL_PATH", inputs.model_path.clone()),
+        ("ARGUS_JOB_DIR", Some(job_dir)),
+        ("ARGUS_CHECKPOINT_DIR", Some(inputs.checkpoint_dir.clone())),
+    ];
+    env_vars.extend(
+        resolved
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k.to_string(), v))),
+    );
+    env_vars.extend(spec.env_vars.iter().map(|(k, v)| (k.clone(), v.0.clone())));
+    let mut python_path = vec![code_path.to_string()];
+    python_path.extend(target.user_code_path.clone());
+    python_path.push("${PYTHONPATH}".to_string());
+    env_vars.insert("PYTHONPATH".to_string(), python_path.join(":"));
+    env_vars
+}
+
+/// The JobSpec's metadata plus what argus adds: workload, code, and who submitted it.
+fn job_metadata(
+    spec: &JobSpec,
+    code_path: &str,
+    code_id: Option<&str>,
+) -> BTreeMap<String, String> {
+    let mut metadata: BTreeMap<String, String> = spec
+        .metadata
+        .iter()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect();
+    metadata.insert("workload".into(), spec.workload.as_str().into());
+    metadata.insert("code_path".into(), code_path.to_string());
+    if let Some(id) = code_id {
+        metadata.insert("code_id".into(), id.to_string());
+    }
+    metadata.insert("submitted_by".into(), ray_user_agent());
+    metadata
 }
 
 /// A key the JobSpec's overrides give twice, both named where they are written: Hydra

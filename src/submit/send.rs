@@ -9,7 +9,7 @@ use super::Error;
 use super::resolve::Prepared;
 use super::target::Target;
 use crate::ray::jobs::{JobStatus, JobsApi, JobsError};
-use crate::records::JobRecord;
+use crate::records::{JobRecord, Records, Staged};
 use crate::secrets::{redact_json, redact_text};
 
 #[derive(Debug, Clone, Serialize)]
@@ -69,64 +69,9 @@ pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport
         })
         .transpose()?;
     let records = target.records();
-    if let Some(records) = &records
-        && records.exists(id)
-    {
-        return Err(Error::DuplicateRecord {
-            id: id.clone(),
-            path: records.dir(id),
-        });
-    }
-    if api.exists(id).await? {
-        return Err(JobsError::Duplicate(id.clone()).into());
-    }
-    // What the live nodes can hold: the GPU demand of the workload, and the driver's own
-    // resources (else Ray keeps the job PENDING forever).
-    if let Ok(nodes) = target.ray.nodes().await {
-        if let Some(demand) = prepared.demand {
-            check_demand(demand, &nodes)?;
-        }
-        super::resolve::check_driver_fits(&prepared.payload, &nodes)?;
-    }
+    check_free(target, &api, records.as_ref(), prepared).await?;
     let staged = match &records {
-        Some(records) => {
-            let staged = records.stage(id).map_err(|source| Error::Records {
-                path: records.dir(id),
-                source,
-            })?;
-            let nodes = target
-                .ray
-                .get_text("/api/v0/nodes?limit=10000&detail=true")
-                .await
-                .unwrap_or_else(|e| format!("{{\"error\": {:?}}}", e.to_string()));
-            // New files in the directory just made: a name planted there meanwhile (a link)
-            // makes the write fail, it is never written through.
-            let write = |rel: &str, bytes: &[u8]| {
-                crate::fsx::write_new(&staged.dir.join(rel), bytes).map_err(|source| {
-                    Error::Records {
-                        path: staged.dir.join(rel),
-                        source,
-                    }
-                })
-            };
-            let result = write(
-                &format!("config/{}", target.config_record.0),
-                target.config_record.1.as_bytes(),
-            )
-            .and_then(|()| write("config/jobspec.yaml", prepared.jobspec_record.as_bytes()))
-            .and_then(|()| {
-                write(
-                    "config/submit_payload.json",
-                    &serde_json::to_vec_pretty(&prepared.shown_payload()).unwrap_or_default(),
-                )
-            })
-            .and_then(|()| write("debug/nodes_before.json", nodes.as_bytes()));
-            if let Err(e) = result {
-                records.discard(staged);
-                return Err(e);
-            }
-            Some(staged)
-        }
+        Some(records) => Some(stage_records(target, records, prepared).await?),
         None => None,
     };
     if let Err(e) = api.submit(&prepared.payload).await {
@@ -143,43 +88,7 @@ pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport
             path: records.dir(id),
             source,
         })?;
-        let record = JobRecord {
-            submission_id: id.clone(),
-            workload: prepared.workload.as_str().into(),
-            code_id: prepared.code_id.clone(),
-            code_path: prepared.code_path.clone(),
-            // A secret may be an override value on the command line: records carry it
-            // redacted by value (the payload file is redacted the same way).
-            entrypoint: redact_text(&prepared.shown_entrypoint),
-            cluster: target.cluster.clone(),
-            dashboard: target.ray.endpoint().to_string(),
-            submitted_at: humantime::format_rfc3339_millis(std::time::SystemTime::now())
-                .to_string(),
-            status: JobStatus::Pending,
-            time_limit_s: prepared.time_limit_s,
-            resumes,
-            ..Default::default()
-        };
-        records.write(&record).map_err(|source| Error::Records {
-            path: dir.clone(),
-            source,
-        })?;
-        let out = format!(
-            "submitted {id} at {}\ncluster: {} ({})\nentrypoint: {}\n",
-            record.submitted_at,
-            target.cluster,
-            target.ray.endpoint(),
-            redact_text(&prepared.shown_entrypoint)
-        );
-        let _ = records.write_file(id, "logs/submit.out", out.as_bytes());
-        if let Ok(jobs) = api.list_raw().await {
-            // Ray echoes every job's runtime_env (secrets included): redact before writing.
-            let _ = records.write_file(
-                id,
-                "debug/jobs_after.json",
-                &serde_json::to_vec_pretty(&redact_json(jobs)).unwrap_or_default(),
-            );
-        }
+        write_record(target, &api, records, &dir, prepared, resumes).await?;
         record_dir = Some(dir);
     }
     Ok(SubmitReport {
@@ -188,4 +97,127 @@ pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport
         dashboard: target.ray.endpoint().to_string(),
         entrypoint: redact_text(&prepared.shown_entrypoint),
     })
+}
+
+/// The id is free on both sides (no record, no Ray job), and what the live nodes can
+/// hold fits the GPU demand of the workload and the driver's own resources (else Ray
+/// keeps the job PENDING forever).
+async fn check_free(
+    target: &Target,
+    api: &JobsApi<'_>,
+    records: Option<&Records>,
+    prepared: &Prepared,
+) -> Result<(), Error> {
+    let id = &prepared.submission_id;
+    if let Some(records) = records
+        && records.exists(id)
+    {
+        return Err(Error::DuplicateRecord {
+            id: id.clone(),
+            path: records.dir(id),
+        });
+    }
+    if api.exists(id).await? {
+        return Err(JobsError::Duplicate(id.clone()).into());
+    }
+    if let Ok(nodes) = target.ray.nodes().await {
+        if let Some(demand) = prepared.demand {
+            check_demand(demand, &nodes)?;
+        }
+        super::resolve::check_driver_fits(&prepared.payload, &nodes)?;
+    }
+    Ok(())
+}
+
+/// The job's record directory, staged (not yet published): its config, JobSpec, shown
+/// payload and the nodes before it. A failed write discards the stage.
+async fn stage_records(
+    target: &Target,
+    records: &Records,
+    prepared: &Prepared,
+) -> Result<Staged, Error> {
+    let id = &prepared.submission_id;
+    let staged = records.stage(id).map_err(|source| Error::Records {
+        path: records.dir(id),
+        source,
+    })?;
+    let nodes = target
+        .ray
+        .get_text("/api/v0/nodes?limit=10000&detail=true")
+        .await
+        .unwrap_or_else(|e| format!("{{\"error\": {:?}}}", e.to_string()));
+    // New files in the directory just made: a name planted there meanwhile (a link)
+    // makes the write fail, it is never written through.
+    let write = |rel: &str, bytes: &[u8]| {
+        crate::fsx::write_new(&staged.dir.join(rel), bytes).map_err(|source| Error::Records {
+            path: staged.dir.join(rel),
+            source,
+        })
+    };
+    let result = write(
+        &format!("config/{}", target.config_record.0),
+        target.config_record.1.as_bytes(),
+    )
+    .and_then(|()| write("config/jobspec.yaml", prepared.jobspec_record.as_bytes()))
+    .and_then(|()| {
+        write(
+            "config/submit_payload.json",
+            &serde_json::to_vec_pretty(&prepared.shown_payload()).unwrap_or_default(),
+        )
+    })
+    .and_then(|()| write("debug/nodes_before.json", nodes.as_bytes()));
+    if let Err(e) = result {
+        records.discard(staged);
+        return Err(e);
+    }
+    Ok(staged)
+}
+
+/// The published job's record, its submit log and (best effort) Ray's job list after it.
+async fn write_record(
+    target: &Target,
+    api: &JobsApi<'_>,
+    records: &Records,
+    dir: &std::path::Path,
+    prepared: &Prepared,
+    resumes: Option<crate::ids::SubmissionId>,
+) -> Result<(), Error> {
+    let id = &prepared.submission_id;
+    let record = JobRecord {
+        submission_id: id.clone(),
+        workload: prepared.workload.as_str().into(),
+        code_id: prepared.code_id.clone(),
+        code_path: prepared.code_path.clone(),
+        // A secret may be an override value on the command line: records carry it
+        // redacted by value (the payload file is redacted the same way).
+        entrypoint: redact_text(&prepared.shown_entrypoint),
+        cluster: target.cluster.clone(),
+        dashboard: target.ray.endpoint().to_string(),
+        submitted_at: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+        status: JobStatus::Pending,
+        time_limit_s: prepared.time_limit_s,
+        resumes,
+        ..Default::default()
+    };
+    records.write(&record).map_err(|source| Error::Records {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    let out = format!(
+        "submitted {id} at {}\ncluster: {} ({})\nentrypoint: {}\n",
+        record.submitted_at,
+        target.cluster,
+        target.ray.endpoint(),
+        redact_text(&prepared.shown_entrypoint)
+    );
+    let _ = records.write_file(id, "logs/submit.out", out.as_bytes());
+    if let Ok(jobs) = api.list_raw().await {
+        // Ray echoes every job's runtime_env (secrets included): redact before writing.
+        let _ = records.write_file(
+            id,
+            "debug/jobs_after.json",
+            &serde_json::to_vec_pretty(&redact_json(jobs)).unwrap_or_default(),
+        );
+    }
+    Ok(())
 }
