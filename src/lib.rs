@@ -26,6 +26,7 @@ pub mod data;
 pub mod exit;
 pub mod export;
 pub mod hydra;
+pub mod inputs;
 pub mod run;
 pub mod slurm;
 pub mod snapshot;

@@ -190,11 +190,12 @@ impl Records {
         }
     }
 
-    /// `jobs/.tmp-<id>-<pid>/` with the layout's subdirectories.
+    /// `jobs/.tmp-<id>.<host>.<pid>.<start>/` (fsx's temporary name, so a leftover says
+    /// whose it was) with the layout's subdirectories.
     pub fn stage(&self, id: &str) -> std::io::Result<Staged> {
         self.rel(id, "")?;
         fsx::create_dirs_under(&self.shared, &self.jobs)?;
-        let rel = self.jobs.join(format!(".tmp-{id}-{}", std::process::id()));
+        let rel = self.jobs.join(fsx::temp_name(id));
         let dir = fsx::under(&self.shared, &rel)?;
         if std::fs::symlink_metadata(&dir).is_ok() {
             fsx::remove_any(&dir)?;

@@ -164,3 +164,7 @@ impl Classify for Error {
         }
     }
 }
+
+// The engine of one host as the Slurm back end drives it, without bollard.
+pub mod engine;
+pub use engine::NodeEngine;

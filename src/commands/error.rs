@@ -42,6 +42,8 @@ pub enum Error {
     #[error(transparent)]
     Training(#[from] crate::training::Error),
     #[error(transparent)]
+    Live(#[from] crate::submit::live::Error),
+    #[error(transparent)]
     Records(#[from] crate::records::Error),
     #[error(transparent)]
     Slurm(#[from] crate::slurm::Error),
@@ -95,6 +97,7 @@ impl Classify for Error {
             Error::Lock(e) => e.exit(),
             Error::Export(e) => e.exit(),
             Error::Training(e) => e.exit(),
+            Error::Live(e) => e.exit(),
             Error::Records(e) => e.exit(),
             Error::Slurm(e) => e.exit(),
             Error::Encode(_) => Exit::Failed,
@@ -125,6 +128,7 @@ impl Classify for Error {
             Error::Lock(e) => e.hint(),
             Error::Export(e) => e.hint(),
             Error::Training(e) => e.hint(),
+            Error::Live(e) => e.hint(),
             Error::Records(e) => e.hint(),
             Error::Slurm(e) => e.hint(),
             Error::Context { source, .. } => source.hint(),

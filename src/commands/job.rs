@@ -162,16 +162,34 @@ pub(super) fn tail_text(tail: &[String]) -> String {
 }
 
 pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<Exit> {
-    // A job id becomes a path under jobs/ and a segment of Ray's URLs: it is checked as a
-    // submission id first (`../../x`, `a?b` are exit 2), before any file or request.
+    check_ids(command)?;
+    let target = target(cli).await?;
+    match command {
+        JobCommand::Status { id } => status(&target, id, printer).await,
+        JobCommand::Logs { id, follow: false } => logs(&target, id, printer).await,
+        JobCommand::Logs { id, follow: true } | JobCommand::Wait { id, .. } => {
+            wait(cli, &target, command, id, printer).await
+        }
+        JobCommand::Stop { id, wait } => stop(&target, id, *wait, printer).await,
+        JobCommand::List => list(&target, printer).await,
+        JobCommand::Metrics { id, csv, keys } => {
+            super::training::metrics(&target, id, *csv, keys, printer).await
+        }
+        JobCommand::Plot { ids, keys, output } => {
+            super::training::plot(&target, ids, keys, output.as_deref(), printer).await
+        }
+    }
+}
+
+/// A job id becomes a path under jobs/ and a segment of Ray's URLs: it is checked as a
+/// submission id first (`../../x`, `a?b` are exit 2), before any file or request.
+fn check_ids(command: &JobCommand) -> Result<()> {
     match command {
         JobCommand::Status { id }
         | JobCommand::Logs { id, .. }
         | JobCommand::Stop { id, .. }
-        | JobCommand::Wait { id, .. } => {
-            id.parse::<crate::ids::SubmissionId>()?;
-        }
-        JobCommand::Metrics { id, .. } => {
+        | JobCommand::Wait { id, .. }
+        | JobCommand::Metrics { id, .. } => {
             id.parse::<crate::ids::SubmissionId>()?;
         }
         JobCommand::Plot { ids, .. } => {
@@ -181,139 +199,144 @@ pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<E
         }
         JobCommand::List => {}
     }
-    let target = target(cli).await?;
-    match command {
-        JobCommand::Status { id } => {
-            let (info, record, from_cluster) = watch::status(&target, id)
-                .await
-                .with_context(|| format!("cannot read the status of job {id}"))?;
-            let progress = crate::training::progress(&target, id, &info, record.as_ref()).await;
-            let tail = watch::failure_tail(&target, id, &info).await;
-            if printer.json {
-                printer.json(&serde_json::json!({"job": info, "record": record, "from_cluster": from_cluster, "progress": progress, "driver_tail": tail}));
+    Ok(())
+}
+
+/// `job status ID`: what Ray and argus's record say, the progress, a failure's tail.
+async fn status(target: &Target, id: &str, printer: &Printer) -> Result<Exit> {
+    let (info, record, from_cluster) = watch::status(target, id)
+        .await
+        .with_context(|| format!("cannot read the status of job {id}"))?;
+    let progress = crate::submit::live::progress(target, id, &info, record.as_ref()).await;
+    let tail = watch::failure_tail(target, id, &info).await;
+    if printer.json {
+        printer.json(&serde_json::json!({"job": info, "record": record, "from_cluster": from_cluster, "progress": progress, "driver_tail": tail}));
+    } else {
+        let mut rows = vec![
+            vec!["submission_id".to_string(), id.to_string()],
+            vec!["status".to_string(), info.status.to_string()],
+        ];
+        if let Some(m) = &info.message {
+            rows.push(vec!["message".into(), m.clone()]);
+        }
+        if let Some(n) = &info.driver_node_id {
+            rows.push(vec!["driver_node_id".into(), n.clone()]);
+        }
+        if let Some(r) = &record {
+            rows.push(vec!["workload".into(), r.workload.clone()]);
+            rows.push(vec![
+                "code".into(),
+                r.code_id.clone().unwrap_or_else(|| r.code_path.clone()),
+            ]);
+            if let Some(why) = &r.stopped_by_argus {
+                rows.push(vec!["stopped_by_argus".into(), why.clone()]);
+            }
+        }
+        if let Some(p) = &progress {
+            rows.extend(super::training::progress_rows(p));
+        }
+        rows.push(vec![
+            "source".into(),
+            if from_cluster {
+                "cluster".into()
             } else {
-                let mut rows = vec![
-                    vec!["submission_id".to_string(), id.clone()],
-                    vec!["status".to_string(), info.status.to_string()],
-                ];
-                if let Some(m) = &info.message {
-                    rows.push(vec!["message".into(), m.clone()]);
-                }
-                if let Some(n) = &info.driver_node_id {
-                    rows.push(vec!["driver_node_id".into(), n.clone()]);
-                }
-                if let Some(r) = &record {
-                    rows.push(vec!["workload".into(), r.workload.clone()]);
-                    rows.push(vec![
-                        "code".into(),
-                        r.code_id.clone().unwrap_or_else(|| r.code_path.clone()),
-                    ]);
-                    if let Some(why) = &r.stopped_by_argus {
-                        rows.push(vec!["stopped_by_argus".into(), why.clone()]);
-                    }
-                }
-                if let Some(p) = &progress {
-                    rows.extend(super::training::progress_rows(p));
-                }
-                rows.push(vec![
-                    "source".into(),
-                    if from_cluster {
-                        "cluster".into()
-                    } else {
-                        "argus record (the cluster no longer knows this job)".into()
-                    },
-                ]);
-                let mut text = table(&rows);
-                if let Some(tail) = &tail {
-                    text = format!("{}\n{}", text.trim_end(), tail_text(tail));
-                }
-                printer.data(text);
-            }
-            Ok(Exit::Success)
+                "argus record (the cluster no longer knows this job)".into()
+            },
+        ]);
+        let mut text = table(&rows);
+        if let Some(tail) = &tail {
+            text = format!("{}\n{}", text.trim_end(), tail_text(tail));
         }
-        JobCommand::Logs { id, follow: false } => {
-            let api = JobsApi { ray: &target.ray };
-            match api.logs(id).await {
-                Ok(logs) => printer.raw(&logs),
-                Err(e) => match saved_log(&target, id)? {
-                    Some((path, text)) => {
-                        printer.info(format!(
-                            "(from {}: the cluster no longer has this job)",
-                            path.display()
-                        ));
-                        printer.raw(&text);
-                    }
-                    None => {
-                        return Err(submit::Error::from(e))
-                            .with_context(|| format!("cannot read the logs of job {id}"));
-                    }
-                },
-            }
-            Ok(Exit::Success)
-        }
-        JobCommand::Logs { id, follow: true } | JobCommand::Wait { id, .. } => {
-            let follow = matches!(command, JobCommand::Logs { .. });
-            let timeout = match command {
-                JobCommand::Wait { timeout, .. } => timeout.map(Duration::from_secs),
-                _ => None,
-            };
-            let record = match target.records() {
-                Some(records) => records.load(id)?,
-                None => None,
-            };
-            let time_limit = record.and_then(|r| r.time_limit_s).map(Duration::from_secs);
-            let options = WaitOptions {
-                timeout,
-                time_limit,
-                follow,
-            };
-            let mut sink = super::training::LogSink::new(printer, id);
-            let waited = watch::wait(&target, id, &options, |text| sink.write(text)).await;
-            sink.finish();
-            let info = match waited {
-                Ok(info) => info,
-                Err(e) => match ended_with_allocation(cli, id).await {
-                    Some(info) => info,
-                    None => return Err(e).with_context(|| format!("while waiting for job {id}")),
-                },
-            };
-            finish(printer, &target, &info).await
-        }
-        JobCommand::Stop { id, wait } => {
-            let api = JobsApi { ray: &target.ray };
-            let stopped = api
-                .stop(id)
-                .await
-                .map_err(submit::Error::from)
-                .with_context(|| format!("cannot stop job {id}"))?;
-            if !stopped {
-                printer.info(format!("job {id} had already ended"));
-            }
-            if *wait {
-                let info = watch::wait(
-                    &target,
-                    id,
-                    &WaitOptions {
-                        timeout: None,
-                        time_limit: None,
-                        follow: false,
-                    },
-                    |_| {},
-                )
-                .await?;
-                return finish(printer, &target, &info).await;
-            }
-            printer.info(format!("stop sent to job {id}"));
-            Ok(Exit::Success)
-        }
-        JobCommand::List => list(&target, printer).await,
-        JobCommand::Metrics { id, csv, keys } => {
-            super::training::metrics(&target, id, *csv, keys, printer).await
-        }
-        JobCommand::Plot { ids, keys, output } => {
-            super::training::plot(&target, ids, keys, output.as_deref(), printer).await
-        }
+        printer.data(text);
     }
+    Ok(Exit::Success)
+}
+
+/// `job logs ID`: the driver's log from Ray, else the one argus saved.
+async fn logs(target: &Target, id: &str, printer: &Printer) -> Result<Exit> {
+    let api = JobsApi { ray: &target.ray };
+    match api.logs(id).await {
+        Ok(logs) => printer.raw(&logs),
+        Err(e) => match saved_log(target, id)? {
+            Some((path, text)) => {
+                printer.info(format!(
+                    "(from {}: the cluster no longer has this job)",
+                    path.display()
+                ));
+                printer.raw(&text);
+            }
+            None => {
+                return Err(submit::Error::from(e))
+                    .with_context(|| format!("cannot read the logs of job {id}"));
+            }
+        },
+    }
+    Ok(Exit::Success)
+}
+
+/// `job logs -f ID`, `job wait ID`: the job followed to its end.
+async fn wait(
+    cli: &Cli,
+    target: &Target,
+    command: &JobCommand,
+    id: &str,
+    printer: &Printer,
+) -> Result<Exit> {
+    let follow = matches!(command, JobCommand::Logs { .. });
+    let timeout = match command {
+        JobCommand::Wait { timeout, .. } => timeout.map(Duration::from_secs),
+        _ => None,
+    };
+    let record = match target.records() {
+        Some(records) => records.load(id)?,
+        None => None,
+    };
+    let time_limit = record.and_then(|r| r.time_limit_s).map(Duration::from_secs);
+    let options = WaitOptions {
+        timeout,
+        time_limit,
+        follow,
+    };
+    let mut sink = super::training::LogSink::new(printer, id);
+    let waited = watch::wait(target, id, &options, |text| sink.write(text)).await;
+    sink.finish();
+    let info = match waited {
+        Ok(info) => info,
+        Err(e) => match ended_with_allocation(cli, id).await {
+            Some(info) => info,
+            None => return Err(e).with_context(|| format!("while waiting for job {id}")),
+        },
+    };
+    finish(printer, target, &info).await
+}
+
+/// `job stop ID [--wait]`.
+async fn stop(target: &Target, id: &str, wait: bool, printer: &Printer) -> Result<Exit> {
+    let api = JobsApi { ray: &target.ray };
+    let stopped = api
+        .stop(id)
+        .await
+        .map_err(submit::Error::from)
+        .with_context(|| format!("cannot stop job {id}"))?;
+    if !stopped {
+        printer.info(format!("job {id} had already ended"));
+    }
+    if wait {
+        let info = watch::wait(
+            target,
+            id,
+            &WaitOptions {
+                timeout: None,
+                time_limit: None,
+                follow: false,
+            },
+            |_| {},
+        )
+        .await?;
+        return finish(printer, target, &info).await;
+    }
+    printer.info(format!("stop sent to job {id}"));
+    Ok(Exit::Success)
 }
 
 /// The driver log argus saved for `id` once it ended (`jobs/<id>/logs/driver.log`), as

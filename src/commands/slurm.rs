@@ -42,8 +42,8 @@ pub async fn run(cli: &Cli, command: &SlurmCommand, printer: &Printer) -> Result
             Ok(Exit::Success)
         }
         SlurmCommand::Epilog { engine } => {
-            let docker = crate::cluster::docker::connect(engine.as_deref()).await?;
-            let report = slurm::epilog::run(&docker).await?;
+            let node = crate::cluster::NodeEngine::connect(engine.as_deref()).await?;
+            let report = slurm::epilog::run(&node).await?;
             if printer.json {
                 printer.json(&serde_json::to_value(&report)?);
             } else if !report.removed.is_empty() {

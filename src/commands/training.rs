@@ -11,20 +11,12 @@ use crate::config::LoadedProfile;
 use crate::config::jobspec::LoadedJobSpec;
 use crate::exit::Exit;
 use crate::submit::Target;
+use crate::training::figure;
 use crate::training::metrics::{KeyPattern, Table};
-use crate::training::plot::{self, Figure, Format, Panel, Series};
+use crate::training::plot::{self, Format};
 use crate::training::progress::{Follower, Progress};
 use crate::training::{self, Error};
 use crate::ui::{Printer, StepBar};
-
-/// What `job plot` draws without --keys: the reward/score mean (the first present) and
-/// the validation scores; for SFT, the losses.
-const DEFAULT_PLOT_KEYS: &[&[&str]] = &[
-    &["critic/score/mean", "critic/rewards/mean"],
-    &["val-core/*"],
-    &["train/loss"],
-    &["val/loss"],
-];
 
 /// A streamed log on stdout with the step bar on stderr.
 pub struct LogSink<'a> {
@@ -75,7 +67,7 @@ pub async fn metrics(
     printer: &Printer,
 ) -> Result<Exit> {
     let patterns = patterns(keys)?;
-    let (table, _, _) = training::chain_table(target, id)
+    let (table, _, _) = crate::submit::live::chain_table(target, id)
         .await
         .with_context(|| format!("cannot read the metrics of job {id}"))?;
     warn_dropped(&table, printer);
@@ -139,25 +131,6 @@ fn warn_dropped(table: &Table, printer: &Printer) {
     }
 }
 
-/// The columns to plot of one table: per pattern group, the first pattern with matches.
-fn default_columns(table: &Table) -> Vec<String> {
-    let mut out = Vec::new();
-    for group in DEFAULT_PLOT_KEYS {
-        for pattern in group.iter().filter_map(|p| KeyPattern::parse(p).ok()) {
-            let found: Vec<&String> = table
-                .keys()
-                .iter()
-                .filter(|k| pattern.is_match(k))
-                .collect();
-            if !found.is_empty() {
-                out.extend(found.into_iter().cloned());
-                break;
-            }
-        }
-    }
-    out
-}
-
 pub async fn plot(
     target: &Target,
     ids: &[String],
@@ -174,7 +147,7 @@ pub async fn plot(
     })?;
     let mut tables = Vec::new();
     for id in ids {
-        let (table, _, _) = training::chain_table(target, id)
+        let (table, _, _) = crate::submit::live::chain_table(target, id)
             .await
             .with_context(|| format!("cannot read the metrics of job {id}"))?;
         warn_dropped(&table, printer);
@@ -183,97 +156,15 @@ pub async fn plot(
         }
         tables.push((id.clone(), table));
     }
-    if tables.iter().all(|(_, t)| t.is_empty()) {
-        return Err(Error::NothingToPlot(ids.join(", ")).into());
-    }
-    // The metrics: in --keys order, the union over the jobs.
-    let mut chosen: Vec<String> = Vec::new();
-    if patterns.is_empty() {
-        for (_, table) in &tables {
-            for key in default_columns(table) {
-                if !chosen.contains(&key) {
-                    chosen.push(key);
-                }
-            }
-        }
-        if chosen.is_empty() {
-            return Err(Error::NoMatch {
-                pattern: "(the default: critic/score/mean, val-core/*, train/loss, val/loss)"
-                    .into(),
-                jobs: ids.join(", "),
-                available: tables[0].1.keys().to_vec(),
-            }
-            .into());
-        }
-    } else {
-        for pattern in &patterns {
-            let mut matched = false;
-            for (_, table) in &tables {
-                for key in table.keys().iter().filter(|k| pattern.is_match(k)) {
-                    matched = true;
-                    if !chosen.contains(key) {
-                        chosen.push(key.clone());
-                    }
-                }
-            }
-            if !matched {
-                let available = tables
-                    .iter()
-                    .find(|(_, t)| !t.is_empty())
-                    .map(|(_, t)| t.keys().to_vec())
-                    .unwrap_or_default();
-                return Err(Error::NoMatch {
-                    pattern: pattern.text.clone(),
-                    jobs: ids.join(", "),
-                    available,
-                }
-                .into());
-            }
-        }
-    }
-    // A figure's size follows its panels: a log naming thousands of metrics that all
-    // match must not make a picture of gigabytes.
-    if chosen.len() > plot::MAX_PANELS {
+    let chosen = figure::choose(&tables, &patterns, ids)?;
+    if chosen.matched > plot::MAX_PANELS {
         printer.warn(format!(
             "{} metrics match; plotting the first {} (choose others with --keys)",
-            chosen.len(),
+            chosen.matched,
             plot::MAX_PANELS
         ));
-        chosen.truncate(plot::MAX_PANELS);
     }
-    let panels: Vec<Panel> = chosen
-        .iter()
-        .map(|key| Panel {
-            key: key.clone(),
-            series: tables
-                .iter()
-                .filter_map(|(id, table)| {
-                    let column = table.column_of(key)?;
-                    let label = match table.jobs.as_slice() {
-                        [.., _] if table.jobs.len() > 1 => format!(
-                            "{id} (continues {})",
-                            table.jobs[..table.jobs.len() - 1].join(", ")
-                        ),
-                        _ => id.clone(),
-                    };
-                    Some(Series {
-                        job: id.clone(),
-                        label,
-                        points: table.series(column),
-                    })
-                })
-                .collect(),
-        })
-        .collect();
-    let title = match tables.as_slice() {
-        [(id, t)] if t.jobs.len() > 1 => format!(
-            "job {id} (continues {})",
-            t.jobs[..t.jobs.len() - 1].join(", ")
-        ),
-        [(id, _)] => format!("job {id}"),
-        _ => format!("jobs {}", ids.join(" vs ")),
-    };
-    let figure = Figure::new(title, panels);
+    let figure = figure::figure(&tables, &chosen.keys, ids);
     let bytes = plot::render(&figure, format).map_err(Error::Render)?;
     write_output(&output, &bytes)?;
     if printer.json {
@@ -287,24 +178,15 @@ pub async fn plot(
         printer.info(format!(
             "{} panel(s): {}",
             figure.panels.len(),
-            chosen.join(", ")
+            chosen.keys.join(", ")
         ));
     }
     Ok(Exit::Success)
 }
 
-/// Writes the image through a temporary name in the same directory, then renames it.
+/// Writes the image atomically (a temporary name in the same directory, then a rename).
 fn write_output(path: &Path, bytes: &[u8]) -> Result<(), Error> {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = path.with_file_name(format!(".{name}.tmp-{}", std::process::id()));
-    let result = std::fs::write(&tmp, bytes).and_then(|()| std::fs::rename(&tmp, path));
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.map_err(|source| Error::Write {
+    crate::fsx::write_atomic(path, bytes).map_err(|source| Error::Write {
         path: path.to_path_buf(),
         source,
     })
@@ -354,7 +236,7 @@ pub async fn resume(
     sets: &[String],
     printer: &Printer,
 ) -> Result<LoadedJobSpec> {
-    let point = training::resume_point(target, old)
+    let point = crate::submit::live::resume_point(target, old)
         .await
         .with_context(|| format!("cannot resume job {old}"))?;
     printer.info(format!(

@@ -5,8 +5,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::data::FileDigest;
-use crate::data::download::CachedFile;
+pub use crate::inputs::{CodePin, DatasetPin, ModelPin, PinnedFile};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunLock {
@@ -35,45 +34,6 @@ pub struct ImagePin {
     /// The registry digest, when the image came from a registry.
     #[serde(default)]
     pub digest: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CodePin {
-    pub name: String,
-    pub code_id: String,
-    pub tree_hash: String,
-    #[serde(default)]
-    pub source: Option<String>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct DatasetPin {
-    pub name: String,
-    pub source: String,
-    pub files: Vec<FileDigest>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ModelPin {
-    pub repo: String,
-    pub revision: String,
-    pub commit: String,
-    pub files: Vec<PinnedFile>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PinnedFile {
-    pub path: String,
-    pub etag: String,
-}
-
-impl From<&CachedFile> for PinnedFile {
-    fn from(f: &CachedFile) -> Self {
-        PinnedFile {
-            path: f.path.clone(),
-            etag: f.etag.clone(),
-        }
-    }
 }
 
 impl RunLock {
@@ -197,6 +157,7 @@ pub fn drift(lock: &RunLock, now: &Observed) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::data::FileDigest;
 
     fn lock() -> RunLock {
         RunLock {

@@ -8,29 +8,29 @@
 //! has ended is not run again (unless `--new`).
 //!
 //! Stages, each observing before it acts, so a run stopped anywhere is finished by
-//! running it again: up (`up.rs`) -> prepare, snapshot (`inputs.rs`) -> submit or attach
-//! to the job this run already submitted -> wait -> collect (`job.rs`) -> down (when
-//! asked). The record is `runs/<run_id>/` (`record.rs`): `report.json`, rewritten as
+//! running it again: up (`up.rs`) -> prepare, snapshot (`crate::inputs`, shared with
+//! `argus slurm submit`; a replay's drift check in `replay.rs`) -> submit or attach to the
+//! job this run already submitted -> wait -> collect (`job.rs`) -> down (when asked). The record is `runs/<run_id>/` (`record.rs`): `report.json`, rewritten as
 //! each stage starts and ends, and `run.lock.yaml` (`lock.rs`), written just before the
 //! job is submitted: it pins exactly what the job gets.
 
-mod inputs;
 mod job;
 pub mod lock;
 mod record;
+mod replay;
 pub mod resume;
 mod up;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::cluster::image;
-use crate::config::jobspec::{Code, LoadedJobSpec};
+use crate::config::jobspec::LoadedJobSpec;
 use crate::config::yaml::Source;
 use crate::config::{Layout, LoadedProfile};
 use crate::exit::{Classify, Exit};
 use crate::ids::SubmissionId;
+use crate::inputs::{self, CodePin, DatasetPin, ModelPin, recorded};
 use crate::records::Records;
-use crate::secrets::{REDACTED, redact_json};
 use crate::submit::watch::WaitOptions;
 use crate::submit::{self, Target};
 use crate::ui::Reporter;
@@ -46,16 +46,12 @@ pub enum Error {
     Drift { lock: String, drift: Vec<String> },
     #[error("invalid run lock: {0}")]
     BadLock(String),
-    #[error("{0}")]
-    Invalid(String),
     #[error("--new makes a new job, but the JobSpec fixes submission_id {id}, which exists")]
     SubmissionTaken { id: String },
     #[error(
         "job {id} of this run is gone: argus has no record of its end and the cluster no longer knows it"
     )]
     JobLost { id: String },
-    #[error("the lock redacted {0}; set it in the environment to replay")]
-    MissingSecret(String),
     #[error("cannot write the run record at {}", path.display())]
     Record {
         path: PathBuf,
@@ -63,6 +59,8 @@ pub enum Error {
         source: std::io::Error,
     },
     // The stages' own errors, as they stopped the run.
+    #[error(transparent)]
+    Inputs(#[from] crate::inputs::Error),
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
     #[error(transparent)]
@@ -89,8 +87,8 @@ impl Classify for Error {
     fn exit(&self) -> Exit {
         match self {
             Error::Drift { .. } | Error::Record { .. } | Error::JobLost { .. } => Exit::Failed,
-            Error::BadLock(_) | Error::MissingSecret(_) => Exit::Usage,
-            Error::Invalid(_) | Error::SubmissionTaken { .. } => Exit::Usage,
+            Error::BadLock(_) | Error::SubmissionTaken { .. } => Exit::Usage,
+            Error::Inputs(e) => e.exit(),
             Error::Config(_) | Error::NoHostPath(_) | Error::Id(_) => Exit::Usage,
             Error::Cluster(e) => e.exit(),
             Error::Image(e) => e.exit(),
@@ -104,8 +102,8 @@ impl Classify for Error {
     fn hint(&self) -> Option<String> {
         match self {
             Error::Drift { .. } => Some("restore the pinned inputs, or pass --allow-drift to run anyway (the drift is recorded)".into()),
-            Error::BadLock(_) | Error::MissingSecret(_) | Error::Record { .. } => None,
-            Error::Invalid(_) => None,
+            Error::BadLock(_) | Error::Record { .. } => None,
+            Error::Inputs(e) => e.hint(),
             Error::SubmissionTaken { .. } => Some("remove submission_id from the JobSpec (each run then gets its own), or change it".into()),
             Error::JobLost { .. } => Some("the cluster was taken down or recreated while the job ran: `argus run --new` runs it again".into()),
             Error::Config(_) | Error::Id(_) => None,
@@ -126,7 +124,7 @@ pub fn from_lock(
     lock: &RunLock,
     profile: Option<&LoadedProfile>,
 ) -> Result<(LoadedJobSpec, LoadedProfile), Error> {
-    let spec = jobspec_from_value(lock.jobspec.clone(), "<run lock: jobspec>")?;
+    let spec = recorded::from_value(lock.jobspec.clone(), "<run lock: jobspec>")?;
     let profile = match profile {
         Some(p) => p.clone(),
         None => LoadedProfile::from_source(Source::new(
@@ -135,70 +133,6 @@ pub fn from_lock(
         ))?,
     };
     Ok((spec, profile))
-}
-
-/// A JobSpec written with its secrets redacted (`jobspec_value`), loaded again with the
-/// secrets taken back from the environment.
-pub fn jobspec_from_value(
-    mut jobspec: serde_yaml::Value,
-    origin: &str,
-) -> Result<LoadedJobSpec, Error> {
-    if let Some(env) = jobspec.get_mut("env_vars").and_then(|e| e.as_mapping_mut()) {
-        for (key, value) in env.iter_mut() {
-            if value.as_str() == Some(REDACTED) {
-                let name = key.as_str().unwrap_or_default().to_string();
-                *value = serde_yaml::Value::String(
-                    std::env::var(&name).map_err(|_| Error::MissingSecret(name))?,
-                );
-            }
-        }
-    }
-    Ok(LoadedJobSpec::from_source(
-        Source::new(origin, crate::config::yaml::to_string(&jobspec)),
-        &[],
-    )?)
-}
-
-/// A JobSpec as a YAML value with its secrets redacted (what a lock or a Slurm run keeps):
-/// secret override values structurally, before Hydra formatting quotes them
-/// ([`crate::config::jobspec::Overrides::redacted`]), then by name and by value.
-pub fn jobspec_value(spec: &crate::config::jobspec::JobSpec) -> serde_yaml::Value {
-    yaml_value(&crate::config::jobspec::JobSpec {
-        overrides: spec.overrides.redacted(),
-        ..spec.clone()
-    })
-}
-
-/// What a run does before it needs a cluster, as `argus run` does it: everything checked,
-/// the JobSpec's datasets and model prepared, its code snapshotted (the JobSpec then names
-/// the snapshot). For `argus slurm submit`, on the login node.
-pub async fn prepare_inputs(
-    loaded: &LoadedProfile,
-    job: &mut LoadedJobSpec,
-    reporter: &dyn Reporter,
-) -> Result<(Vec<lock::DatasetPin>, Option<lock::ModelPin>, lock::CodePin), Error> {
-    let host = loaded.host_layout()?;
-    job.absolutize();
-    crate::snapshot::pypi::localize(&mut job.spec.code, reporter).await?;
-    let options = RunOptions {
-        down_after: false,
-        lock: None,
-        allow_drift: false,
-        follow: false,
-        new: true,
-        resumes: None,
-    };
-    validate(&host, job, &options)?;
-    let ctx = Ctx {
-        loaded,
-        mount: Layout::new(&loaded.profile.shared.mount),
-        host,
-        options: &options,
-        reporter,
-    };
-    let (datasets, model) = inputs::prepare(&ctx, &job.spec).await?;
-    let code = inputs::snapshot(&ctx, &mut job.spec)?;
-    Ok((datasets, model, code))
 }
 
 pub struct RunOptions {
@@ -238,47 +172,16 @@ pub(crate) struct Ctx<'a> {
     reporter: &'a dyn Reporter,
 }
 
-/// Everything a run will need that can be checked before anything is written.
-fn validate(host: &Layout, job: &LoadedJobSpec, options: &RunOptions) -> Result<(), Error> {
-    let origin = job.source.origin.display();
-    let spec = &job.spec;
-    if let Code::Source(code) = &spec.code
-        && !Path::new(&code.source).is_dir()
-    {
-        return Err(Error::Invalid(format!(
-            "{origin}: code.source {} is not a directory",
-            code.source
-        )));
+impl<'a> Ctx<'a> {
+    /// The inputs stage's view of the run.
+    fn inputs(&self) -> inputs::Ctx<'a> {
+        inputs::Ctx {
+            loaded: self.loaded,
+            host: self.host.clone(),
+            mount: self.mount.clone(),
+            reporter: self.reporter,
+        }
     }
-    if let Some(from) = &spec.data_from
-        && !Path::new(from).is_dir()
-    {
-        return Err(Error::Invalid(format!(
-            "{origin}: data_from {from} is not a directory"
-        )));
-    }
-    if let Some(from) = &spec.model_from
-        && !Path::new(from).join("config.json").is_file()
-    {
-        return Err(Error::Invalid(format!(
-            "{origin}: model_from {from} holds no config.json (not a Hugging Face model directory)"
-        )));
-    }
-    if let Code::Snapshot(id) = &spec.code {
-        crate::snapshot::find(&host.code(), &id.to_string()).map_err(|_| {
-            submit::Error::CodeNotFound {
-                code_id: id.to_string(),
-                root: host.code(),
-            }
-        })?;
-    }
-    if options.new
-        && let Some(id) = &spec.submission_id
-        && Records::new(host.jobs()).exists(id.as_str())
-    {
-        return Err(Error::SubmissionTaken { id: id.to_string() });
-    }
-    Ok(())
 }
 
 /// Takes the run's lock, saying who holds it while waiting.
@@ -327,9 +230,7 @@ pub async fn run(
 ) -> Result<Outcome, Error> {
     // Nothing is written before everything that can be checked was.
     let host = loaded.host_layout()?;
-    job.absolutize();
-    crate::snapshot::pypi::localize(&mut job.spec.code, reporter).await?;
-    validate(&host, &job, options)?;
+    inputs::load(&host, &mut job, options.new, reporter).await?;
     let key = RunKey::of(
         &loaded.profile.name,
         &job.spec,
@@ -406,21 +307,21 @@ async fn stages(
     // A job already submitted keeps the inputs pinned when it was.
     let pinned = pinned.filter(|_| seen.exists());
     let before = match (&options.lock, &pinned) {
-        (Some((_, lock)), None) => Some(inputs::observe_before(ctx, &spec, lock)?),
+        (Some((_, lock)), None) => Some(replay::observe_before(ctx, &spec, lock)?),
         _ => None,
     };
     let (datasets, model) = stage_prepare(ctx, &mut rec, pinned.as_ref(), &spec).await?;
     rec.begin("snapshot")?;
     let code = match &pinned {
         Some(lock) => lock.code.clone(),
-        None => inputs::snapshot(ctx, &mut job.spec)?,
+        None => inputs::snapshot(&ctx.inputs(), &mut job.spec)?,
     };
     rec.end(format!("{} {}", code.name, code.code_id))?;
 
     // Replay: everything is known now; refuse on drift before anything is submitted.
     if let (Some((path, lock)), Some(mut observed)) = (&options.lock, before) {
         observed.image_id = Some(cluster.image_id.clone());
-        let drift = inputs::drift(ctx, lock, observed, &code, model.as_ref());
+        let drift = replay::drift(ctx, lock, observed, &code, model.as_ref());
         rec.report.drift = drift.clone();
         rec.save()?;
         if !drift.is_empty() && !options.allow_drift {
@@ -488,13 +389,18 @@ async fn stage_prepare(
     rec: &mut Recorder,
     pinned: Option<&RunLock>,
     spec: &crate::config::jobspec::JobSpec,
-) -> Result<(Vec<lock::DatasetPin>, Option<lock::ModelPin>), Error> {
+) -> Result<(Vec<DatasetPin>, Option<ModelPin>), Error> {
     rec.begin("prepare")?;
     if let Some(lock) = pinned {
         rec.end("pinned when the job was submitted")?;
         return Ok((lock.datasets.clone(), lock.model.clone()));
     }
-    let (datasets, model) = inputs::prepare(ctx, spec).await?;
+    let replayed = ctx
+        .options
+        .lock
+        .as_ref()
+        .and_then(|(_, l)| l.model.as_ref());
+    let (datasets, model) = inputs::prepare(&ctx.inputs(), spec, replayed).await?;
     let models = if model.is_some() {
         "1 model"
     } else {
@@ -511,9 +417,9 @@ async fn new_lock(
     rec: &Recorder,
     cluster: &up::Cluster,
     spec: &crate::config::jobspec::JobSpec,
-    code: lock::CodePin,
-    datasets: Vec<lock::DatasetPin>,
-    model: Option<lock::ModelPin>,
+    code: CodePin,
+    datasets: Vec<DatasetPin>,
+    model: Option<ModelPin>,
     id: &str,
 ) -> Result<RunLock, Error> {
     let profile = &ctx.loaded.profile;
@@ -528,8 +434,8 @@ async fn new_lock(
             digest: image::digest(profile.docker.host.as_deref(), &profile.image).await?,
         },
         ray_version: cluster.ray_version.clone(),
-        profile: yaml_value(profile),
-        jobspec: jobspec_value(spec),
+        profile: recorded::redacted_value(profile),
+        jobspec: recorded::to_value(spec),
         code,
         datasets,
         model,
@@ -606,9 +512,4 @@ async fn stage_wait(
     rec.report.checkpoints = Some(job_dir.join("checkpoints").display().to_string());
     rec.end(rec.lock_path().display().to_string())?;
     Ok(())
-}
-
-fn yaml_value<T: serde::Serialize>(value: &T) -> serde_yaml::Value {
-    let json = redact_json(serde_json::to_value(value).unwrap_or_default());
-    serde_yaml::to_value(json).unwrap_or(serde_yaml::Value::Null)
 }

@@ -552,22 +552,22 @@ pub async fn node_containers(
     let files = RunFiles::new(&layout, run_id);
     let alloc: Alloc = super::read_json(&files.alloc())?;
     let cluster = cluster_profile(loaded, &alloc)?;
-    let docker = super::node::connect(&cluster).await?;
+    let engine = super::node::connect(&cluster).await?;
     let label = format!("{}={}", crate::cluster::node::LABEL_SLURM_JOB, alloc.job_id);
-    let mut containers: Vec<ContainerState> =
-        crate::cluster::docker::containers_labelled(&docker, &label)
-            .await?
-            .into_iter()
-            .map(|c| ContainerState {
-                name: c
-                    .names
-                    .and_then(|n| n.into_iter().next())
-                    .map(|n| n.trim_start_matches('/').to_string())
-                    .unwrap_or_default(),
-                state: c.state.map(|s| s.to_string()).unwrap_or_default(),
-                status: c.status.unwrap_or_default(),
-            })
-            .collect();
+    let mut containers: Vec<ContainerState> = engine
+        .containers_labelled(&label)
+        .await?
+        .into_iter()
+        .map(|c| ContainerState {
+            name: c
+                .names
+                .and_then(|n| n.into_iter().next())
+                .map(|n| n.trim_start_matches('/').to_string())
+                .unwrap_or_default(),
+            state: c.state.map(|s| s.to_string()).unwrap_or_default(),
+            status: c.status.unwrap_or_default(),
+        })
+        .collect();
     containers.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(NodeContainers {
         node: super::node::node_name()?,

@@ -3,9 +3,8 @@
 //! Slurm's `Epilog=` (it runs as root on each node when a job ends; the job that is
 //! ending is COMPLETING, so its containers go too) and safe to run at any time.
 
-use bollard::Docker;
-
 use super::Error;
+use crate::cluster::NodeEngine;
 
 /// What the epilog removed.
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -13,8 +12,8 @@ pub struct EpilogReport {
     pub removed: Vec<String>,
 }
 
-pub async fn run(docker: &Docker) -> Result<EpilogReport, Error> {
+pub async fn run(engine: &NodeEngine) -> Result<EpilogReport, Error> {
     Ok(EpilogReport {
-        removed: super::node::remove_dead(docker, None).await?,
+        removed: super::node::remove_dead(engine, None).await?,
     })
 }

@@ -1,14 +1,15 @@
 //! The Slurm back end: one `sbatch` runs argus's cluster on the allocation's nodes.
 //!
 //! On the login node `submit` does what needs no GPU, as `argus run` does it (inputs
-//! prepared, code snapshotted, the image archived on the shared storage), writes the run's
-//! files under `<shared>/runs/<run_id>/` and the batch script (`script`, pure), and calls
-//! `sbatch`. In the allocation the batch step (`run`) reads the allocation (`alloc`),
-//! claims a port slot on its nodes (`ports`), turns the allocation into a multi-host
-//! profile in memory (`cluster_profile`, so `cluster::plan` is reused unchanged), starts
-//! one node step per node (`node`: that node's containers through its own engine, removed
-//! when Slurm ends the step), waits for Ray, submits the JobSpec's job as `argus run`
-//! does, follows it, and exits with its code. `epilog` removes what a killed step left.
+//! prepared and code snapshotted by `crate::inputs`, the image archived on the shared
+//! storage), writes the run's files under `<shared>/runs/<run_id>/` and the batch script
+//! (`script`, pure), and calls `sbatch`. In the allocation the batch step (`run`) reads
+//! the allocation (`alloc`), claims a port slot on its nodes (`ports`), turns the
+//! allocation into a multi-host profile in memory (`cluster_profile`, so `cluster::plan`
+//! is reused unchanged), starts one node step per node (`node`: that node's containers
+//! through its own engine, `cluster::NodeEngine`, removed when Slurm ends the step), waits
+//! for Ray, submits the JobSpec's job as `argus run` does, follows it, and exits with its
+//! code. `epilog` removes what a killed step left.
 
 pub mod alloc;
 pub mod attach;
@@ -69,7 +70,9 @@ pub enum Error {
     #[error(transparent)]
     Script(#[from] script::ScriptError),
     #[error(transparent)]
-    Run(#[from] crate::run::Error),
+    Inputs(#[from] crate::inputs::Error),
+    #[error(transparent)]
+    Image(#[from] crate::cluster::image::BuildError),
     #[error(transparent)]
     Cluster(#[from] crate::cluster::Error),
     #[error(transparent)]
@@ -95,7 +98,8 @@ impl Classify for Error {
             Error::Script(_) | Error::Config(_) | Error::NoHostPath(_) | Error::Id(_) => {
                 Exit::Usage
             }
-            Error::Run(e) => e.exit(),
+            Error::Inputs(e) => e.exit(),
+            Error::Image(e) => e.exit(),
             Error::Cluster(e) => e.exit(),
             Error::Submit(e) => e.exit(),
         }
@@ -114,7 +118,8 @@ impl Classify for Error {
                     .into(),
             ),
             Error::UnknownRun { .. } => Some("`ls <shared>/runs` shows the runs".into()),
-            Error::Run(e) => e.hint(),
+            Error::Inputs(e) => e.hint(),
+            Error::Image(e) => e.hint(),
             Error::Cluster(e) => e.hint(),
             Error::Submit(e) => e.hint(),
             _ => None,

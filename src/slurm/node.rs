@@ -6,12 +6,10 @@
 
 use std::time::Instant;
 
-use bollard::Docker;
-
 use super::alloc::{self, Alloc};
 use super::record::SlurmRecord;
 use super::{Error, RunFiles, cluster_profile, plan_inputs};
-use crate::cluster::{self, node as engine};
+use crate::cluster::NodeEngine;
 use crate::config::{Layout, LoadedProfile};
 use crate::ui::Reporter;
 
@@ -24,21 +22,21 @@ pub fn node_name() -> Result<String, Error> {
 }
 
 /// Connects to the node's engine (the profile's `slurm.engine_socket`).
-pub async fn connect(cluster: &LoadedProfile) -> Result<Docker, Error> {
+pub async fn connect(cluster: &LoadedProfile) -> Result<NodeEngine, Error> {
     let host = cluster
         .cluster_hosts()?
         .into_iter()
         .next()
         .ok_or_else(|| Error::Allocation("no host".into()))?;
-    Ok(cluster::docker::connect_host(&host).await?)
+    Ok(NodeEngine::connect_host(&host).await?)
 }
 
 /// Removes the containers of Slurm jobs that are no longer running (never `keep`'s);
 /// the names removed.
-pub async fn remove_dead(docker: &Docker, keep: Option<u64>) -> Result<Vec<String>, Error> {
+pub async fn remove_dead(engine: &NodeEngine, keep: Option<u64>) -> Result<Vec<String>, Error> {
     let mut removed = Vec::new();
     let mut states = std::collections::BTreeMap::new();
-    for (name, job) in engine::slurm_containers(docker).await? {
+    for (name, job) in engine.slurm_containers().await? {
         if Some(job) == keep {
             continue;
         }
@@ -51,7 +49,7 @@ pub async fn remove_dead(docker: &Docker, keep: Option<u64>) -> Result<Vec<Strin
             }
         };
         if !alive {
-            engine::remove(docker, &name).await?;
+            engine.remove(&name).await?;
             removed.push(name);
         }
     }
@@ -74,18 +72,19 @@ pub enum ImageSource {
 /// that fails, or brings another image under the tag (it moved since the login node
 /// archived it), falls back to the archive, which retags the reference to `id`.
 pub async fn bring_image(
-    docker: &Docker,
+    engine: impl Into<NodeEngine>,
     me: &str,
     reference: &str,
     id: &str,
     archive: &std::path::Path,
     reporter: &dyn Reporter,
 ) -> Result<ImageSource, Error> {
-    if engine::has_image(docker, id).await {
+    let engine = engine.into();
+    if engine.has_image(id).await {
         return Ok(ImageSource::Present);
     }
     if crate::cluster::image::names_registry(reference) {
-        match crate::cluster::image::pull_on(me, docker, reference, reporter).await {
+        match engine.pull(me, reference, reporter).await {
             Ok(pulled) if pulled == id => {
                 reporter.note(&format!("{me}: image pulled from {reference}"));
                 return Ok(ImageSource::Pulled);
@@ -98,7 +97,7 @@ pub async fn bring_image(
             )),
         }
     }
-    engine::load_archive(docker, reference, id, archive).await?;
+    engine.load_archive(reference, id, archive).await?;
     reporter.note(&format!("{me}: image loaded from {}", archive.display()));
     Ok(ImageSource::Loaded)
 }
@@ -116,7 +115,7 @@ pub async fn run(
     let record: SlurmRecord = super::read_json(&files.record())?;
     let me = node_name()?;
     let cluster = cluster_profile(loaded, &alloc)?;
-    let docker = connect(&cluster).await?;
+    let engine = connect(&cluster).await?;
 
     // Slurm may end the step at any moment from here: listen before creating anything.
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
@@ -125,7 +124,7 @@ pub async fn run(
             source,
         })?;
     let work = async {
-        let removed = remove_dead(&docker, Some(alloc.job_id)).await?;
+        let removed = remove_dead(&engine, Some(alloc.job_id)).await?;
         if !removed.is_empty() {
             reporter.note(&format!(
                 "{me}: removed {} container(s) of Slurm jobs that ended: {}",
@@ -135,7 +134,7 @@ pub async fn run(
         }
         let archive = super::image_archive(&Layout::new(layout.root()), &record.image_id);
         bring_image(
-            &docker,
+            &engine,
             &me,
             &loaded.profile.image,
             &record.image_id,
@@ -147,7 +146,7 @@ pub async fn run(
         let token = crate::cluster::auth::cluster_token(loaded, false)?;
         let plan =
             crate::cluster::plan::plan(&cluster, &plan_inputs(&alloc, &record.image_id, token));
-        let names = engine::start_on(&docker, &plan, &me, reporter).await?;
+        let names = engine.start_on(&plan, &me, reporter).await?;
         reporter.note(&format!(
             "{me}: started {} in {:.1}s",
             names.join(", "),
@@ -182,7 +181,7 @@ pub async fn run(
         _ = tokio::signal::ctrl_c() => Ok(()),
         _ = &mut told_to_stop => Ok(()),
     };
-    let removed = engine::remove_cluster(&docker, &cluster.profile.name).await;
+    let removed = engine.remove_cluster(&cluster.profile.name).await;
     match &removed {
         Ok(names) => reporter.note(&format!("{me}: removed {}", names.join(", "))),
         Err(e) => reporter.note(&format!("{me}: could not remove the containers: {e}")),

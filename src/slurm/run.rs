@@ -230,15 +230,12 @@ async fn stages(
     );
 
     // Submit: the JobSpec as the login node resolved it, through `submit::prepare`.
-    let value: serde_yaml::Value =
-        serde_yaml::from_str(&std::fs::read_to_string(files.jobspec()).map_err(|source| {
-            Error::Io {
-                path: files.jobspec(),
-                source,
-            }
-        })?)
-        .map_err(|e| Error::Invalid(format!("{}: {e}", files.jobspec().display())))?;
-    let mut job = crate::run::jobspec_from_value(value, &files.jobspec().display().to_string())?;
+    let text = std::fs::read_to_string(files.jobspec()).map_err(|source| Error::Io {
+        path: files.jobspec(),
+        source,
+    })?;
+    let mut job =
+        crate::inputs::recorded::from_text(&text, &files.jobspec().display().to_string())?;
     job.spec.submission_id = Some(record.submission_id.parse()?);
     let target = Target::from_profile(cluster, ray);
     let prepared = submit::prepare(&target, &job, true)?;

@@ -184,10 +184,8 @@ pub async fn stage(
         .collect();
 
     // As `argus run` does it: inputs prepared, code snapshotted (the JobSpec then names it).
-    crate::run::prepare_inputs(loaded, &mut job, reporter).await?;
-    crate::cluster::image::ensure_built(p.docker.host.as_deref(), &p.image, reporter)
-        .await
-        .map_err(crate::run::Error::from)?;
+    crate::inputs::prepare_all(loaded, &mut job, reporter).await?;
+    crate::cluster::image::ensure_built(p.docker.host.as_deref(), &p.image, reporter).await?;
     let docker = crate::cluster::docker::connect(p.docker.host.as_deref()).await?;
     let image_id = crate::cluster::node::image_id(&docker, &p.image)
         .await
@@ -204,7 +202,7 @@ pub async fn stage(
         .map_err(io(files.profile()))?;
     let mut spec = job.spec.clone();
     spec.submission_id = None;
-    let jobspec = crate::config::yaml::to_string(&crate::run::jobspec_value(&spec));
+    let jobspec = crate::inputs::recorded::to_text(&spec);
     crate::fsx::write_atomic(&files.jobspec(), jobspec.as_bytes()).map_err(io(files.jobspec()))?;
     let mut record = SlurmRecord {
         run_id: run_id.clone(),

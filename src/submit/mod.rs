@@ -4,6 +4,7 @@
 //! end (`watch`). `run`, Slurm and the KubeRay export consume the same resolved value.
 
 pub mod entrypoint;
+pub mod live;
 pub mod override_check;
 pub mod payload;
 pub mod resolve;

@@ -6,13 +6,16 @@
 //! metrics.rs   the step × metric table of a log or of a chain of resumed jobs; CSV, JSON  pure
 //! progress.rs  step of total, ETA, key metrics; a follower of a streamed log            pure
 //! plot.rs      one panel per metric, one line per job, to PNG or SVG                    pure
+//! figure.rs    which metrics of which jobs a plot draws, as a figure                    pure
 //! resume.rs    the checkpoint directory of a job and the JobSpec that continues it      pure
 //! ```
 //!
-//! This file holds the I/O at the edges: where a job's log is read (the saved
-//! `jobs/<id>/logs/driver.log` once the job has ended, else Ray's Jobs API), the chain of
-//! jobs a resumed job continues, and `jobs/<id>/metrics.csv`, written when a job ends.
+//! This file holds the I/O at the edges that needs no cluster: a job's saved log
+//! (`jobs/<id>/logs/driver.log`), the chain of jobs a resumed job continues, and
+//! `jobs/<id>/metrics.csv`, written when a job ends. The readers that ask a live cluster
+//! (a running job's log, whether a job still runs) live with submit.
 
+pub mod figure;
 pub mod log;
 pub mod metrics;
 pub mod plot;
@@ -22,27 +25,20 @@ pub mod resume;
 use std::fs::File;
 use std::io::BufReader;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use crate::exit::{Classify, Exit};
-use crate::ray::jobs::{JobInfo, JobsApi};
-use crate::records::{JobRecord, Records, now_ms};
-use crate::submit::Target;
-use crate::submit::watch;
+use crate::records::{JobRecord, Records};
 use metrics::Table;
-use progress::Progress;
 
 /// How many jobs back a chain of resumed jobs is followed (a guard against a loop).
 const MAX_CHAIN: usize = 1000;
 /// A job's saved driver log, below its directory.
 pub const DRIVER_LOG: &str = "logs/driver.log";
 /// The largest recorded configuration file read (a payload, a JobSpec, a run report).
-const CONFIG_CAP: u64 = 16 << 20;
+pub const CONFIG_CAP: u64 = 16 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error(transparent)]
-    Submit(#[from] crate::submit::Error),
     #[error("cannot read {}", path.display())]
     Read {
         path: PathBuf,
@@ -94,7 +90,6 @@ pub enum Error {
 impl Classify for Error {
     fn exit(&self) -> Exit {
         match self {
-            Error::Submit(e) => e.exit(),
             Error::Record(e) => e.exit(),
             Error::Read { source, .. } => crate::fsx::io_exit(source),
             Error::Render(_) => Exit::Failed,
@@ -116,7 +111,6 @@ impl Classify for Error {
 
     fn hint(&self) -> Option<String> {
         match self {
-            Error::Submit(e) => e.hint(),
             Error::Record(e) => e.hint(),
             Error::Read { source, .. } => crate::fsx::io_hint(source),
             Error::Write { source, .. } if crate::fsx::Unsafe::of(source).is_some() => {
@@ -152,7 +146,7 @@ impl Classify for Error {
 
 /// The saved driver log of a job, opened, if argus has one: `jobs/<id>/logs/driver.log`
 /// as a regular file below real directories (a planted link is an error, never followed).
-fn saved_log(records: Option<&Records>, id: &str) -> Result<Option<(PathBuf, File)>, Error> {
+pub fn saved_log(records: Option<&Records>, id: &str) -> Result<Option<(PathBuf, File)>, Error> {
     let Some(records) = records else {
         return Ok(None);
     };
@@ -163,49 +157,17 @@ fn saved_log(records: Option<&Records>, id: &str) -> Result<Option<(PathBuf, Fil
     }
 }
 
-fn read_saved(id: &str, (path, file): (PathBuf, File)) -> Result<Table, Error> {
+pub fn read_saved(id: &str, (path, file): (PathBuf, File)) -> Result<Table, Error> {
     Table::from_reader(id, BufReader::with_capacity(1 << 16, file))
         .map_err(|source| Error::Read { path, source })
 }
 
 /// The record of `id`, if argus has one (a corrupt one is an error, not a missing one).
-fn load(records: Option<&Records>, id: &str) -> Result<Option<JobRecord>, Error> {
+pub fn load(records: Option<&Records>, id: &str) -> Result<Option<JobRecord>, Error> {
     Ok(match records {
         Some(records) => records.load(id)?,
         None => None,
     })
-}
-
-/// One job's own log as a table, with what is known of the job. An ended job with a
-/// saved log is read from disk without asking Ray (so this works with the cluster gone);
-/// otherwise Ray's status decides (and an end it reports is recorded, log included).
-pub async fn job_table(
-    target: &Target,
-    id: &str,
-) -> Result<(Table, JobInfo, Option<JobRecord>), Error> {
-    let records = target.records();
-    if let Some(record) = load(records.as_ref(), id)?
-        && record.is_final()
-        && let Some(saved) = saved_log(records.as_ref(), id)?
-    {
-        let table = read_saved(id, saved)?;
-        return Ok((table, watch::from_record(&record), Some(record)));
-    }
-    let (info, record, from_cluster) = watch::status(target, id).await?;
-    if (info.status.is_finished() || !from_cluster)
-        && let Some(saved) = saved_log(records.as_ref(), id)?
-    {
-        return Ok((read_saved(id, saved)?, info, record));
-    }
-    if !from_cluster {
-        return Ok((Table::new(id), info, record));
-    }
-    let api = JobsApi { ray: &target.ray };
-    let text = api
-        .logs(id)
-        .await
-        .map_err(|e| Error::Submit(crate::submit::Error::from(e)))?;
-    Ok((Table::from_text(id, &text), info, record))
 }
 
 /// The jobs `id` continues, oldest first, ending with `id` (argus's records name them,
@@ -223,62 +185,6 @@ pub fn chain_ids(records: Option<&Records>, id: &str) -> Result<Vec<String>, Err
     }
     ids.reverse();
     Ok(ids)
-}
-
-/// The table of a job and of the jobs it continues, joined (see [`Table::chain`]).
-pub async fn chain_table(
-    target: &Target,
-    id: &str,
-) -> Result<(Table, JobInfo, Option<JobRecord>), Error> {
-    let records = target.records();
-    let ids = chain_ids(records.as_ref(), id)?;
-    let mut tables = Vec::with_capacity(ids.len());
-    for earlier in &ids[..ids.len() - 1] {
-        match job_table(target, earlier).await {
-            Ok((table, _, _)) => tables.push(table),
-            Err(e) => {
-                tracing::warn!("the log of {earlier} (which {id} continues) is unavailable: {e}")
-            }
-        }
-    }
-    let (table, info, record) = job_table(target, id).await?;
-    tables.push(table);
-    Ok((Table::chain(tables), info, record))
-}
-
-/// The progress of a job from its own log (best effort: None when there is no verl line
-/// or no log to read).
-pub async fn progress(
-    target: &Target,
-    id: &str,
-    info: &JobInfo,
-    record: Option<&JobRecord>,
-) -> Option<Progress> {
-    let (table, _, _) = match job_table(target, id).await {
-        Ok(found) => found,
-        Err(e) => {
-            tracing::debug!("no progress for {id}: {e}");
-            return None;
-        }
-    };
-    let elapsed = info.start_time.map(|start| {
-        let end = info
-            .end_time
-            .filter(|_| info.status.is_finished())
-            .unwrap_or_else(now_ms);
-        Duration::from_millis(end.saturating_sub(start))
-    });
-    let entrypoint = info
-        .entrypoint
-        .as_deref()
-        .or(record.map(|r| r.entrypoint.as_str()))
-        .unwrap_or_default();
-    progress::summarize(
-        &table,
-        progress::total_from_entrypoint(entrypoint),
-        elapsed,
-        !info.status.is_finished(),
-    )
 }
 
 /// Writes `jobs/<id>/metrics.csv` from the saved logs of the job and the jobs it
@@ -316,74 +222,6 @@ pub struct ResumePoint {
     pub recorded_jobspec: Option<serde_yaml::Value>,
 }
 
-/// Checks that `old_id` can be resumed (argus has its record, it has ended, its
-/// checkpoint directory holds a checkpoint) and says from where.
-pub async fn resume_point(target: &Target, old_id: &str) -> Result<ResumePoint, Error> {
-    let records = target.records();
-    let record =
-        load(records.as_ref(), old_id)?.ok_or_else(|| Error::NoRecord(old_id.to_string()))?;
-    // Only the cluster knows whether it still runs: a record left PENDING by a cluster
-    // that went down does not stop a resume (a cluster that forgot the job runs nothing).
-    let api = JobsApi { ray: &target.ray };
-    if let Ok(info) = api.get(old_id).await
-        && !info.status.is_finished()
-    {
-        return Err(Error::StillRunning {
-            id: old_id.to_string(),
-            status: info.status.to_string(),
-        });
-    }
-    let recorded = |rest: &str| -> Result<Option<Vec<u8>>, Error> {
-        let Some(records) = records.as_ref() else {
-            return Ok(None);
-        };
-        records
-            .read_file(old_id, rest, CONFIG_CAP)
-            .map_err(|source| Error::Read {
-                path: records.dir(old_id).join(rest),
-                source,
-            })
-    };
-    let payload: serde_json::Value = recorded("config/submit_payload.json")?
-        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-        .unwrap_or_default();
-    let env_dir = payload["runtime_env"]["env_vars"]["ARGUS_CHECKPOINT_DIR"].as_str();
-    let default = format!(
-        "{}/{old_id}/checkpoints",
-        crate::config::Layout::new(&target.mount).jobs().display()
-    );
-    let container_dir = resume::checkpoint_dir(&record.entrypoint, env_dir, &default);
-    let host_dir =
-        target
-            .host_path_of(&container_dir)
-            .ok_or_else(|| Error::CheckpointsElsewhere {
-                id: old_id.to_string(),
-                container_dir: container_dir.clone(),
-            })?;
-    // The directory comes from a record: checked below the shared root like every path
-    // argus derives from the storage (a planted link is refused, not followed).
-    if let Some(shared) = &target.host_shared {
-        let rel = host_dir.strip_prefix(shared).unwrap_or(&host_dir);
-        crate::fsx::under(shared, rel).map_err(|source| Error::Read {
-            path: host_dir.clone(),
-            source,
-        })?;
-    }
-    let step = resume::latest_checkpoint(&host_dir).ok_or_else(|| Error::NoCheckpoint {
-        id: old_id.to_string(),
-        dir: host_dir.clone(),
-    })?;
-    let recorded_jobspec = recorded("config/jobspec.yaml")?
-        .and_then(|bytes| String::from_utf8(bytes).ok())
-        .and_then(|t| serde_yaml::from_str(&t).ok());
-    Ok(ResumePoint {
-        old_id: old_id.to_string(),
-        checkpoint_dir: container_dir,
-        step,
-        recorded_jobspec,
-    })
-}
-
 /// The JobSpec of the job that continues `point`: `given` (a JobSpec file the user
 /// names) or the old job's own, with the resume settings, then the user's `--set`s.
 pub fn resumed_jobspec(
@@ -392,7 +230,6 @@ pub fn resumed_jobspec(
     sets: &[String],
 ) -> Result<crate::config::jobspec::LoadedJobSpec, Error> {
     use crate::config::jobspec::LoadedJobSpec;
-    use crate::config::yaml::Source;
     let (origin, base) = match given {
         Some(path) => {
             // Validated as written first, so its errors point at its own lines.
@@ -439,8 +276,7 @@ pub fn resumed_jobspec(
         id: point.old_id.clone(),
         reason: e.to_string(),
     })?;
-    let text = crate::config::yaml::to_string(&value);
-    Ok(LoadedJobSpec::from_source(Source::new(origin, text), sets)?)
+    Ok(crate::inputs::recorded::load(origin, &value, sets)?)
 }
 
 /// The job a run submitted, from `runs/<run_id>/report.json` (`runs` is `<shared>/runs`:

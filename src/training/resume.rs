@@ -16,8 +16,6 @@ use std::path::Path;
 
 use serde_yaml::{Mapping, Value};
 
-use crate::secrets::REDACTED;
-
 /// The checkpoint directory a job used, as the containers see it: the last
 /// `trainer.default_local_dir=` of its entrypoint (verl), else the `ARGUS_CHECKPOINT_DIR`
 /// it was given (a resumed custom job), else `default` (`<mount>/jobs/<id>/checkpoints`).
@@ -78,13 +76,11 @@ pub fn resumed_jobspec(
         .and_then(Value::as_str)
         .is_some_and(|w| w != "custom");
 
+    entry_mapping(map, "env_vars")?;
+    crate::inputs::recorded::restore_secrets(&mut base, env)
+        .map_err(ResumeSpecError::MissingSecret)?;
+    let map = base.as_mapping_mut().ok_or(ResumeSpecError::NotAMapping)?;
     let env_vars = entry_mapping(map, "env_vars")?;
-    for (key, value) in env_vars.iter_mut() {
-        if value.as_str() == Some(REDACTED) {
-            let name = key.as_str().unwrap_or_default().to_string();
-            *value = Value::String(env(&name).ok_or(ResumeSpecError::MissingSecret(name))?);
-        }
-    }
     env_vars.insert("ARGUS_RESUMES".into(), old_id.into());
     env_vars.insert("ARGUS_CHECKPOINT_DIR".into(), checkpoint_dir.into());
     entry_mapping(map, "metadata")?.insert("resumes".into(), old_id.into());

@@ -1,13 +1,12 @@
 //! The stages that put the job's inputs on the shared storage: `prepare` (the datasets
-//! and model the JobSpec names) and `snapshot` (its code source), each pinned for the run
-//! lock; and, for a replay, the drift check between what the lock pins and what is there.
+//! and model the JobSpec names) and `snapshot` (its code source), each pinned.
 //!
 //! Both stages converge: what is already there is checked and left alone, so running
 //! them again costs little.
 
 use std::path::{Path, PathBuf};
 
-use super::lock::{CodePin, DatasetPin, ModelPin, Observed, RunLock};
+use super::pins::{CodePin, DatasetPin, ModelPin};
 use super::{Ctx, Error};
 use crate::config::jobspec::{Code, DataFile, JobSpec, Workload};
 use crate::data::{self, Dataset, Prepare};
@@ -35,44 +34,6 @@ pub fn datasets_needed(spec: &JobSpec) -> Vec<Dataset> {
     out
 }
 
-/// A replay looks before `prepare` and `snapshot` run, since they would repair drift:
-/// each pinned dataset file's sha256, the model's cached ref, the code source's tree hash.
-pub fn observe_before(ctx: &Ctx<'_>, spec: &JobSpec, lock: &RunLock) -> Result<Observed, Error> {
-    let mut observed = Observed::default();
-    for pin in &lock.datasets {
-        for file in &pin.files {
-            let path = ctx.host.datasets().join(&pin.name).join(&file.file);
-            if path.exists() {
-                let sha = crate::digest::file_sha256(&path).ok();
-                observed
-                    .dataset_files
-                    .push((pin.name.clone(), file.file.clone(), sha));
-            }
-        }
-    }
-    if let Some(model) = &lock.model {
-        observed.model_commit = match model_dir_on_host(ctx, &model.repo) {
-            Some(dir) => data::local_model::content_of(&dir).ok().map(|(c, _)| c),
-            None => data::hf_cache::HubCache::new(ctx.host.hf_home().join("hub")).read_ref(
-                data::hf::RepoKind::Model,
-                &model.repo,
-                &model.revision,
-            ),
-        };
-    }
-    // The source as it is now, hashed without snapshotting it.
-    if let Code::Source(code) = &spec.code
-        && lock.code.source.is_some()
-    {
-        observed.code_tree_hash = Some(crate::snapshot::tree_hash_of(
-            Path::new(&code.source),
-            &code.exclude,
-            ctx.reporter,
-        )?);
-    }
-    Ok(observed)
-}
-
 /// The revision a model given as a path is pinned at (its commit is its content's hash).
 pub const PATH_REVISION: &str = "(path: content hash)";
 
@@ -87,6 +48,7 @@ pub fn model_dir_on_host(ctx: &Ctx<'_>, model: &str) -> Option<PathBuf> {
 pub async fn prepare(
     ctx: &Ctx<'_>,
     spec: &JobSpec,
+    pinned_model: Option<&ModelPin>,
 ) -> Result<(Vec<DatasetPin>, Option<ModelPin>), Error> {
     let prepare = Prepare {
         client: data::hub_client(ctx.loaded),
@@ -118,12 +80,7 @@ pub async fn prepare(
     }
     if let Some(model) = spec.model_id.as_ref().filter(|m| !m.starts_with('/')) {
         // A replay fetches exactly the pinned commit.
-        let pinned = ctx
-            .options
-            .lock
-            .as_ref()
-            .and_then(|(_, l)| l.model.as_ref())
-            .map(|m| format!("{}@{}", m.repo, m.commit));
+        let pinned = pinned_model.map(|m| format!("{}@{}", m.repo, m.commit));
         let report = match &spec.model_from {
             Some(dir) => data::local_model::import(&prepare, model, Path::new(dir), ctx.reporter)?,
             None => {
@@ -197,40 +154,4 @@ pub fn snapshot(ctx: &Ctx<'_>, job: &mut JobSpec) -> Result<CodePin, Error> {
         tree_hash: manifest.map(|m| m.tree_hash).unwrap_or_default(),
         source: None,
     })
-}
-
-/// Completes what a replay observed with what `prepare` and `snapshot` found for inputs
-/// that did not exist before them, and compares with the lock. Pure but for reading
-/// dataset files that appeared meanwhile.
-pub fn drift(
-    ctx: &Ctx<'_>,
-    lock: &RunLock,
-    mut observed: Observed,
-    code: &CodePin,
-    model: Option<&ModelPin>,
-) -> Vec<String> {
-    for pin in &lock.datasets {
-        for file in &pin.files {
-            if !observed
-                .dataset_files
-                .iter()
-                .any(|(d, f, _)| d == &pin.name && f == &file.file)
-            {
-                let sha = crate::digest::file_sha256(
-                    &ctx.host.datasets().join(&pin.name).join(&file.file),
-                )
-                .ok();
-                observed
-                    .dataset_files
-                    .push((pin.name.clone(), file.file.clone(), sha));
-            }
-        }
-    }
-    if observed.code_tree_hash.is_none() && code.source.is_none() {
-        observed.code_tree_hash = Some(code.tree_hash.clone());
-    }
-    if observed.model_commit.is_none() {
-        observed.model_commit = model.map(|m| m.commit.clone());
-    }
-    super::lock::drift(lock, &observed)
 }
