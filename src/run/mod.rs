@@ -70,17 +70,11 @@ pub enum Error {
     #[error(transparent)]
     Image(#[from] crate::cluster::image::BuildError),
     #[error(transparent)]
-    Data(#[from] crate::data::Error),
-    #[error(transparent)]
-    Snapshot(#[from] crate::snapshot::Error),
-    #[error(transparent)]
     Submit(#[from] crate::submit::Error),
     #[error(transparent)]
     Lock(#[from] crate::lock::Error),
     #[error(transparent)]
     Id(#[from] crate::ids::IdError),
-    #[error(transparent)]
-    Pypi(#[from] crate::snapshot::pypi::PypiError),
 }
 
 impl Classify for Error {
@@ -92,11 +86,8 @@ impl Classify for Error {
             Error::Config(_) | Error::NoHostPath(_) | Error::Id(_) => Exit::Usage,
             Error::Cluster(e) => e.exit(),
             Error::Image(e) => e.exit(),
-            Error::Data(e) => e.exit(),
-            Error::Snapshot(e) => e.exit(),
             Error::Submit(e) => e.exit(),
             Error::Lock(e) => e.exit(),
-            Error::Pypi(e) => e.exit(),
         }
     }
     fn hint(&self) -> Option<String> {
@@ -110,11 +101,8 @@ impl Classify for Error {
             Error::NoHostPath(_) => Some("argus run writes the shared storage from this host: use shared.host_path".into()),
             Error::Cluster(e) => e.hint(),
             Error::Image(e) => e.hint(),
-            Error::Data(e) => e.hint(),
-            Error::Snapshot(e) => e.hint(),
             Error::Submit(e) => e.hint(),
             Error::Lock(e) => e.hint(),
-            Error::Pypi(e) => e.hint(),
         }
     }
 }

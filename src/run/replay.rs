@@ -38,11 +38,10 @@ pub fn observe_before(ctx: &Ctx<'_>, spec: &JobSpec, lock: &RunLock) -> Result<O
     if let Code::Source(code) = &spec.code
         && lock.code.source.is_some()
     {
-        observed.code_tree_hash = Some(crate::snapshot::tree_hash_of(
-            Path::new(&code.source),
-            &code.exclude,
-            ctx.reporter,
-        )?);
+        observed.code_tree_hash = Some(
+            crate::snapshot::tree_hash_of(Path::new(&code.source), &code.exclude, ctx.reporter)
+                .map_err(crate::inputs::Error::from)?,
+        );
     }
     Ok(observed)
 }

@@ -47,14 +47,7 @@ pub(super) fn job_spec(
     let runtime_env_yaml =
         serde_json::to_string_pretty(&payload["runtime_env"]).unwrap_or_default() + "\n";
 
-    let entrypoint_resources: BTreeMap<String, f64> = payload["entrypoint_resources"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .filter_map(|(k, v)| Some((k.clone(), v.as_f64()?)))
-                .collect()
-        })
-        .unwrap_or_default();
+    let entrypoint_resources = crate::submit::resolve::entrypoint_resources(payload);
     let resources_at = yaml_path!["submit", "entrypoint_resources"];
     if entrypoint_resources.is_empty() {
         f.warn(profile_src, &resources_at, "empty: the driver may run on the head, which argus keeps for the GCS and the dashboard")
