@@ -272,14 +272,8 @@ pub struct StructuralError {
 /// given there), or a NUL byte in a key or a value. A document the YAML parser refuses
 /// has none: serde reports it instead.
 pub fn find_structural_error(text: &str) -> Option<StructuralError> {
-    let mut events = Parser::new_from_str(text).map_while(Result::ok);
     // Documents after the first are refused by serde; look at the first only.
-    let first = events.find(|(ev, _)| {
-        !matches!(
-            ev,
-            Event::StreamStart | Event::DocumentStart(_) | Event::Nothing
-        )
-    })?;
+    let (mut events, first) = first_document(text)?;
     let mut walker = Walker::default();
     let mut path = Vec::new();
     walker
@@ -489,8 +483,13 @@ pub fn to_string<T: serde::Serialize>(value: &T) -> String {
     serde_yaml::to_string(value).unwrap_or_default()
 }
 
-/// The (line, column), both 1-based, of the node at `path`, if the document has one.
-pub fn locate(text: &str, path: &[Seg]) -> Option<(usize, usize)> {
+/// The parser's events of `text` and the first event of its first document's content.
+fn first_document(
+    text: &str,
+) -> Option<(
+    impl Iterator<Item = (Event<'_>, Span)> + '_,
+    (Event<'_>, Span),
+)> {
     let mut events = Parser::new_from_str(text).map_while(Result::ok);
     let first = events.find(|(ev, _)| {
         !matches!(
@@ -498,6 +497,12 @@ pub fn locate(text: &str, path: &[Seg]) -> Option<(usize, usize)> {
             Event::StreamStart | Event::DocumentStart(_) | Event::Nothing
         )
     })?;
+    Some((events, first))
+}
+
+/// The (line, column), both 1-based, of the node at `path`, if the document has one.
+pub fn locate(text: &str, path: &[Seg]) -> Option<(usize, usize)> {
+    let (mut events, first) = first_document(text)?;
     let span = descend(&mut events, first, path)?;
     Some((span.start.line(), span.start.col() + 1))
 }
