@@ -119,15 +119,11 @@ pub enum Poll<T, P> {
 /// (never past the deadline). On timeout, returns the last pending observation.
 /// `check` runs at least once, even with a deadline already past. With no deadline it
 /// waits as long as it takes (for a condition raced against others, e.g. a signal).
-pub async fn poll_until<T, P, F, Fut>(
+pub async fn poll_until<T, P>(
     deadline: impl Into<Option<Instant>>,
     interval: Duration,
-    mut check: F,
-) -> Result<T, P>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Poll<T, P>>,
-{
+    mut check: impl AsyncFnMut() -> Poll<T, P>,
+) -> Result<T, P> {
     let deadline = deadline.into();
     loop {
         let last = match check().await {

@@ -119,7 +119,7 @@ pub async fn wait_ready(
     mut on_progress: impl FnMut(&Readiness),
 ) -> Result<Readiness, (Readiness, Option<RayError>)> {
     let expected: Vec<&ExpectedNode> = containers.iter().map(|c| &c.expect).collect();
-    let last = Readiness {
+    let mut last = Readiness {
         missing: expected
             .iter()
             .map(|e| {
@@ -131,21 +131,16 @@ pub async fn wait_ready(
             .collect(),
         ..Default::default()
     };
-    // One observation at a time: the cells only carry the last one between polls.
-    let last = std::cell::RefCell::new(last);
-    let on_progress = std::cell::RefCell::new(&mut on_progress);
-    let check = || async {
-        match observe(ray, &expected, incarnations).await {
-            Ok(readiness) => {
-                (on_progress.borrow_mut())(&readiness);
-                if readiness.is_ready() {
-                    return Poll::Ready(readiness);
-                }
-                *last.borrow_mut() = readiness.clone();
-                Poll::Pending((readiness, None))
+    let check = async || match observe(ray, &expected, incarnations).await {
+        Ok(readiness) => {
+            on_progress(&readiness);
+            if readiness.is_ready() {
+                return Poll::Ready(readiness);
             }
-            Err(e) => Poll::Pending((last.borrow().clone(), Some(e))),
+            last = readiness.clone();
+            Poll::Pending((readiness, None))
         }
+        Err(e) => Poll::Pending((last.clone(), Some(e))),
     };
     poll_until(deadline, Duration::from_millis(200), check).await
 }

@@ -371,13 +371,14 @@ async fn ended_with_allocation(cli: &Cli, id: &str) -> Option<JobInfo> {
     let loaded = super::profile(cli).ok()?;
     // Slurm may still say RUNNING for a moment after the nodes tore the cluster down.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
-    let attached = loop {
+    let attached = crate::http::poll_until(deadline, Duration::from_millis(500), async || {
         match crate::slurm::attach::attach(&loaded, run_id).await {
-            Ok(attached) if !attached.live() => break attached,
-            _ if tokio::time::Instant::now() >= deadline => return None,
-            _ => tokio::time::sleep(Duration::from_millis(500)).await,
+            Ok(attached) if !attached.live() => crate::http::Poll::Ready(attached),
+            _ => crate::http::Poll::Pending(()),
         }
-    };
+    })
+    .await
+    .ok()?;
     let target = Target::from_profile(&attached.cluster, attached.ray);
     let (info, _, _) = watch::status(&target, id).await.ok()?;
     info.status.is_finished().then_some(info)

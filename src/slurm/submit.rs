@@ -6,6 +6,7 @@
 //! is archived there once (the nodes load it by id); the run's files and the batch script
 //! are written under `<shared>/runs/<run_id>/`, and `sbatch --parsable` submits it.
 
+use crate::http::{Poll, poll_until};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -320,9 +321,12 @@ pub async fn follow(
     let mut offset = 0u64;
     let mut last_state = SlurmState::default();
     let mut last_stage = String::new();
-    let mut final_state = None;
-    loop {
-        let now = slurm_state(job_id).await?;
+    // Until Slurm forgets the job or it reaches a final state: each change said once.
+    let followed = poll_until(None, Duration::from_millis(500), async || {
+        let now = match slurm_state(job_id).await {
+            Ok(now) => now,
+            Err(e) => return Poll::Ready(Err(e)),
+        };
         if now != last_state {
             if let Some(state) = &now.state {
                 let reason = now
@@ -348,15 +352,16 @@ pub async fn follow(
         }
         offset = tail(&output, offset, &mut on_log);
         match &now.state {
-            None => break,
-            Some(state) if is_final(state) => {
-                final_state = Some(state.clone());
-                break;
-            }
-            _ => {}
+            None => Poll::Ready(Ok(None)),
+            Some(state) if is_final(state) => Poll::Ready(Ok(Some(state.clone()))),
+            _ => Poll::Pending(()),
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    })
+    .await;
+    let final_state = match followed {
+        Ok(result) => result?,
+        Err(()) => None,
+    };
     tail(&output, offset, &mut on_log);
     record.slurm_state = final_state.clone().or(record.slurm_state);
     super::write_json(&files.record(), &record)?;

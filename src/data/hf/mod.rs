@@ -20,7 +20,7 @@ use crate::hf::{
     parse_revision_info, shown,
 };
 pub use crate::hf::{FileMeta, RepoKind};
-use crate::http::USER_AGENT;
+use crate::http::Retry;
 
 mod transfer;
 
@@ -133,15 +133,12 @@ fn without_credentials(url: &Url) -> String {
 
 impl HubClient {
     pub fn new(endpoint: &str, token: Option<String>) -> Self {
-        let http = reqwest::Client::builder()
-            .user_agent(USER_AGENT)
-            .connect_timeout(Duration::from_secs(10))
-            .read_timeout(Duration::from_secs(60))
-            // Followed by hand: the token must not follow a redirect to another origin.
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            // Only fails without a TLS provider, which main installs.
-            .unwrap_or_else(|e| panic!("HTTP client: {e}"));
+        // Redirects are followed by hand: the token must not follow one to another origin.
+        let http = crate::http::client(
+            Duration::from_secs(10),
+            None,
+            reqwest::redirect::Policy::none(),
+        );
         let base = parse_endpoint(endpoint);
         let shown_endpoint = match &base {
             Ok(url) => without_credentials(url),
@@ -221,10 +218,12 @@ impl HubClient {
         url: &Url,
         range_from: Option<u64>,
     ) -> Result<reqwest::Response, HubError> {
-        let mut delay = Duration::from_millis(500);
-        let mut attempt = 0;
-        loop {
-            attempt += 1;
+        // A 5xx answer is retried like a failed connection; the last one is returned.
+        enum Sent {
+            Answer(reqwest::Response),
+            Failed(reqwest::Error),
+        }
+        let send = |_attempt: u32| {
             let mut request = self.http.request(method.clone(), url.clone());
             if let Some(token) = &self.token
                 && self.may_send_token(url)
@@ -234,26 +233,33 @@ impl HubClient {
             if let Some(from) = range_from.filter(|&f| f > 0) {
                 request = request.header(header::RANGE, format!("bytes={from}-"));
             }
-            match request.send().await {
-                Ok(response) if response.status().is_server_error() && attempt < self.retries => {
-                    tracing::debug!("{url} answered {}; retrying", response.status());
-                }
-                Ok(response) => return Ok(response),
-                Err(e)
-                    if (e.is_connect() || e.is_timeout() || e.is_request())
-                        && attempt < self.retries =>
-                {
-                    tracing::debug!("request failed ({e}); retrying");
-                }
-                Err(source) => {
-                    return Err(HubError::Unreachable {
-                        endpoint: self.shown_endpoint.clone(),
-                        source: source.without_url(),
-                    });
+            async move {
+                match request.send().await {
+                    Ok(response) if response.status().is_server_error() => {
+                        tracing::debug!("{url} answered {}", response.status());
+                        Err(Sent::Answer(response))
+                    }
+                    Ok(response) => Ok(response),
+                    Err(e) => {
+                        tracing::debug!("request failed ({e})");
+                        Err(Sent::Failed(e))
+                    }
                 }
             }
-            tokio::time::sleep(delay).await;
-            delay = (delay * 2).min(Duration::from_secs(8));
+        };
+        let retryable = |sent: &Sent| match sent {
+            Sent::Answer(_) => true,
+            Sent::Failed(e) => e.is_connect() || e.is_timeout() || e.is_request(),
+        };
+        match Retry::new(self.retries, Duration::from_millis(500))
+            .run(send, retryable)
+            .await
+        {
+            Ok(response) | Err(Sent::Answer(response)) => Ok(response),
+            Err(Sent::Failed(source)) => Err(HubError::Unreachable {
+                endpoint: self.shown_endpoint.clone(),
+                source: source.without_url(),
+            }),
         }
     }
 
