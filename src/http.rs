@@ -140,6 +140,25 @@ pub async fn poll_until<T, P>(
     }
 }
 
+/// [`poll_until`] without a deadline, for a wait whose check can fail: calls `check`
+/// every `interval` until it returns a value (`Ok(Some)`) or an error.
+pub async fn poll_fallible<T, E>(
+    interval: Duration,
+    mut check: impl AsyncFnMut() -> Result<Option<T>, E>,
+) -> Result<T, E> {
+    let polled = poll_until(None, interval, async || match check().await {
+        Ok(Some(value)) => Poll::Ready(Ok(value)),
+        Ok(None) => Poll::Pending(()),
+        Err(e) => Poll::Ready(Err(e)),
+    })
+    .await;
+    match polled {
+        Ok(result) => result,
+        // Without a deadline a poll only ends when it is ready.
+        Err(()) => unreachable!("poll_until without a deadline returned pending"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,6 +6,7 @@
 use std::time::{Duration, Instant};
 
 use super::{Error, Target};
+use crate::http::poll_fallible;
 use crate::ray::RayError;
 use crate::ray::jobs::{JobInfo, JobStatus, JobsApi, JobsError};
 use crate::records::{JobRecord, now_ms};
@@ -69,8 +70,7 @@ pub async fn wait(
             let mut stopped = None;
             let mut ended_at: Option<Instant> = None;
             let mut infeasible = InfeasibleWatch::default();
-            loop {
-                tokio::time::sleep(Duration::from_millis(500)).await;
+            poll_fallible(Duration::from_millis(500), async || {
                 let info = api.get(id).await?;
                 infeasible.check(&target.ray, &info).await;
                 enforce_limit(&api, &info, options.time_limit, &mut stopped).await?;
@@ -80,12 +80,14 @@ pub async fn wait(
                 match ended_at {
                     // Give the stream a moment to deliver its last lines, then stop waiting.
                     Some(t) if t.elapsed() > Duration::from_secs(5) => {
-                        return Ok::<_, Error>(stopped);
+                        return Ok::<_, Error>(Some(stopped.take()));
                     }
                     None if info.status.is_finished() => ended_at = Some(Instant::now()),
                     _ => {}
                 }
-            }
+                Ok(None)
+            })
+            .await
         };
         tokio::pin!(guard);
         tokio::select! {
@@ -99,18 +101,19 @@ pub async fn wait(
         }
     }
     let mut infeasible = InfeasibleWatch::default();
-    loop {
-        info = api.get(id).await?;
+    info = poll_fallible(Duration::from_millis(500), async || {
+        let info = api.get(id).await?;
         infeasible.check(&target.ray, &info).await;
         enforce_limit(&api, &info, options.time_limit, &mut stopped_by_argus).await?;
         if info.status.is_finished() {
-            break;
+            return Ok(Some(info));
         }
-        if let Some(e) = timed_out(&info.status) {
-            return Err(e);
+        match timed_out(&info.status) {
+            Some(e) => Err(e),
+            None => Ok(None),
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    })
+    .await?;
     record_end(target, id, &info, stopped_by_argus).await;
     Ok(info)
 }
@@ -192,7 +195,7 @@ async fn poll_logs(
 ) -> Result<Option<String>, Error> {
     let mut shown = 0usize;
     let mut stopped = None;
-    loop {
+    poll_fallible(Duration::from_secs(1), async || {
         let info = api.get(id).await?;
         let logs = api.logs(id).await?;
         if logs.len() > shown {
@@ -200,7 +203,7 @@ async fn poll_logs(
             shown = logs.len();
         }
         if info.status.is_finished() {
-            return Ok(stopped);
+            return Ok(Some(stopped.take()));
         }
         enforce_limit(api, &info, options.time_limit, &mut stopped).await?;
         if let Some(timeout) = options.timeout
@@ -212,8 +215,9 @@ async fn poll_logs(
                 seconds: timeout.as_secs(),
             });
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+        Ok(None)
+    })
+    .await
 }
 
 /// Writes the final status and driver log into the job's record (if argus has one).
