@@ -2,6 +2,7 @@
 //! itself (its records must give its tree hash). Nothing in the snapshot is followed: a
 //! link stands for itself, a file is opened without following one.
 
+use super::walk::{PYTHON_CACHE_DIR, is_python_bytecode};
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
@@ -87,11 +88,10 @@ pub fn verify(snapshot: &Path) -> Result<VerifyReport, Error> {
             report.added.push(format!("{rel:?}"));
             continue;
         };
-        // Python's byte-code cache, written by running the code (jobs import from the
-        // snapshot): never part of a snapshot (the walk leaves it out), never a difference.
+        // Python's byte-code cache, as the walk leaves it out.
         if rel.starts_with(".argus/")
-            || rel.ends_with(".pyc")
-            || rel.split('/').any(|c| c == "__pycache__")
+            || is_python_bytecode(rel.as_bytes())
+            || rel.split('/').any(|c| c == PYTHON_CACHE_DIR)
         {
             continue;
         }

@@ -27,6 +27,15 @@ pub enum Kind {
     },
 }
 
+/// Python's byte-code cache: written by running the code (jobs import from the snapshot),
+/// never part of a snapshot and never a difference from one.
+pub(super) const PYTHON_CACHE_DIR: &str = "__pycache__";
+
+/// A compiled Python file (`*.pyc`), by its name.
+pub(super) fn is_python_bytecode(name: &[u8]) -> bool {
+    name.ends_with(b".pyc")
+}
+
 /// The permission bits a snapshot gives a file whose source has `mode`: its read and
 /// execute bits, write and special bits dropped (snapshots are immutable).
 pub fn snapshot_mode(mode: u32) -> u32 {
@@ -117,7 +126,7 @@ fn walker(dir: &Path, excludes: &[String]) -> Result<ignore::Walk, Error> {
         .parents(false)
         .follow_links(false)
         .overrides(overrides)
-        .filter_entry(|e| !matches!(e.file_name().to_str(), Some(".git" | "__pycache__")))
+        .filter_entry(|e| !matches!(e.file_name().to_str(), Some(".git" | PYTHON_CACHE_DIR)))
         .build())
 }
 
@@ -145,7 +154,7 @@ fn collect_under(
             continue;
         };
         // Only what is copied needs a name the manifest can hold.
-        if file_type.is_dir() || path.as_os_str().as_encoded_bytes().ends_with(b".pyc") {
+        if file_type.is_dir() || is_python_bytecode(path.as_os_str().as_encoded_bytes()) {
             continue;
         }
         let rel = join_rel(prefix, rel_here, path)?;
