@@ -13,6 +13,9 @@ use std::sync::Mutex;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
+mod dir;
+pub use dir::{Dir, Kind};
+
 /// The prefix of every temporary name argus makes.
 pub const TMP_PREFIX: &str = ".tmp-";
 
@@ -311,6 +314,17 @@ impl Dirs {
         Ok(path)
     }
 
+    /// [`Dir::create_dirs`] below `dir`, recording each directory it made: the handle
+    /// of `dir/rel`, reached without following a link.
+    pub fn create_in(&self, dir: &Dir, rel: impl AsRef<Path>) -> std::io::Result<Dir> {
+        dir.create_dirs(rel, &mut |made| {
+            self.created
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(made.to_path_buf())
+        })
+    }
+
     /// The operation succeeded: keep what it created.
     pub fn keep(&self) {
         self.keep.store(true, Ordering::Relaxed);
@@ -343,6 +357,11 @@ pub enum Unsafe {
     NotDir { path: PathBuf },
     #[error("{} is not a regular file", .path.display())]
     NotFile { path: PathBuf },
+    #[error(
+        "{} has a second hard link: it could be anyone's file, linked in by someone who cannot read it",
+        .path.display()
+    )]
+    HardLink { path: PathBuf },
     #[error(
         "{:?} does not stay below {}: only plain names are allowed there",
         .rel, .root.display()
@@ -404,7 +423,10 @@ impl Unsafe {
     /// What to do about it.
     pub fn hint(&self) -> String {
         match self {
-            Unsafe::Link { path } | Unsafe::NotDir { path } | Unsafe::NotFile { path } => {
+            Unsafe::Link { path }
+            | Unsafe::NotDir { path }
+            | Unsafe::NotFile { path }
+            | Unsafe::HardLink { path } => {
                 format!(
                     "someone with write access to the shared storage put it there: check what {} is, remove it, and run the command again",
                     path.display()

@@ -1,0 +1,482 @@
+//! A directory held open, and everything below it reached through that handle: the one way
+//! argus touches a path on storage that others write into.
+//!
+//! A check of a path followed by an operation on the same path is a race: between the two,
+//! anyone who can write a directory on the way can swap it for a link (`renameat2` with
+//! `RENAME_EXCHANGE` does it atomically), and argus, running as root, then writes or reads
+//! wherever the link points. So nothing is checked and then used by name. Each directory
+//! is opened from its parent's handle with `O_NOFOLLOW | O_DIRECTORY` (the open *is* the
+//! check: a link is refused by the kernel at that moment), and files are opened, made,
+//! renamed and removed relative to the handle of the directory that holds them
+//! (`openat`, `mkdirat`, `renameat`, `unlinkat`). A directory swapped after it was
+//! opened does not matter: the handle still names the directory that was checked.
+//!
+//! Only the root of a [`Dir`] chain is opened by path, following links: it is the
+//! caller's (a profile's mount, or a user's own state directory).
+
+use std::ffi::{OsStr, OsString};
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+
+use super::Unsafe;
+
+/// A directory held open. `path` is what messages show; every operation goes through the
+/// handle.
+#[derive(Debug)]
+pub struct Dir {
+    fd: OwnedFd,
+    path: PathBuf,
+}
+
+/// What is at a name in a directory, not following a link there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    File,
+    Link,
+    /// A FIFO, socket or device node.
+    Special,
+}
+
+fn kind_of(file_type: FileType) -> Kind {
+    match file_type {
+        FileType::Directory => Kind::Dir,
+        FileType::RegularFile => Kind::File,
+        FileType::Symlink => Kind::Link,
+        _ => Kind::Special,
+    }
+}
+
+const DIR_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::DIRECTORY)
+    .union(OFlags::NOFOLLOW)
+    .union(OFlags::CLOEXEC);
+
+impl Dir {
+    /// Opens the caller's own root directory by path (links followed: a mount may be one).
+    pub fn root(path: &Path) -> std::io::Result<Dir> {
+        let fd = rustix::fs::open(
+            path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        Ok(Dir {
+            fd,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// [`Dir::root`], making the root (and its parents) first when missing.
+    pub fn create_root(path: &Path) -> std::io::Result<Dir> {
+        std::fs::create_dir_all(path)?;
+        Dir::root(path)
+    }
+
+    /// What messages show for this directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// What messages show for `rel` below this directory (never opened by this path).
+    pub fn display(&self, rel: impl AsRef<Path>) -> PathBuf {
+        let rel = rel.as_ref();
+        if rel.as_os_str().is_empty() {
+            self.path.clone()
+        } else {
+            self.path.join(rel)
+        }
+    }
+
+    /// A path that names this very directory whatever happens to its name
+    /// (`/proc/self/fd/<n>`), for code that needs a path below a directory only this
+    /// process writes (a private staging tree). Valid while `self` is alive.
+    pub fn fd_path(&self) -> PathBuf {
+        PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()))
+    }
+
+    /// Another handle on the same directory.
+    pub fn try_clone(&self) -> std::io::Result<Dir> {
+        Ok(Dir {
+            fd: self.fd.try_clone()?,
+            path: self.path.clone(),
+        })
+    }
+
+    fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// Opens the directory `name` (one plain name) of this one, refusing a link.
+    fn child(&self, name: &OsStr) -> std::io::Result<Dir> {
+        let path = self.path.join(name);
+        match rustix::fs::openat(self.fd(), name, DIR_FLAGS, Mode::empty()) {
+            Ok(fd) => Ok(Dir { fd, path }),
+            Err(e) if e == rustix::io::Errno::LOOP => Err(Unsafe::Link { path }.into()),
+            Err(e) if e == rustix::io::Errno::NOTDIR => Err(match self.kind(name) {
+                Ok(Some(Kind::Link)) => Unsafe::Link { path },
+                _ => Unsafe::NotDir { path },
+            }
+            .into()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Opens the directory `rel` below this one, one component at a time: a link or a
+    /// non-directory anywhere on the way is refused ([`Unsafe`]), a missing one is
+    /// `NotFound`. An empty `rel` is this directory again.
+    pub fn open_dir(&self, rel: impl AsRef<Path>) -> std::io::Result<Dir> {
+        let names = super::plain_names(&self.path, rel.as_ref())?;
+        let mut dir = self.try_clone()?;
+        for name in names {
+            dir = dir.child(name)?;
+        }
+        Ok(dir)
+    }
+
+    /// Like `create_dir_all(rel)` below this directory, each component made (mode 0777
+    /// less the umask) and then opened as [`Dir::open_dir`] does; `made` hears of each
+    /// directory this call made.
+    pub fn create_dirs(
+        &self,
+        rel: impl AsRef<Path>,
+        made: &mut dyn FnMut(&Path),
+    ) -> std::io::Result<Dir> {
+        let names = super::plain_names(&self.path, rel.as_ref())?;
+        let mut dir = self.try_clone()?;
+        for name in names {
+            match rustix::fs::mkdirat(dir.fd(), name, Mode::from_raw_mode(0o777)) {
+                Ok(()) => made(&dir.path.join(name)),
+                Err(e) if e == rustix::io::Errno::EXIST => {}
+                Err(e) => return Err(e.into()),
+            }
+            dir = dir.child(name)?;
+        }
+        Ok(dir)
+    }
+
+    /// Makes the new directory `name` (an error if anything is there) with `mode` and
+    /// opens it.
+    pub fn create_dir(&self, name: impl AsRef<OsStr>, mode: u32) -> std::io::Result<Dir> {
+        let name = self.name(name.as_ref())?;
+        rustix::fs::mkdirat(self.fd(), name, Mode::from_raw_mode(mode))?;
+        self.child(name)
+    }
+
+    /// `name` checked to be one plain name.
+    fn name<'a>(&self, name: &'a OsStr) -> std::io::Result<&'a OsStr> {
+        match super::plain_names(&self.path, Path::new(name))?.as_slice() {
+            [one] => Ok(one),
+            _ => Err(Unsafe::Escapes {
+                root: self.path.clone(),
+                rel: PathBuf::from(name),
+            }
+            .into()),
+        }
+    }
+
+    /// The directory holding `rel` and the last name of `rel`.
+    fn parent_of<'a>(&self, rel: &'a Path) -> std::io::Result<(Dir, &'a OsStr)> {
+        let names = super::plain_names(&self.path, rel)?;
+        let Some((last, dirs)) = names.split_last() else {
+            return Err(Unsafe::Escapes {
+                root: self.path.clone(),
+                rel: rel.to_path_buf(),
+            }
+            .into());
+        };
+        let mut dir = self.try_clone()?;
+        for name in dirs {
+            dir = dir.child(name)?;
+        }
+        Ok((dir, last))
+    }
+
+    /// What is at `name` in this directory (a link is reported, not followed); None when
+    /// nothing is.
+    pub fn kind(&self, name: impl AsRef<OsStr>) -> std::io::Result<Option<Kind>> {
+        match rustix::fs::statat(self.fd(), name.as_ref(), AtFlags::SYMLINK_NOFOLLOW) {
+            Ok(stat) => Ok(Some(kind_of(FileType::from_raw_mode(stat.st_mode)))),
+            Err(e) if e == rustix::io::Errno::NOENT => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Opens the regular file `rel` below this directory for reading: no link anywhere
+    /// (the last name included), no FIFO or device (opened without blocking, then
+    /// refused), and no file with a second hard link (it could be anyone's file, linked
+    /// in by someone who cannot read it).
+    pub fn open_file(&self, rel: impl AsRef<Path>) -> std::io::Result<std::fs::File> {
+        let rel = rel.as_ref();
+        let (dir, name) = self.parent_of(rel)?;
+        let path = self.display(rel);
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let fd = match rustix::fs::openat(dir.fd(), name, flags | OFlags::NOCTTY, Mode::empty())
+        {
+            Ok(fd) => fd,
+            Err(e) if e == rustix::io::Errno::LOOP => return Err(Unsafe::Link { path }.into()),
+            Err(e) => return Err(e.into()),
+        };
+        let stat = rustix::fs::fstat(&fd)?;
+        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
+            return Err(Unsafe::NotFile { path }.into());
+        }
+        if stat.st_nlink > 1 {
+            return Err(Unsafe::HardLink { path }.into());
+        }
+        Ok(std::fs::File::from(fd))
+    }
+
+    /// Reads the regular file `rel` whole, opened as [`Dir::open_file`], refusing one
+    /// longer than `cap` bytes (a file others can write must not eat the memory).
+    pub fn read(&self, rel: impl AsRef<Path>, cap: u64) -> std::io::Result<Vec<u8>> {
+        use std::io::Read;
+        let rel = rel.as_ref();
+        let file = self.open_file(rel)?;
+        let mut bytes = Vec::new();
+        file.take(cap + 1).read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > cap {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{} is larger than {cap} bytes", self.display(rel).display()),
+            ));
+        }
+        Ok(bytes)
+    }
+
+    /// Creates the new file `name` (`O_EXCL`: whatever is there, a planted link included,
+    /// is an error, never written through) with `mode` (less the umask), for writing.
+    pub fn create_new(&self, name: impl AsRef<OsStr>, mode: u32) -> std::io::Result<std::fs::File> {
+        let name = self.name(name.as_ref())?;
+        let flags = OFlags::WRONLY
+            | OFlags::CREATE
+            | OFlags::EXCL
+            | OFlags::NOFOLLOW
+            | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(self.fd(), name, flags, Mode::from_raw_mode(mode))?;
+        Ok(std::fs::File::from(fd))
+    }
+
+    /// Creates the new file `name` holding `bytes`, synced (see [`Dir::create_new`]).
+    pub fn write_new(&self, name: impl AsRef<OsStr>, bytes: &[u8]) -> std::io::Result<()> {
+        let mut file = self.create_new(name, 0o666)?;
+        file.write_all(bytes)?;
+        file.sync_all()
+    }
+
+    /// Writes `name` atomically and durably (a temporary name in this directory, fsync,
+    /// rename over `name`, fsync of the directory): readers see the old content or the
+    /// new, never a part, and a link at `name` is replaced, never followed.
+    pub fn write_atomic(&self, name: impl AsRef<OsStr>, bytes: &[u8]) -> std::io::Result<()> {
+        let name = self.name(name.as_ref())?;
+        let tmp = super::temp_name(&name.to_string_lossy());
+        let result = self
+            .write_new(&tmp, bytes)
+            .and_then(|()| self.rename(&tmp, self, name))
+            .and_then(|()| self.sync());
+        if result.is_err() {
+            let _ = rustix::fs::unlinkat(self.fd(), tmp.as_str(), AtFlags::empty());
+        }
+        result
+    }
+
+    /// Renames `from` in this directory to `to` in `to_dir` (`renameat`: neither name is
+    /// followed).
+    pub fn rename(
+        &self,
+        from: impl AsRef<OsStr>,
+        to_dir: &Dir,
+        to: impl AsRef<OsStr>,
+    ) -> std::io::Result<()> {
+        let from = self.name(from.as_ref())?;
+        let to = to_dir.name(to.as_ref())?;
+        Ok(rustix::fs::renameat(self.fd(), from, to_dir.fd(), to)?)
+    }
+
+    /// Makes the link `name` to `target` (a snapshot's own links; never followed here).
+    pub fn symlink(&self, target: &Path, name: impl AsRef<OsStr>) -> std::io::Result<()> {
+        let name = self.name(name.as_ref())?;
+        Ok(rustix::fs::symlinkat(target, self.fd(), name)?)
+    }
+
+    /// Removes the file or link `name`.
+    pub fn remove_file(&self, name: impl AsRef<OsStr>) -> std::io::Result<()> {
+        let name = self.name(name.as_ref())?;
+        Ok(rustix::fs::unlinkat(self.fd(), name, AtFlags::empty())?)
+    }
+
+    /// Removes `name` whatever it is: a file, a link (not what it points to) or a whole
+    /// tree, walked through handles (read-only directories made writable first).
+    pub fn remove_all(&self, name: impl AsRef<OsStr>) -> std::io::Result<()> {
+        let name = self.name(name.as_ref())?;
+        if self.kind(name)? != Some(Kind::Dir) {
+            return self.remove_file(name);
+        }
+        let dir = self.child(name)?;
+        let stat = rustix::fs::fstat(&dir.fd)?;
+        if stat.st_mode & 0o700 != 0o700 {
+            rustix::fs::fchmod(&dir.fd, Mode::from_raw_mode((stat.st_mode | 0o700) & 0o7777))?;
+        }
+        for (entry, _) in dir.entries()? {
+            dir.remove_all(&entry)?;
+        }
+        Ok(rustix::fs::unlinkat(self.fd(), name, AtFlags::REMOVEDIR)?)
+    }
+
+    /// Removes the directory `name` if it is empty.
+    pub fn remove_dir(&self, name: impl AsRef<OsStr>) -> std::io::Result<()> {
+        let name = self.name(name.as_ref())?;
+        Ok(rustix::fs::unlinkat(self.fd(), name, AtFlags::REMOVEDIR)?)
+    }
+
+    /// The names in this directory with what each is (links not followed), in no order.
+    pub fn entries(&self) -> std::io::Result<Vec<(OsString, Kind)>> {
+        let mut out = Vec::new();
+        let mut iter = rustix::fs::Dir::read_from(self.fd())?;
+        while let Some(entry) = iter.read() {
+            let entry = entry?;
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let name = OsStr::from_bytes(name).to_os_string();
+            let kind = match entry.file_type() {
+                FileType::Unknown => self.kind(&name)?.unwrap_or(Kind::Special),
+                t => kind_of(t),
+            };
+            out.push((name, kind));
+        }
+        Ok(out)
+    }
+
+    /// fsync of this directory: makes a rename or a new entry in it durable.
+    pub fn sync(&self) -> std::io::Result<()> {
+        Ok(rustix::fs::fsync(self.fd())?)
+    }
+
+    /// fsyncs every file below this directory, then every directory, deepest first:
+    /// before the tree is renamed where readers take it for whole.
+    pub fn sync_tree(&self) -> std::io::Result<()> {
+        for (name, kind) in self.entries()? {
+            match kind {
+                Kind::Dir => self.child(&name)?.sync_tree()?,
+                Kind::File => {
+                    let fd = rustix::fs::openat(
+                        self.fd(),
+                        &name,
+                        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                        Mode::empty(),
+                    )?;
+                    rustix::fs::fsync(&fd)?;
+                }
+                Kind::Link | Kind::Special => {}
+            }
+        }
+        self.sync()
+    }
+
+    /// Sets the mode of this directory.
+    pub fn set_mode(&self, mode: u32) -> std::io::Result<()> {
+        Ok(rustix::fs::fchmod(self.fd(), Mode::from_raw_mode(mode))?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn world() -> (tempfile::TempDir, PathBuf, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("shared");
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(root.join("jobs/a")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("secret"), b"s").unwrap();
+        (dir, root, outside)
+    }
+
+    fn refused_as_link(e: &std::io::Error) -> bool {
+        matches!(Unsafe::of(e), Some(Unsafe::Link { .. }))
+    }
+
+    #[test]
+    fn links_are_refused_at_every_component_and_nothing_is_made_through_them() {
+        let (_dir, root, outside) = world();
+        std::os::unix::fs::symlink(&outside, root.join("runs")).unwrap();
+        std::os::unix::fs::symlink(outside.join("secret"), root.join("jobs/a/job.json")).unwrap();
+        let top = Dir::root(&root).unwrap();
+        assert!(refused_as_link(&top.open_dir("runs/x").unwrap_err()));
+        assert!(refused_as_link(&top.create_dirs("runs/new", &mut |_| {}).unwrap_err()));
+        assert!(refused_as_link(&top.open_file("jobs/a/job.json").unwrap_err()));
+        assert!(refused_as_link(&top.open_file("runs/secret").unwrap_err()));
+        let jobs_a = top.open_dir("jobs/a").unwrap();
+        // A new file at a planted link's name is refused; an atomic write replaces the link.
+        assert!(jobs_a.create_new("job.json", 0o644).is_err());
+        jobs_a.write_atomic("job.json", b"mine").unwrap();
+        assert_eq!(std::fs::read(outside.join("secret")).unwrap(), b"s");
+        for rel in ["../outside", "/etc", "jobs/../../outside"] {
+            let err = top.open_dir(rel).unwrap_err();
+            assert!(matches!(Unsafe::of(&err), Some(Unsafe::Escapes { .. })), "{rel}: {err}");
+        }
+        assert!(jobs_a.create_new("../x", 0o644).is_err());
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1, "nothing made outside");
+    }
+
+    #[test]
+    fn a_directory_swapped_for_a_link_after_it_was_opened_is_not_followed() {
+        let (dir, root, outside) = world();
+        let top = Dir::root(&root).unwrap();
+        let jobs = top.open_dir("jobs").unwrap();
+        // The swap a hostile writer of the storage can make at any moment.
+        std::fs::rename(root.join("jobs"), dir.path().join("moved")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("jobs")).unwrap();
+        jobs.write_atomic("job.json", b"x").unwrap();
+        jobs.create_dirs("b/logs", &mut |_| {}).unwrap();
+        assert!(dir.path().join("moved/job.json").is_file());
+        assert!(dir.path().join("moved/b/logs").is_dir());
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1);
+    }
+
+    #[test]
+    fn files_read_are_regular_capped_and_not_hard_linked() {
+        let (_dir, root, _outside) = world();
+        let top = Dir::root(&root).unwrap();
+        std::fs::write(root.join("jobs/big"), vec![b'x'; 2048]).unwrap();
+        assert!(top.read("jobs/big", 1024).is_err());
+        assert_eq!(top.read("jobs/big", 4096).unwrap().len(), 2048);
+        std::fs::hard_link(root.join("jobs/big"), root.join("jobs/a/linked")).unwrap();
+        let err = top.open_file("jobs/a/linked").unwrap_err();
+        assert!(matches!(Unsafe::of(&err), Some(Unsafe::HardLink { .. })), "{err}");
+        let fifo = root.join("jobs/fifo");
+        let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let err = top.open_file("jobs/fifo").unwrap_err();
+        assert!(matches!(Unsafe::of(&err), Some(Unsafe::NotFile { .. })), "{err}");
+        assert_eq!(
+            top.open_file("jobs/none").unwrap_err().kind(),
+            std::io::ErrorKind::NotFound
+        );
+    }
+
+    #[test]
+    fn remove_all_takes_a_read_only_tree_and_never_what_a_link_points_to() {
+        let (_dir, root, outside) = world();
+        let top = Dir::root(&root).unwrap();
+        let t = top.create_dirs("jobs/t/x", &mut |_| {}).unwrap();
+        t.write_new("f", b"1").unwrap();
+        t.symlink(&outside, "out").unwrap();
+        t.set_mode(0o555).unwrap();
+        let jobs = top.open_dir("jobs").unwrap();
+        jobs.remove_all("t").unwrap();
+        assert_eq!(jobs.kind("t").unwrap(), None);
+        assert!(outside.join("secret").is_file());
+        let mut made = Vec::new();
+        top.create_dirs("jobs/n/m", &mut |p| made.push(p.to_path_buf())).unwrap();
+        assert_eq!(made, [root.join("jobs/n"), root.join("jobs/n/m")]);
+        let names: Vec<_> = top.open_dir("jobs/n").unwrap().entries().unwrap();
+        assert_eq!(names, [(OsString::from("m"), Kind::Dir)]);
+    }
+}
