@@ -239,10 +239,8 @@ impl Dir {
         let mut bytes = Vec::new();
         file.take(cap + 1).read_to_end(&mut bytes)?;
         if bytes.len() as u64 > cap {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("{} is larger than {cap} bytes", self.display(rel).display()),
-            ));
+            let path = self.display(rel);
+            return Err(Unsafe::TooLarge { path, cap }.into());
         }
         Ok(bytes)
     }

@@ -122,36 +122,35 @@ pub fn parse_temp_name(name: &str) -> Option<(String, Owner)> {
 /// Removes the temporary entries in `dir` whose owner is known to be dead (same host, no
 /// such process). Entries of other hosts are kept: their writers may be alive. Returns
 /// what was removed.
-pub fn remove_dead_temps(dir: &Path) -> Vec<PathBuf> {
+pub fn remove_dead_temps(dir: &Dir) -> Vec<PathBuf> {
     remove_temps_where(dir, |_, owner| owner.liveness() == Liveness::Dead)
 }
 
 /// Removes the temporary entries in `dir` whose stem is `stem`, whoever made them: for a
 /// caller that holds the lock on `stem`, so that no live writer of it can exist.
-pub fn remove_temps_of(dir: &Path, stem: &str) -> Vec<PathBuf> {
+pub fn remove_temps_of(dir: &Dir, stem: &str) -> Vec<PathBuf> {
     let me = Owner::me();
     remove_temps_where(dir, |s, owner| s == stem && owner != me)
 }
 
-fn remove_temps_where(dir: &Path, doomed: impl Fn(&str, &Owner) -> bool) -> Vec<PathBuf> {
+fn remove_temps_where(dir: &Dir, doomed: impl Fn(&str, &Owner) -> bool) -> Vec<PathBuf> {
     let mut removed = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
+    let Ok(entries) = dir.entries() else {
         return removed;
     };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some((stem, owner)) = parse_temp_name(&name) else {
+    for (name, _) in entries {
+        let Some((stem, owner)) = parse_temp_name(&name.to_string_lossy()) else {
             continue;
         };
         if !doomed(&stem, &owner) {
             continue;
         }
-        let path = entry.path();
+        let path = dir.display(&name);
         tracing::info!(
             "removing the leftovers of an interrupted write: {}",
             path.display()
         );
-        if remove_any(&path).is_ok() {
+        if dir.remove_all(&name).is_ok() {
             removed.push(path);
         }
     }
@@ -362,6 +361,8 @@ pub enum Unsafe {
         .path.display()
     )]
     HardLink { path: PathBuf },
+    #[error("{} is larger than {cap} bytes: not a file argus wrote", .path.display())]
+    TooLarge { path: PathBuf, cap: u64 },
     #[error(
         "{:?} does not stay below {}: only plain names are allowed there",
         .rel, .root.display()
@@ -432,6 +433,10 @@ impl Unsafe {
                     path.display()
                 )
             }
+            Unsafe::TooLarge { path, .. } => format!(
+                "check what {} is (someone with write access to the shared storage may have replaced it), remove it, and run the command again",
+                path.display()
+            ),
             Unsafe::Escapes { .. } => {
                 "ids and names on the shared storage are single plain names (no /, no ..)".into()
             }
@@ -653,7 +658,7 @@ mod tests {
             me.start + 7
         ));
         std::fs::write(&foreign, b"x").unwrap();
-        let removed = remove_dead_temps(dir.path());
+        let removed = remove_dead_temps(&Dir::root(dir.path()).unwrap());
         assert_eq!(removed, vec![dead.clone()]);
         assert!(mine.exists() && foreign.exists() && !dead.exists());
     }

@@ -130,7 +130,9 @@ impl Recorder {
         let (shared, name) = fsx::root_and_name(runs);
         fsx::create_dirs_under(&shared, &name).map_err(record(runs))?;
         let dir = checked_dir(&shared, &name, &report.run_id).map_err(record(runs))?;
-        fsx::remove_dead_temps(runs);
+        if let Ok(dir) = fsx::Dir::root(runs) {
+            fsx::remove_dead_temps(&dir);
+        }
         let tmp = runs.join(fsx::temp_name(&report.run_id));
         let bytes = serde_json::to_vec_pretty(&report).unwrap_or_default();
         let made = std::fs::create_dir(&tmp)

@@ -126,8 +126,10 @@ fn write_new(
 /// `code_id` (the caller holds its lock, so none has a live writer), and those of other ids
 /// whose writer on this host is gone. Another host's copies of other ids are left alone.
 pub fn remove_leftovers(dir: &Path, code_id: &str) {
-    crate::fsx::remove_temps_of(dir, code_id);
-    crate::fsx::remove_dead_temps(dir);
+    if let Ok(dir) = crate::fsx::Dir::root(dir) {
+        crate::fsx::remove_temps_of(&dir, code_id);
+        crate::fsx::remove_dead_temps(&dir);
+    }
 }
 
 /// Removes a snapshot tree (its files are read-only; its directories are not).
