@@ -58,6 +58,66 @@ pub const OWNED: &[(&str, Option<char>, &str)] = &[
     ),
     ("qos", Some('q'), "set it with --qos or slurm.qos"),
     ("time", Some('t'), "set it with --time or slurm.time"),
+    (
+        "gpus-per-task",
+        None,
+        "set GPUs with --gpus-per-node or slurm.gpus_per_node",
+    ),
+    (
+        "gpus-per-socket",
+        None,
+        "set GPUs with --gpus-per-node or slurm.gpus_per_node",
+    ),
+    (
+        "tres-per-task",
+        None,
+        "set GPUs with --gpus-per-node or slurm.gpus_per_node",
+    ),
+    (
+        "tres-per-node",
+        None,
+        "set GPUs with --gpus-per-node or slurm.gpus_per_node",
+    ),
+    (
+        "ntasks-per-gpu",
+        None,
+        "argus runs one task per node: its node step",
+    ),
+    (
+        "nodelist",
+        Some('w'),
+        "a node list longer than --nodes raises the node count, and argus lays its cluster out on exactly --nodes nodes: steer placement with --exclude or --constraint",
+    ),
+    (
+        "nodefile",
+        Some('F'),
+        "a node file longer than --nodes raises the node count, and argus lays its cluster out on exactly --nodes nodes: steer placement with --exclude or --constraint",
+    ),
+    (
+        "array",
+        Some('a'),
+        "argus runs one allocation per run; an array would start several under one name",
+    ),
+    (
+        "het-job",
+        None,
+        "argus's allocation is one homogeneous job (head and workers alike)",
+    ),
+    (
+        "wait",
+        Some('W'),
+        "argus follows the job itself; sbatch --wait would hold back the job id until the end",
+    ),
+    (
+        "test-only",
+        None,
+        "argus needs the job id of a real submission (`argus slurm submit --dry-run` prints the script)",
+    ),
+    (
+        "parsable",
+        None,
+        "argus passes it itself and reads sbatch's answer in that form",
+    ),
 ];
 
 /// sbatch's short options that take no value (they may lead a group such as `-HN2`).
@@ -113,13 +173,27 @@ mod tests {
             "--gres=gpu:2",
             "--time=1:00:00",
             "--ntasks=3",
+            "--nodelist=a,b",
+            "-wnode1",
+            "-F/tmp/nodes",
+            "--array=0-3",
+            "-a1-2",
+            "--tres-per-task=gres/gpu:1",
+            "--gpus-per-task=1",
+            "--gpus-per-socket=1",
+            "--ntasks-per-gpu=2",
+            "--het-job",
+            "--wait",
+            "-W",
+            "--test-only",
+            "--parsable",
         ] {
             assert!(owned_option(arg).is_some(), "{arg}");
         }
         for arg in [
             "--exclusive",
             "--mem=4G",
-            "--nodelist=a,b",
+            "--exclude=a,b",
             "--time-min=10",
             "--gres-flags=enforce-binding",
             "-H",
