@@ -76,13 +76,11 @@ pub enum ScriptError {
     Unquotable { what: String, value: String },
     #[error("{what} must be at least 1")]
     Zero { what: String },
-    #[error(
-        "sbatch argument {arg:?} sets {option}, which argus writes into the batch script itself (sbatch would silently take the last one): {why}"
-    )]
+    #[error("sbatch argument {arg:?} sets {option}: {why}")]
     Owned {
         arg: String,
         option: String,
-        why: &'static str,
+        why: String,
     },
 }
 

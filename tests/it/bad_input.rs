@@ -245,7 +245,7 @@ fn cases(good: &str) -> Vec<Case> {
             &["-p", "{file}", "slurm", "submit", "{job}"],
             with("slurm: {sbatch_args: [--job-name=mine]}\n"),
             &[
-                ":11:23: slurm.sbatch_args[0]: \"--job-name=mine\" sets --job-name, which argus writes into the batch script itself",
+                ":11:23: slurm.sbatch_args[0]: \"--job-name=mine\" sets --job-name: argus writes it into the batch script itself",
             ],
         ),
         case(
@@ -262,7 +262,7 @@ fn cases(good: &str) -> Vec<Case> {
             ],
             None,
             &[
-                "sbatch argument \"-N4\" sets --nodes (-N), which argus writes into the batch script itself",
+                "sbatch argument \"-N4\" sets --nodes (-N): argus writes it into the batch script itself",
                 "set it with --nodes or slurm.nodes",
             ],
         ),

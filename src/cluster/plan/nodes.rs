@@ -204,11 +204,9 @@ pub(super) fn workers(cx: &Context, blocks: &mut Blocks) -> Vec<ContainerPlan> {
 /// `--num-cpus`, `--object-store-memory`, `--resources` for one node.
 fn node_flags(node: &NodeSpec, resources: &BTreeMap<String, f64>) -> Vec<String> {
     let mut flags = Vec::new();
-    if let Some(cpus) = node.ray_cpus {
+    // Ray counts whole CPUs; the container limit stays fractional.
+    if let Some(cpus) = node.ray_num_cpus() {
         flags.push(format!("--num-cpus={cpus}"));
-    } else if let Some(cpus) = node.cpus {
-        // Ray counts whole CPUs; the container limit stays fractional.
-        flags.push(format!("--num-cpus={}", cpus.ceil().max(1.0) as u64));
     }
     if let Some(store) = node.object_store_memory {
         flags.push(format!("--object-store-memory={}", store.0));

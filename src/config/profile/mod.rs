@@ -780,7 +780,38 @@ workers:
             "name: t\nimage: i\nshared: {host_path: /tmp/x}\nslurm: {sbatch_args: [--exclusive, -N4]}\nworkers: [{name: g, count: 1}]\n",
             4,
             36,
-            "slurm.sbatch_args[1]: \"-N4\" sets --nodes (-N), which argus writes into the batch script itself",
+            "slurm.sbatch_args[1]: \"-N4\" sets --nodes (-N): argus writes it into the batch script itself",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nslurm: {sbatch_args: [-wnode1]}\nworkers: [{name: g, count: 1}]\n",
+            4,
+            23,
+            "\"-wnode1\" sets --nodelist (-w): a node list longer than --nodes raises the node count",
+        ),
+        // the driver's CPUs, a node's address and resource names nobody can type back
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nsubmit: {entrypoint_num_cpus: 8}\nworkers: [{name: g, count: 1, cpus: 4}]\n",
+            4,
+            31,
+            "no single node has all the driver asks for (CPU: 8, worker_node: 1)",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nsubmit: {entrypoint_resources: {node:10.0.0.2: 1}}\nworkers: [{name: g, count: 1}]\n",
+            4,
+            48,
+            "node:10.0.0.2: a node's address changes with each `argus up`",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 1, resources: {\"gpu h20\": 1}}]\n",
+            4,
+            54,
+            "\"gpu h20\": a resource name is ASCII letters",
+        ),
+        (
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 1, resources: {\"w\u{043E}rker\": 1}}]\n",
+            4,
+            53,
+            "a resource name is ASCII letters",
         ),
         // class 6: auth that is not there
         (

@@ -53,6 +53,26 @@ pub fn reserved(name: &str) -> Option<&'static str> {
         })
 }
 
+/// What is wrong with `name` as a resource name, if anything: Ray takes any string, but a
+/// name with spaces, control characters or look-alike Unicode is one nobody can type back
+/// (and `ray status` shows it differently), so names are plain ASCII.
+pub fn name_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("a resource needs a name")
+    } else if name.len() > 128 {
+        Some("a resource name is at most 128 characters")
+    } else if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "_-.:/".contains(c))
+    {
+        Some(
+            "a resource name is ASCII letters, digits and _ - . : / (no spaces, control characters or other Unicode)",
+        )
+    } else {
+        None
+    }
+}
+
 /// True for names Ray gives nodes at run time, which a profile cannot know in advance.
 pub fn ray_defined_per_node(name: &str) -> bool {
     RESERVED_PREFIXES.iter().any(|(p, _)| name.starts_with(p))

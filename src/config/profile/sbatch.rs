@@ -1,7 +1,7 @@
-//! The sbatch options argus writes into the batch script itself. One list: a user's own
-//! sbatch argument (the profile's `slurm.sbatch_args`, `--sbatch-arg`) that sets one of
-//! them is refused, since sbatch would take whichever comes last without a word; and the
-//! script's writer is tested to write no option outside it.
+//! The sbatch options a user's own sbatch argument (the profile's `slurm.sbatch_args`,
+//! `--sbatch-arg`) may not set: those argus writes into the batch script itself
+//! ([`OWNED`]: sbatch would take whichever comes last without a word; the script's writer
+//! is tested to write no option outside it), and those argus cannot run under ([`SHAPE`]).
 
 /// (long name, short letter, what sets it instead).
 pub const OWNED: &[(&str, Option<char>, &str)] = &[
@@ -58,6 +58,12 @@ pub const OWNED: &[(&str, Option<char>, &str)] = &[
     ),
     ("qos", Some('q'), "set it with --qos or slurm.qos"),
     ("time", Some('t'), "set it with --time or slurm.time"),
+];
+
+/// Options argus does not write but cannot run under: they change the allocation's shape
+/// (more nodes, several jobs, GPUs per task) or what sbatch answers. (long name, short
+/// letter, why).
+pub const SHAPE: &[(&str, Option<char>, &str)] = &[
     (
         "gpus-per-task",
         None,
@@ -121,28 +127,43 @@ pub const OWNED: &[(&str, Option<char>, &str)] = &[
 ];
 
 /// sbatch's short options that take no value (they may lead a group such as `-HN2`).
-const SHORT_FLAGS: &str = "hHkOQsvVW";
+const SHORT_FLAGS: &str = "hHkOQsvV";
 
-/// The option of argus's own that `arg` sets, as (`--long`, what sets it instead).
-/// `--name=v`, `--name v` (the option word alone) and getopt's unambiguous abbreviations
-/// (`--node=2`, `--out=x`), `-N2`, `-N 2` and `-HN2` all count.
-pub fn owned_option(arg: &str) -> Option<(String, &'static str)> {
+/// The option of argus's own (or one it cannot run under) that `arg` sets, as
+/// (`--long`, why it is refused and what to do instead). `--name=v`, `--name v` (the
+/// option word alone) and getopt's unambiguous abbreviations (`--node=2`, `--out=x`),
+/// `-N2`, `-N 2` and `-HN2` all count.
+pub fn owned_option(arg: &str) -> Option<(String, String)> {
+    let why = |owned: bool, why: &str| {
+        if owned {
+            format!(
+                "argus writes it into the batch script itself, and sbatch would silently take the last one: {why}"
+            )
+        } else {
+            why.to_string()
+        }
+    };
+    let all = || {
+        OWNED
+            .iter()
+            .map(|o| (true, o))
+            .chain(SHAPE.iter().map(|o| (false, o)))
+    };
     if let Some(long) = arg.strip_prefix("--") {
         let name = long.split('=').next().unwrap_or_default();
         if name.is_empty() {
             return None;
         }
         // An exact name first: `--gpus` is its own option, not short for `--gpus-per-node`.
-        let found = OWNED
-            .iter()
-            .find(|(n, _, _)| *n == name)
-            .or_else(|| OWNED.iter().find(|(n, _, _)| n.starts_with(name)));
-        return found.map(|(n, _, why)| (format!("--{n}"), *why));
+        let found = all()
+            .find(|(_, (n, _, _))| *n == name)
+            .or_else(|| all().find(|(_, (n, _, _))| n.starts_with(name)));
+        return found.map(|(owned, (n, _, w))| (format!("--{n}"), why(owned, w)));
     }
     let short = arg.strip_prefix('-')?;
     for c in short.chars() {
-        if let Some((n, _, why)) = OWNED.iter().find(|(_, s, _)| *s == Some(c)) {
-            return Some((format!("--{n} (-{c})"), *why));
+        if let Some((owned, (n, _, w))) = all().find(|(_, (_, s, _))| *s == Some(c)) {
+            return Some((format!("--{n} (-{c})"), why(owned, w)));
         }
         if !SHORT_FLAGS.contains(c) {
             // The rest is this option's value.

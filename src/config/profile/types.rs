@@ -268,6 +268,16 @@ pub struct NodeSpec {
     pub env: BTreeMap<String, String>,
 }
 
+impl NodeSpec {
+    /// The CPUs the node advertises to Ray (`--num-cpus`): `ray_cpus`, else `cpus` rounded
+    /// up (at least 1); None when Ray counts the host's CPUs itself.
+    pub fn ray_num_cpus(&self) -> Option<u64> {
+        self.ray_cpus
+            .map(u64::from)
+            .or_else(|| self.cpus.map(|cpus| cpus.ceil().max(1.0) as u64))
+    }
+}
+
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum GpuMode {
     /// NVIDIA device request with explicit device ids.

@@ -101,7 +101,8 @@ pub fn validate(p: &Profile, src: &Source) -> Result<(), ConfigError> {
     validate_slurm(p, src)
 }
 
-/// `slurm.sbatch_args`: none may set an option argus writes into the batch script.
+/// `slurm.sbatch_args`: none may set an option argus writes into the batch script, or
+/// one argus cannot run under.
 fn validate_slurm(p: &Profile, src: &Source) -> Result<(), ConfigError> {
     let Some(slurm) = &p.slurm else {
         return Ok(());
@@ -111,9 +112,9 @@ fn validate_slurm(p: &Profile, src: &Source) -> Result<(), ConfigError> {
             return Err(src
                 .error_at(
                     &yaml_path!["slurm", "sbatch_args", i],
-                    format!("{arg:?} sets {option}, which argus writes into the batch script itself: sbatch would silently take the last one"),
+                    format!("{arg:?} sets {option}: {why}"),
                 )
-                .with_hint(format!("remove it: {why}")));
+                .with_hint("remove it from slurm.sbatch_args"));
         }
     }
     Ok(())

@@ -63,8 +63,10 @@ pub(super) fn validate_node(node: &NodeSpec, src: &Source, at: &[Seg]) -> Result
     for (name, value) in &node.resources {
         let mut at = field("resources");
         at.push(Seg::Key(name.clone()));
-        if name.is_empty() {
-            return Err(src.error_at(&at, "a resource needs a name"));
+        if let Some(problem) = resources::name_problem(name) {
+            return Err(src
+                .error_at(&at, format!("{name:?}: {problem}"))
+                .with_hint("a name such as accelerator_h20"));
         }
         if let Some(why) = resources::reserved(name) {
             return Err(src

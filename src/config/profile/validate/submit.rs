@@ -71,28 +71,39 @@ fn check_driver_has_a_node(p: &Profile, src: &Source) -> Result<(), ConfigError>
         .collect();
     let at_resources = yaml_path!["submit", "entrypoint_resources"].to_vec();
     check_each_offered(src, &nodes, &wanted, &at_resources)?;
-    if let Some(gpus) = p.submit.entrypoint_num_gpus
-        && gpus > 0.0
-    {
-        wanted.insert("GPU".to_string(), gpus);
+    for (key, amount) in [
+        ("GPU", p.submit.entrypoint_num_gpus),
+        ("CPU", p.submit.entrypoint_num_cpus),
+    ] {
+        if let Some(amount) = amount
+            && amount > 0.0
+        {
+            wanted.insert(key.to_string(), amount);
+        }
     }
+    // A node whose CPUs Ray counts itself (no cpus/ray_cpus) may have any number.
     let fits = |wanted: &BTreeMap<String, f64>| {
         nodes.iter().any(|(_, have)| {
-            wanted
-                .iter()
-                .all(|(k, v)| have.get(k).is_some_and(|h| h >= v))
+            wanted.iter().all(|(k, v)| match have.get(k) {
+                Some(h) => h >= v,
+                None => k == "CPU",
+            })
         })
     };
     if fits(&wanted) {
         return Ok(());
     }
     // Each resource is somewhere, but not all on one node: name the field that tips it.
-    let only_resources: BTreeMap<String, f64> = wanted
-        .iter()
-        .filter(|(k, _)| *k != "GPU")
-        .map(|(k, v)| (k.clone(), *v))
-        .collect();
-    let at = if wanted.contains_key("GPU") && fits(&only_resources) {
+    let without = |key: &str| -> BTreeMap<String, f64> {
+        wanted
+            .iter()
+            .filter(|(k, _)| *k != key)
+            .map(|(k, v)| (k.clone(), *v))
+            .collect()
+    };
+    let at = if wanted.contains_key("CPU") && fits(&without("CPU")) {
+        yaml_path!["submit", "entrypoint_num_cpus"].to_vec()
+    } else if wanted.contains_key("GPU") && fits(&without("GPU")) {
         yaml_path!["submit", "entrypoint_num_gpus"].to_vec()
     } else {
         at_resources
@@ -113,12 +124,16 @@ fn check_driver_has_a_node(p: &Profile, src: &Source) -> Result<(), ConfigError>
 
 /// The head and each worker group, with the resources a node of it advertises.
 fn node_offers(p: &Profile) -> Offers {
-    let mut nodes: Offers = vec![(
-        "head".to_string(),
-        resources::node_resources(true, &p.head.resources),
-    )];
+    let offer = |head: bool, node: &crate::config::profile::types::NodeSpec| {
+        let mut have = resources::node_resources(head, &node.resources);
+        if let Some(cpus) = node.ray_num_cpus() {
+            have.insert("CPU".to_string(), cpus as f64);
+        }
+        have
+    };
+    let mut nodes: Offers = vec![("head".to_string(), offer(true, &p.head))];
     for group in &p.workers {
-        let mut have = resources::node_resources(false, &group.resources);
+        let mut have = offer(false, &group.node());
         if group.gpus > 0 {
             have.insert("GPU".to_string(), f64::from(group.gpus));
         }
@@ -213,6 +228,19 @@ pub fn check_entrypoint_resources(
     for (name, value) in resources.into_iter().flatten() {
         let mut path = field("entrypoint_resources");
         path.push(Seg::Key(name.clone()));
+        if let Some(problem) = resources::name_problem(name) {
+            return Err(src
+                .error_at(&path, format!("{name:?}: {problem}"))
+                .with_hint("a resource name a node of the profile has, such as worker_node"));
+        }
+        if name.starts_with("node:") {
+            return Err(src
+                .error_at(
+                    &path,
+                    format!("{name}: a node's address changes with each `argus up`, so the driver could wait forever for one that is gone"),
+                )
+                .with_hint("mark a worker group with a resource of your own (resources: {driver_host: 1}) and ask for that"));
+        }
         if !value.is_finite() || *value <= 0.0 || *value > MAX_RESOURCE {
             return Err(src
                 .error_at(
