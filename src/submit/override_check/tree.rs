@@ -567,9 +567,16 @@ fn update(
 }
 
 fn list_index(list: &str, seg: &str, len: usize) -> Refusal {
-    if seg.parse::<usize>().is_ok() {
+    if !seg.is_empty() && seg.bytes().all(|b| b.is_ascii_digit()) {
+        // However long the number (beyond usize too), it is an index out of range; a
+        // long one is shown by its length, not spelled out.
+        let shown = if seg.len() > 20 {
+            format!("{}… ({} digits)", &seg[..20], seg.len())
+        } else {
+            seg.to_string()
+        };
         Refusal::Other(format!(
-            "`{list}` is a list of {len} item(s): index {seg} is out of range"
+            "`{list}` is a list of {len} item(s): index {shown} is out of range"
         ))
     } else {
         Refusal::Other(format!("`{list}` is a list: `{seg}` is not an index"))
@@ -597,6 +604,22 @@ mod tests {
             apply(&mut t, p.action, &p.key, p.value.as_ref())?;
         }
         Ok(())
+    }
+
+    #[test]
+    fn an_index_too_long_for_a_number_is_out_of_range_not_a_non_index() {
+        let long = "9".repeat(300);
+        let Err(Refusal::Other(text)) = verdict(&[&format!("l.{long}=5")]) else {
+            panic!("refused");
+        };
+        assert!(
+            text.contains("index 99999999999999999999… (300 digits) is out of range"),
+            "{text}"
+        );
+        let Err(Refusal::Other(text)) = verdict(&["l.x=5"]) else {
+            panic!("refused");
+        };
+        assert!(text.contains("`x` is not an index"), "{text}");
     }
 
     /// Each case was checked with Hydra 1.3.8's compose API on the same config.
