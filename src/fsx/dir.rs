@@ -145,11 +145,23 @@ impl Dir {
         rel: impl AsRef<Path>,
         made: &mut dyn FnMut(&Path),
     ) -> std::io::Result<Dir> {
-        let names = super::plain_names(&self.path, rel.as_ref())?;
+        self.create_dirs_at(rel.as_ref(), &mut |parent, name| {
+            made(&parent.path.join(name))
+        })
+    }
+
+    /// [`Dir::create_dirs`], telling `made` of each directory it made as the handle of its
+    /// parent and its name (so that it can be removed again without following a link).
+    pub(super) fn create_dirs_at(
+        &self,
+        rel: &Path,
+        made: &mut dyn FnMut(&Dir, &OsStr),
+    ) -> std::io::Result<Dir> {
+        let names = super::plain_names(&self.path, rel)?;
         let mut dir = self.try_clone()?;
         for name in names {
             match rustix::fs::mkdirat(dir.fd(), name, Mode::from_raw_mode(0o777)) {
-                Ok(()) => made(&dir.path.join(name)),
+                Ok(()) => made(&dir, name),
                 Err(e) if e == rustix::io::Errno::EXIST => {}
                 Err(e) => return Err(e.into()),
             }
@@ -214,8 +226,7 @@ impl Dir {
         let (dir, name) = self.parent_of(rel)?;
         let path = self.display(rel);
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-        let fd = match rustix::fs::openat(dir.fd(), name, flags | OFlags::NOCTTY, Mode::empty())
-        {
+        let fd = match rustix::fs::openat(dir.fd(), name, flags | OFlags::NOCTTY, Mode::empty()) {
             Ok(fd) => fd,
             Err(e) if e == rustix::io::Errno::LOOP => return Err(Unsafe::Link { path }.into()),
             Err(e) => return Err(e.into()),
@@ -249,11 +260,8 @@ impl Dir {
     /// is an error, never written through) with `mode` (less the umask), for writing.
     pub fn create_new(&self, name: impl AsRef<OsStr>, mode: u32) -> std::io::Result<std::fs::File> {
         let name = self.name(name.as_ref())?;
-        let flags = OFlags::WRONLY
-            | OFlags::CREATE
-            | OFlags::EXCL
-            | OFlags::NOFOLLOW
-            | OFlags::CLOEXEC;
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = rustix::fs::openat(self.fd(), name, flags, Mode::from_raw_mode(mode))?;
         Ok(std::fs::File::from(fd))
     }
@@ -316,7 +324,10 @@ impl Dir {
         let dir = self.child(name)?;
         let stat = rustix::fs::fstat(&dir.fd)?;
         if stat.st_mode & 0o700 != 0o700 {
-            rustix::fs::fchmod(&dir.fd, Mode::from_raw_mode((stat.st_mode | 0o700) & 0o7777))?;
+            rustix::fs::fchmod(
+                &dir.fd,
+                Mode::from_raw_mode((stat.st_mode | 0o700) & 0o7777),
+            )?;
         }
         for (entry, _) in dir.entries()? {
             dir.remove_all(&entry)?;
@@ -407,8 +418,12 @@ mod tests {
         std::os::unix::fs::symlink(outside.join("secret"), root.join("jobs/a/job.json")).unwrap();
         let top = Dir::root(&root).unwrap();
         assert!(refused_as_link(&top.open_dir("runs/x").unwrap_err()));
-        assert!(refused_as_link(&top.create_dirs("runs/new", &mut |_| {}).unwrap_err()));
-        assert!(refused_as_link(&top.open_file("jobs/a/job.json").unwrap_err()));
+        assert!(refused_as_link(
+            &top.create_dirs("runs/new", &mut |_| {}).unwrap_err()
+        ));
+        assert!(refused_as_link(
+            &top.open_file("jobs/a/job.json").unwrap_err()
+        ));
         assert!(refused_as_link(&top.open_file("runs/secret").unwrap_err()));
         let jobs_a = top.open_dir("jobs/a").unwrap();
         // A new file at a planted link's name is refused; an atomic write replaces the link.
@@ -417,10 +432,17 @@ mod tests {
         assert_eq!(std::fs::read(outside.join("secret")).unwrap(), b"s");
         for rel in ["../outside", "/etc", "jobs/../../outside"] {
             let err = top.open_dir(rel).unwrap_err();
-            assert!(matches!(Unsafe::of(&err), Some(Unsafe::Escapes { .. })), "{rel}: {err}");
+            assert!(
+                matches!(Unsafe::of(&err), Some(Unsafe::Escapes { .. })),
+                "{rel}: {err}"
+            );
         }
         assert!(jobs_a.create_new("../x", 0o644).is_err());
-        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1, "nothing made outside");
+        assert_eq!(
+            std::fs::read_dir(&outside).unwrap().count(),
+            1,
+            "nothing made outside"
+        );
     }
 
     #[test]
@@ -447,12 +469,18 @@ mod tests {
         assert_eq!(top.read("jobs/big", 4096).unwrap().len(), 2048);
         std::fs::hard_link(root.join("jobs/big"), root.join("jobs/a/linked")).unwrap();
         let err = top.open_file("jobs/a/linked").unwrap_err();
-        assert!(matches!(Unsafe::of(&err), Some(Unsafe::HardLink { .. })), "{err}");
+        assert!(
+            matches!(Unsafe::of(&err), Some(Unsafe::HardLink { .. })),
+            "{err}"
+        );
         let fifo = root.join("jobs/fifo");
         let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         let err = top.open_file("jobs/fifo").unwrap_err();
-        assert!(matches!(Unsafe::of(&err), Some(Unsafe::NotFile { .. })), "{err}");
+        assert!(
+            matches!(Unsafe::of(&err), Some(Unsafe::NotFile { .. })),
+            "{err}"
+        );
         assert_eq!(
             top.open_file("jobs/none").unwrap_err().kind(),
             std::io::ErrorKind::NotFound
@@ -472,7 +500,8 @@ mod tests {
         assert_eq!(jobs.kind("t").unwrap(), None);
         assert!(outside.join("secret").is_file());
         let mut made = Vec::new();
-        top.create_dirs("jobs/n/m", &mut |p| made.push(p.to_path_buf())).unwrap();
+        top.create_dirs("jobs/n/m", &mut |p| made.push(p.to_path_buf()))
+            .unwrap();
         assert_eq!(made, [root.join("jobs/n"), root.join("jobs/n/m")]);
         let names: Vec<_> = top.open_dir("jobs/n").unwrap().entries().unwrap();
         assert_eq!(names, [(OsString::from("m"), Kind::Dir)]);

@@ -253,8 +253,17 @@ pub fn fsync_tree(root: &Path) -> std::io::Result<()> {
 /// [`Dirs::keep`] was called.
 #[derive(Debug, Default)]
 pub struct Dirs {
-    created: Mutex<Vec<PathBuf>>,
+    created: Mutex<Vec<Made>>,
     keep: AtomicBool,
+}
+
+/// A directory one operation made: by path (in the caller's own, trusted tree) or as the
+/// handle of its parent and its name (on the shared storage: removed through the handle,
+/// never through a link someone swapped in on the way).
+#[derive(Debug)]
+enum Made {
+    Path(PathBuf),
+    At(Dir, std::ffi::OsString),
 }
 
 impl Dirs {
@@ -262,7 +271,15 @@ impl Dirs {
         Self::default()
     }
 
-    /// `create_dir_all`, recording each directory it made.
+    fn record(&self, made: Made) {
+        self.created
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(made);
+    }
+
+    /// `create_dir_all`, recording each directory it made (for the caller's own tree: a
+    /// state directory, not the shared storage).
     pub fn create_all(&self, dir: &Path) -> std::io::Result<()> {
         let mut missing = Vec::new();
         let mut cursor = Some(dir);
@@ -275,11 +292,7 @@ impl Dirs {
         }
         for d in missing.into_iter().rev() {
             match std::fs::create_dir(&d) {
-                Ok(()) => self
-                    .created
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(d),
+                Ok(()) => self.record(Made::Path(d)),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(e),
             }
@@ -293,35 +306,19 @@ impl Dirs {
         Ok(())
     }
 
-    /// [`create_dirs_under`], recording each directory it made: below `root`, a planted
-    /// link is refused, never followed.
-    pub fn create_under(&self, root: &Path, rel: impl AsRef<Path>) -> std::io::Result<PathBuf> {
-        let rel = rel.as_ref();
-        let names = plain_names(root, rel)?;
-        // The root is the caller's (a profile's mount, trusted): made as it is named.
-        self.create_all(root)?;
-        let mut path = root.to_path_buf();
-        for name in names {
-            path.push(name);
-            make_dir_checked(&path, || {
-                self.created
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(path.clone());
-            })?;
-        }
-        Ok(path)
-    }
-
     /// [`Dir::create_dirs`] below `dir`, recording each directory it made: the handle
     /// of `dir/rel`, reached without following a link.
     pub fn create_in(&self, dir: &Dir, rel: impl AsRef<Path>) -> std::io::Result<Dir> {
-        dir.create_dirs(rel, &mut |made| {
-            self.created
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(made.to_path_buf())
-        })
+        let mut failed = None;
+        let opened =
+            dir.create_dirs_at(rel.as_ref(), &mut |parent, name| match parent.try_clone() {
+                Ok(parent) => self.record(Made::At(parent, name.to_os_string())),
+                Err(e) => failed = Some(e),
+            })?;
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(opened),
+        }
     }
 
     /// The operation succeeded: keep what it created.
@@ -337,8 +334,11 @@ impl Drop for Dirs {
         }
         let created = std::mem::take(self.created.get_mut().unwrap_or_else(|e| e.into_inner()));
         // Deepest first; a directory something else wrote into stays.
-        for dir in created.iter().rev() {
-            let _ = std::fs::remove_dir(dir);
+        for made in created.iter().rev() {
+            let _ = match made {
+                Made::Path(dir) => std::fs::remove_dir(dir),
+                Made::At(parent, name) => parent.remove_dir(name),
+            };
         }
     }
 }
@@ -661,6 +661,27 @@ mod tests {
         let removed = remove_dead_temps(&Dir::root(dir.path()).unwrap());
         assert_eq!(removed, vec![dead.clone()]);
         assert!(mine.exists() && foreign.exists() && !dead.exists());
+    }
+
+    #[test]
+    fn a_failed_operation_removes_what_it_made_where_it_is_never_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("shared");
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(root.join("common")).unwrap();
+        std::fs::create_dir_all(outside.join("a/b")).unwrap();
+        let made = Dirs::new();
+        made.create_in(&Dir::root(&root).unwrap(), "common/a/b")
+            .unwrap();
+        // `common` swapped for a link to a tree of the same shape outside.
+        std::fs::rename(root.join("common"), dir.path().join("moved")).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("common")).unwrap();
+        drop(made);
+        assert!(outside.join("a/b").is_dir(), "nothing removed outside");
+        assert!(
+            !dir.path().join("moved/a").exists(),
+            "removed where it was made"
+        );
     }
 
     #[test]
