@@ -9,7 +9,15 @@
 //! not changed for [`STALE_AFTER`] as measured by the waiter's own clock (no clocks of
 //! two machines are ever compared). A takeover renames the stale lock aside, checks that
 //! it moved the very lock it judged stale, and removes it.
+//!
+//! Locks live on storage that others write into. Only the caller's root is opened by
+//! path; the directory that holds a lock is reached from it through handles
+//! ([`fsx::Dir`]) and held open while the lock is, and everything else — the temporary
+//! directory, `owner.json`, the heartbeat, the publishing rename, a takeover, the
+//! release — is done relative to that handle: a directory on the way swapped for a link
+//! at any moment is never followed.
 
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::fsx::{self, Liveness, Owner};
+use crate::fsx::{self, Dir, Liveness, Owner};
 
 /// How often a holder proves it is alive.
 pub const HEARTBEAT: Duration = Duration::from_secs(2);
@@ -100,13 +108,19 @@ impl Holder {
 /// A held lock; released on drop.
 #[derive(Debug)]
 pub struct Lock {
-    dir: PathBuf,
-    /// Directories made to hold the lock, removed again (when empty) after the lock
-    /// itself: taking a lock leaves nothing behind. Dropped after `Drop::drop` runs.
-    _made: fsx::Dirs,
+    /// The directory that holds the lock, held open: the lock is published, kept alive
+    /// and released through this handle, so a directory on the way swapped for a link
+    /// after it was opened changes nothing.
+    parent: Dir,
+    name: OsString,
+    /// What messages show (the lock's path as the caller named it).
+    shown: PathBuf,
     nonce: String,
     stop: Arc<AtomicBool>,
     heartbeat: Option<std::thread::JoinHandle<()>>,
+    /// Directories made to hold the lock, removed again (when empty) after the lock
+    /// itself: taking a lock leaves nothing behind. Dropped after `Drop::drop` runs.
+    _made: Made,
 }
 
 /// Options of one acquisition.
@@ -131,6 +145,10 @@ fn nonce() -> String {
 
 /// The longest command line a holder record keeps (characters).
 const MAX_COMMAND_CHARS: usize = 200;
+
+/// The most a lock's own file (`owner.json`, `heartbeat`) may hold: anyone may write the
+/// storage, and a reader must not be made to swallow a huge file.
+const FILE_CAP: u64 = 64 << 10;
 
 /// This process's command line as recorded for other users to read: through the one
 /// redaction of command lines ([`crate::secrets::redact_args`]), so a
@@ -159,24 +177,32 @@ fn holder_record(me: &Owner, command: String, nonce: &str) -> Holder {
     }
 }
 
-/// A small file of a lock, never through a link (anyone may write the storage).
-fn read_small(path: &Path) -> Option<String> {
-    use std::io::Read;
-    let mut text = String::new();
-    fsx::open_regular(path)
-        .ok()?
-        .take(64 << 10)
-        .read_to_string(&mut text)
-        .ok()?;
-    Some(text)
+/// The lock `name` in `parent`, opened without following a link; None when nothing is
+/// there. A link or a file at the name is refused ([`fsx::Unsafe`]).
+fn open_lock(parent: &Dir, name: &OsStr) -> std::io::Result<Option<Dir>> {
+    match parent.open_dir(name) {
+        Ok(lock) => Ok(Some(lock)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
-fn read_holder(dir: &Path) -> Option<Holder> {
-    serde_json::from_str(&read_small(&dir.join("owner.json"))?).ok()
+/// The holder a lock's `owner.json` names (a regular file, never through a link).
+fn read_holder(lock: &Dir) -> Option<Holder> {
+    serde_json::from_slice(&lock.read("owner.json", FILE_CAP).ok()?).ok()
 }
 
-fn read_heartbeat(dir: &Path) -> Option<String> {
-    read_small(&dir.join("heartbeat"))
+fn read_heartbeat(lock: &Dir) -> Option<String> {
+    String::from_utf8(lock.read("heartbeat", FILE_CAP).ok()?).ok()
+}
+
+/// Whether the lock `name` in `parent` is the one this `nonce` took.
+fn is_ours(parent: &Dir, name: &OsStr, nonce: &str) -> bool {
+    parent
+        .open_dir(name)
+        .ok()
+        .and_then(|lock| read_holder(&lock))
+        .is_some_and(|h| h.nonce == nonce)
 }
 
 /// Takes the lock `dir`, waiting while a live holder has it. `on_wait` is called once
@@ -188,74 +214,108 @@ pub fn acquire(
     options: &Acquire<'_>,
     on_wait: impl FnMut(&Holder),
 ) -> Result<Lock, Error> {
-    let parent = dir.parent().unwrap_or(Path::new("."));
-    let made = fsx::Dirs::new();
-    made.create_all(parent).map_err(|source| Error::Io {
-        path: dir.to_path_buf(),
-        source,
-    })?;
-    acquire_in(dir, made, options, on_wait)
+    let Some(name) = dir.file_name() else {
+        return Err(Error::Io {
+            path: dir.to_path_buf(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a lock is a directory with a name of its own",
+            ),
+        });
+    };
+    let root = match dir.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    acquire_in(
+        root,
+        Path::new(""),
+        name,
+        dir.to_path_buf(),
+        options,
+        on_wait,
+    )
 }
 
 /// Takes the lock `root/rel` (e.g. `.argus/locks/prepare-<key>` below the shared root):
-/// as [`acquire`], with every directory below `root` made and checked one component at a
-/// time, so a link planted at `.argus/`, `.argus/locks/` or the lock itself is refused
-/// ([`fsx::Unsafe`]), never followed: nothing is made or read outside `root`.
+/// as [`acquire`], with only `root` opened by path. Every directory below it is made and
+/// opened from its parent's handle without following a link, and the lock is made, read,
+/// kept alive and released relative to the handle of the directory that holds it: a link
+/// planted at `.argus/`, `.argus/locks/` or the lock itself is refused ([`fsx::Unsafe`]),
+/// and one swapped in later is never followed. Nothing is made, read or removed outside
+/// `root`.
 pub fn acquire_under(
     root: &Path,
     rel: &Path,
     options: &Acquire<'_>,
     on_wait: impl FnMut(&Holder),
 ) -> Result<Lock, Error> {
-    let io = |source| Error::Io {
-        path: root.join(rel),
-        source,
+    let shown = root.join(rel);
+    let (Some(name), Some(parent)) = (rel.file_name(), rel.parent()) else {
+        return Err(Error::Io {
+            path: shown,
+            source: fsx::Unsafe::Escapes {
+                root: root.to_path_buf(),
+                rel: rel.to_path_buf(),
+            }
+            .into(),
+        });
     };
-    let made = fsx::Dirs::new();
-    if let Some(parent) = rel.parent() {
-        made.create_under(root, parent).map_err(io)?;
-    }
-    let dir = fsx::under(root, rel).map_err(io)?;
-    acquire_in(&dir, made, options, on_wait)
+    acquire_in(root, parent, name, shown, options, on_wait)
 }
 
+/// The one implementation of both: the lock `name` in `root/parent_rel`.
 fn acquire_in(
-    dir: &Path,
-    made: fsx::Dirs,
+    root: &Path,
+    parent_rel: &Path,
+    name: &OsStr,
+    shown: PathBuf,
     options: &Acquire<'_>,
     mut on_wait: impl FnMut(&Holder),
 ) -> Result<Lock, Error> {
     let io = |source| Error::Io {
-        path: dir.to_path_buf(),
+        path: shown.clone(),
         source,
     };
+    let mut made = Made::default();
+    let open_parent = |made: &mut Made| {
+        let base = open_root(root, made)?;
+        made.create(&base, parent_rel)
+    };
+    let mut parent = open_parent(&mut made).map_err(io)?;
     let started = Instant::now();
     // The holder last seen, its heartbeat, and since when (our clock) it has not moved.
     let mut watched: Option<(Holder, Option<String>, Instant)> = None;
     loop {
         let nonce = nonce();
-        match try_create(dir, &nonce) {
-            Ok(true) => return Ok(Lock::start(dir.to_path_buf(), made, nonce)),
-            Ok(false) => {}
-            Err(e) => return Err(io(e)),
+        let created = match try_create(&parent, name, &nonce) {
+            // The parent was emptied and removed (by another lock's release) since it was
+            // opened: make it again, through handles from the root as before.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                parent = open_parent(&mut made).map_err(io)?;
+                try_create(&parent, name, &nonce)
+            }
+            other => other,
+        };
+        if created.map_err(io)? {
+            return Ok(Lock::start(parent, name.to_os_string(), shown, made, nonce));
         }
-        let holder = read_holder(dir);
-        let beat = read_heartbeat(dir);
-        let Some(holder) = holder.or_else(|| {
-            // Released between our failed rename and the read: try again at once. Still
-            // there with no readable owner (written by hand, or cut short): its holder is
-            // unknown, and only a heartbeat that stands still tells it is gone.
-            dir.exists().then(|| Holder {
-                host: "an unknown host".into(),
-                pid: 0,
-                start: 0,
-                command: "(the lock's owner.json is missing or unreadable)".into(),
-                since: "unknown".into(),
-                nonce: String::new(),
-            })
-        }) else {
+        let Some(lock) = open_lock(&parent, name).map_err(io)? else {
+            // Released between our failed rename and the look: try again at once.
             continue;
         };
+        // No readable owner (written by hand, or cut short): its holder is unknown, and
+        // only a heartbeat that stands still tells it is gone.
+        let holder = read_holder(&lock).unwrap_or_else(|| Holder {
+            host: "an unknown host".into(),
+            pid: 0,
+            start: 0,
+            command: "(the lock's owner.json is missing or unreadable)".into(),
+            since: "unknown".into(),
+            nonce: String::new(),
+        });
+        let beat = read_heartbeat(&lock);
+        drop(lock);
         let liveness = if holder.nonce.is_empty() {
             Liveness::OtherHost
         } else {
@@ -284,9 +344,9 @@ fn acquire_in(
         if stale {
             tracing::warn!(
                 "taking over the lock {} from {holder}, which is gone",
-                dir.display()
+                shown.display()
             );
-            take_over(dir, &holder.nonce);
+            take_over(&parent, name, &holder.nonce);
             watched = None;
             continue;
         }
@@ -303,119 +363,197 @@ fn acquire_in(
     }
 }
 
-/// Creates the lock whole through one rename; false when it exists.
-fn try_create(dir: &Path, nonce: &str) -> std::io::Result<bool> {
-    let parent = dir.parent().unwrap_or(Path::new("."));
-    let stem = dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = parent.join(fsx::temp_name(&stem));
-    if let Err(e) = std::fs::create_dir(&tmp) {
-        // Another lock's holder removed the (then empty) parent in between: make it again.
-        if e.kind() != std::io::ErrorKind::NotFound {
-            return Err(e);
+/// The caller's root, opened by path (links followed: a mount may be one). When it is
+/// missing, its nearest existing ancestor is opened by path and the rest made below it
+/// through handles, recorded in `made`.
+fn open_root(root: &Path, made: &mut Made) -> std::io::Result<Dir> {
+    let missing = match Dir::root(root) {
+        Ok(dir) => return Ok(dir),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => e,
+        Err(e) => return Err(e),
+    };
+    let mut base = root.to_path_buf();
+    let mut names = Vec::new();
+    loop {
+        let Some(name) = base.file_name() else {
+            return Err(missing);
+        };
+        names.push(name.to_os_string());
+        base.pop();
+        let at = if base.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            base.as_path()
+        };
+        match Dir::root(at) {
+            Ok(dir) => {
+                let rest: PathBuf = names.iter().rev().collect();
+                return made.create(&dir, &rest);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
         }
-        std::fs::create_dir_all(parent)?;
-        std::fs::create_dir(&tmp)?;
     }
+}
+
+/// Directories one acquisition made, each as its parent's handle and its name, removed
+/// again (deepest first, when empty) on drop: through those handles, so a directory on
+/// the way swapped for a link in the meantime never leads the removal elsewhere.
+#[derive(Debug, Default)]
+struct Made(Vec<(Dir, OsString)>);
+
+impl Made {
+    /// `rel` below `dir`, each missing directory made (mode 0777 less the umask) and
+    /// recorded, each component opened from its parent's handle without following a link.
+    fn create(&mut self, dir: &Dir, rel: &Path) -> std::io::Result<Dir> {
+        let mut dir = dir.try_clone()?;
+        for component in rel.components() {
+            if component == std::path::Component::CurDir {
+                continue;
+            }
+            // A `..` or a root is refused by `create_dir` (one plain name only).
+            let name = component.as_os_str();
+            let child = match dir.create_dir(name, 0o777) {
+                Ok(child) => {
+                    self.0.push((dir.try_clone()?, name.to_os_string()));
+                    child
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => dir.open_dir(name)?,
+                Err(e) => return Err(e),
+            };
+            dir = child;
+        }
+        Ok(dir)
+    }
+}
+
+impl Drop for Made {
+    fn drop(&mut self) {
+        // A directory something else wrote into stays.
+        for (parent, name) in self.0.iter().rev() {
+            let _ = parent.remove_dir(name);
+        }
+    }
+}
+
+/// Creates the lock `name` in `parent` whole through one rename; false when something is
+/// at the name already.
+fn try_create(parent: &Dir, name: &OsStr, nonce: &str) -> std::io::Result<bool> {
+    let tmp_name = fsx::temp_name(&name.to_string_lossy());
+    let tmp = parent.create_dir(&tmp_name, 0o755)?;
     let me = Owner::me();
     let holder = holder_record(me, command_line(), nonce);
     let json = serde_json::to_vec_pretty(&holder).map_err(std::io::Error::other)?;
-    let filled = fsx::write_atomic(&tmp.join("owner.json"), &json)
-        .and_then(|()| fsx::write_atomic(&tmp.join("heartbeat"), b"0"));
+    let filled = tmp
+        .write_atomic("owner.json", &json)
+        .and_then(|()| tmp.write_atomic("heartbeat", b"0"));
+    drop(tmp);
     if let Err(e) = filled {
-        let _ = fsx::remove_any(&tmp);
+        let _ = parent.remove_all(&tmp_name);
         return Err(e);
     }
-    // rename(2) of a directory onto an existing non-empty directory fails: atomic test-and-set.
-    match std::fs::rename(&tmp, dir) {
+    // renameat(2) of a directory onto an existing non-empty directory fails: an atomic
+    // test-and-set. Onto a link or a file it fails too (ENOTDIR): the look that follows
+    // refuses what is there.
+    match parent.rename(&tmp_name, parent, name) {
         Ok(()) => {
-            let _ = fsx::fsync_dir(parent);
+            let _ = parent.sync();
             Ok(true)
         }
         Err(e) => {
-            let _ = fsx::remove_any(&tmp);
-            let exists = matches!(
+            let _ = parent.remove_all(&tmp_name);
+            let taken = matches!(
                 e.raw_os_error(),
-                Some(libc_errno::ENOTEMPTY | libc_errno::EEXIST)
-            ) || e.kind() == std::io::ErrorKind::AlreadyExists
-                || e.kind() == std::io::ErrorKind::DirectoryNotEmpty;
-            if exists { Ok(false) } else { Err(e) }
+                Some(libc::ENOTEMPTY | libc::EEXIST | libc::ENOTDIR)
+            );
+            if taken { Ok(false) } else { Err(e) }
         }
     }
 }
 
-mod libc_errno {
-    pub const EEXIST: i32 = 17;
-    pub const ENOTEMPTY: i32 = 39;
-}
-
 /// Moves the stale lock aside and removes it, if it is still the one judged stale; puts
-/// back a lock that was renewed in the meantime.
-fn take_over(dir: &Path, stale_nonce: &str) {
-    let parent = dir.parent().unwrap_or(Path::new("."));
-    let aside = parent.join(fsx::temp_name("stale-lock"));
-    if std::fs::rename(dir, &aside).is_err() {
+/// back a lock that was renewed in the meantime. All within `parent`'s handle.
+fn take_over(parent: &Dir, name: &OsStr, stale_nonce: &str) {
+    let aside = fsx::temp_name("stale-lock");
+    if parent.rename(name, parent, &aside).is_err() {
         return; // someone else moved it first
     }
-    match read_holder(&aside) {
+    let moved = parent
+        .open_dir(&aside)
+        .ok()
+        .and_then(|lock| read_holder(&lock));
+    match moved {
         Some(h) if h.nonce != stale_nonce => {
             // A fresh holder took it between our look and our rename: give it back.
-            if std::fs::rename(&aside, dir).is_err() {
+            if parent.rename(&aside, parent, name).is_err() {
                 tracing::warn!(
                     "the lock {} changed hands during a takeover; {} keeps running without it",
-                    dir.display(),
+                    parent.display(name).display(),
                     h
                 );
             }
         }
         _ => {
-            let _ = fsx::remove_any(&aside);
+            let _ = parent.remove_all(&aside);
         }
     }
 }
 
 impl Lock {
-    fn start(dir: PathBuf, made: fsx::Dirs, nonce: String) -> Lock {
+    fn start(parent: Dir, name: OsString, shown: PathBuf, made: Made, nonce: String) -> Lock {
         let stop = Arc::new(AtomicBool::new(false));
-        let heartbeat = {
-            let stop = stop.clone();
-            let dir = dir.clone();
-            let nonce = nonce.clone();
-            std::thread::Builder::new()
-                .name("argus-lock-heartbeat".into())
-                .spawn(move || {
-                    let mut n: u64 = 0;
-                    let mut slept = Duration::ZERO;
-                    while !stop.load(Ordering::Relaxed) {
-                        std::thread::sleep(POLL);
-                        slept += POLL;
-                        if slept < HEARTBEAT {
-                            continue;
-                        }
-                        slept = Duration::ZERO;
-                        n += 1;
-                        if read_holder(&dir).is_none_or(|h| h.nonce != nonce) {
-                            tracing::warn!("the lock {} is no longer ours", dir.display());
-                            return;
-                        }
-                        let _ = fsx::write_atomic(&dir.join("heartbeat"), n.to_string().as_bytes());
-                    }
-                })
-                .ok()
+        let heartbeat = match parent.try_clone() {
+            Ok(dir) => {
+                let stop = stop.clone();
+                let name = name.clone();
+                let shown = shown.clone();
+                let nonce = nonce.clone();
+                std::thread::Builder::new()
+                    .name("argus-lock-heartbeat".into())
+                    .spawn(move || beat(&dir, &name, &shown, &nonce, &stop))
+                    .ok()
+            }
+            Err(e) => {
+                tracing::warn!("the lock {} gets no heartbeat: {e}", shown.display());
+                None
+            }
         };
         Lock {
-            dir,
-            _made: made,
+            parent,
+            name,
+            shown,
             nonce,
             stop,
             heartbeat,
+            _made: made,
         }
     }
 
+    /// The lock's path, for messages.
     pub fn path(&self) -> &Path {
-        &self.dir
+        &self.shown
+    }
+}
+
+/// The heartbeat thread: every [`HEARTBEAT`], while the lock `name` in `dir` is still
+/// ours, rewrites its `heartbeat` through the lock's handle.
+fn beat(dir: &Dir, name: &OsStr, shown: &Path, nonce: &str, stop: &AtomicBool) {
+    let mut n: u64 = 0;
+    let mut slept = Duration::ZERO;
+    while !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(POLL);
+        slept += POLL;
+        if slept < HEARTBEAT {
+            continue;
+        }
+        slept = Duration::ZERO;
+        n += 1;
+        let lock = dir.open_dir(name).ok();
+        let Some(lock) = lock.filter(|l| read_holder(l).is_some_and(|h| h.nonce == nonce)) else {
+            tracing::warn!("the lock {} is no longer ours", shown.display());
+            return;
+        };
+        let _ = lock.write_atomic("heartbeat", n.to_string().as_bytes());
     }
 }
 
@@ -425,11 +563,11 @@ impl Drop for Lock {
         if let Some(thread) = self.heartbeat.take() {
             let _ = thread.join();
         }
-        if read_holder(&self.dir).is_some_and(|h| h.nonce == self.nonce) {
-            let parent = self.dir.parent().unwrap_or(Path::new("."));
-            let aside = parent.join(fsx::temp_name("released-lock"));
-            if std::fs::rename(&self.dir, &aside).is_ok() {
-                let _ = fsx::remove_any(&aside);
+        if is_ours(&self.parent, &self.name, &self.nonce) {
+            let aside = fsx::temp_name("released-lock");
+            if self.parent.rename(&self.name, &self.parent, &aside).is_ok() {
+                let _ = self.parent.remove_all(&aside);
+                let _ = self.parent.sync();
             }
         }
     }
@@ -443,6 +581,26 @@ pub fn waiting_message(what: &str, holder: &Holder) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn holder_at(dir: &Path) -> Option<Holder> {
+        read_holder(&Dir::root(dir).ok()?)
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The swap a hostile writer of the storage can make at any moment: the real
+    /// directory renamed away to `moved`, a link to `outside` in its place.
+    fn swap_for_link(real: &Path, moved: &Path, outside: &Path) {
+        std::fs::rename(real, moved).unwrap();
+        std::os::unix::fs::symlink(outside, real).unwrap();
+    }
 
     fn opts(timeout_ms: u64) -> Acquire<'static> {
         Acquire {
@@ -485,7 +643,7 @@ mod tests {
         };
         std::fs::write(dir.join("owner.json"), serde_json::to_vec(&dead).unwrap()).unwrap();
         let lock = acquire(&dir, &opts(2000), |_| {}).unwrap();
-        assert_ne!(read_holder(&dir).unwrap().nonce, "dead");
+        assert_ne!(holder_at(&dir).unwrap().nonce, "dead");
         drop(lock);
     }
 
@@ -521,7 +679,7 @@ mod tests {
             err.to_string().contains("pid 1 on some-other-host"),
             "{err}"
         );
-        assert_eq!(read_holder(&dir).unwrap().nonce, "far");
+        assert_eq!(holder_at(&dir).unwrap().nonce, "far");
     }
     #[test]
     fn the_holder_record_never_carries_a_secret_from_the_command_line() {
@@ -568,5 +726,100 @@ mod tests {
         let lock = acquire_under(&root, rel, &opts(100), |_| {}).unwrap();
         assert!(root.join(rel).join("owner.json").is_file());
         drop(lock);
+    }
+
+    #[test]
+    fn a_lock_whose_directory_is_swapped_for_a_link_beats_and_is_released_where_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, outside) = (dir.path().join("shared"), dir.path().join("outside"));
+        let moved = dir.path().join("moved");
+        std::fs::create_dir_all(root.join(".argus/locks")).unwrap();
+        std::fs::create_dir(&outside).unwrap();
+        let rel = Path::new(".argus/locks/prepare-x");
+        let lock = acquire_under(&root, rel, &opts(100), |_| {}).unwrap();
+        assert_eq!(lock.path(), root.join(rel));
+        swap_for_link(&root.join(".argus/locks"), &moved, &outside);
+        // The heartbeat goes on in the real lock, through the handle.
+        std::thread::sleep(HEARTBEAT + Duration::from_millis(700));
+        let beat = std::fs::read_to_string(moved.join("prepare-x/heartbeat")).unwrap();
+        assert_ne!(beat, "0", "the heartbeat stood still");
+        drop(lock);
+        assert!(
+            names(&moved).is_empty(),
+            "released where it is: {:?}",
+            names(&moved)
+        );
+        assert!(
+            names(&outside).is_empty(),
+            "made outside: {:?}",
+            names(&outside)
+        );
+    }
+
+    #[test]
+    fn a_waiter_whose_directory_is_swapped_for_a_link_takes_the_lock_where_it_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, outside) = (dir.path().join("shared"), dir.path().join("outside"));
+        let moved = dir.path().join("moved");
+        std::fs::create_dir_all(root.join(".argus/locks")).unwrap();
+        std::fs::create_dir(&outside).unwrap();
+        let rel = Path::new(".argus/locks/prepare-x");
+        let first = acquire_under(&root, rel, &opts(100), |_| {}).unwrap();
+        let (waiting, waits) = std::sync::mpsc::channel();
+        let second = std::thread::spawn({
+            let root = root.clone();
+            move || {
+                acquire_under(&root, rel, &opts(10_000), |_| {
+                    let _ = waiting.send(());
+                })
+            }
+        });
+        waits.recv().unwrap();
+        // The waiter holds the locks directory open: swap it, then let the first go.
+        swap_for_link(&root.join(".argus/locks"), &moved, &outside);
+        drop(first);
+        let second = second.join().unwrap().unwrap();
+        assert_eq!(
+            holder_at(&moved.join("prepare-x")).unwrap().nonce,
+            second.nonce
+        );
+        assert!(
+            names(&outside).is_empty(),
+            "made outside: {:?}",
+            names(&outside)
+        );
+        drop(second);
+        assert!(names(&moved).is_empty(), "{:?}", names(&moved));
+        assert!(
+            names(&outside).is_empty(),
+            "made outside: {:?}",
+            names(&outside)
+        );
+    }
+
+    #[test]
+    fn directories_made_for_a_lock_are_removed_where_they_are_never_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let (root, outside) = (dir.path().join("shared"), dir.path().join("outside"));
+        let moved = dir.path().join("moved");
+        std::fs::create_dir_all(&root).unwrap();
+        // Outside: an empty directory where the swapped link would lead a removal by path.
+        std::fs::create_dir_all(outside.join("locks")).unwrap();
+        let lock = acquire_under(&root, Path::new(".argus/locks/x"), &opts(100), |_| {}).unwrap();
+        assert!(root.join(".argus/locks/x/owner.json").is_file());
+        swap_for_link(&root.join(".argus"), &moved, &outside);
+        drop(lock);
+        assert!(outside.join("locks").is_dir(), "removed outside");
+        assert!(names(&moved).is_empty(), "{:?}", names(&moved));
+    }
+
+    #[test]
+    fn a_lock_in_a_missing_state_directory_leaves_nothing_behind() {
+        let dir = tempfile::tempdir().unwrap();
+        let lock_dir = dir.path().join("state/argus/locks/x.lock");
+        let lock = acquire(&lock_dir, &opts(100), |_| {}).unwrap();
+        assert_eq!(holder_at(&lock_dir).unwrap().nonce, lock.nonce);
+        drop(lock);
+        assert!(names(dir.path()).is_empty(), "{:?}", names(dir.path()));
     }
 }

@@ -1,9 +1,11 @@
 //! The run lock (`runs/<run_id>/run.lock.yaml`): everything a run used, pinned, so that
 //! `argus run --lock` replays it and refuses when something drifted.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+
+use super::record::RunFile;
 
 pub use crate::inputs::{CodePin, DatasetPin, ModelPin, PinnedFile};
 
@@ -36,36 +38,78 @@ pub struct ImagePin {
     pub digest: Option<String>,
 }
 
-impl RunLock {
-    /// Reads a lock without following a link at it (a lock in `runs/<id>/` is on storage
-    /// others write; a lock the user names with `--lock` is opened the same way).
-    pub fn read(path: &Path) -> Result<Self, String> {
+/// Where a run lock is read from: a run's own `runs/<run_id>/run.lock.yaml` on the
+/// shared storage ([`RunFile`], through its run directory's handle), or a file the user
+/// named with `--lock` (a path of the user's choosing, opened by path without following
+/// a link at its last name).
+pub trait Source {
+    /// The file whole, refused over `cap` bytes.
+    fn read_capped(&self, cap: u64) -> std::io::Result<Vec<u8>>;
+    /// Its path, for messages.
+    fn shown(&self) -> &Path;
+}
+
+impl Source for RunFile {
+    fn read_capped(&self, cap: u64) -> std::io::Result<Vec<u8>> {
+        self.read(cap)
+    }
+    fn shown(&self) -> &Path {
+        self.path()
+    }
+}
+
+impl Source for Path {
+    fn read_capped(&self, cap: u64) -> std::io::Result<Vec<u8>> {
         use std::io::Read;
-        let mut text = String::new();
-        crate::fsx::open_regular(path)
-            .and_then(|file| file.take(64 << 20).read_to_string(&mut text))
+        let mut bytes = Vec::new();
+        crate::fsx::open_regular(self)?
+            .take(cap + 1)
+            .read_to_end(&mut bytes)?;
+        if bytes.len() as u64 > cap {
+            let path = self.to_path_buf();
+            return Err(crate::fsx::Unsafe::TooLarge { path, cap }.into());
+        }
+        Ok(bytes)
+    }
+    fn shown(&self) -> &Path {
+        self
+    }
+}
+
+impl Source for PathBuf {
+    fn read_capped(&self, cap: u64) -> std::io::Result<Vec<u8>> {
+        self.as_path().read_capped(cap)
+    }
+    fn shown(&self) -> &Path {
+        self
+    }
+}
+
+/// The most a run lock may hold.
+const LOCK_CAP: u64 = 64 << 20;
+
+impl RunLock {
+    /// Reads a lock: a run's own through its run directory's handle, a lock the user
+    /// names with `--lock` by its path; never through a link at the file.
+    pub fn read<S: Source + ?Sized>(from: &S) -> Result<Self, String> {
+        let path = from.shown();
+        let bytes = from
+            .read_capped(LOCK_CAP)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| format!("cannot read {}: not UTF-8 text", path.display()))?;
         check_format(path, &text)?;
         serde_yaml::from_str(&text).map_err(|e| format!("{}: not a run lock: {e}", path.display()))
     }
 
-    /// Writes the lock atomically (a reader sees the old lock or the new one, never a part),
-    /// into its run directory only if that is a real directory (a planted link is refused).
-    pub fn write(&self, path: &Path) -> Result<(), super::Error> {
-        let dir = path.parent().unwrap_or(Path::new("."));
-        let checked = match std::fs::symlink_metadata(dir) {
-            Ok(meta) if meta.file_type().is_symlink() => Err(crate::fsx::Unsafe::Link {
-                path: dir.to_path_buf(),
-            }
-            .into()),
-            _ => Ok(()),
-        };
-        checked
-            .and_then(|()| {
-                crate::fsx::write_atomic(path, crate::config::yaml::to_string(self).as_bytes())
-            })
+    /// Writes the lock atomically (a reader sees the old lock or the new one, never a
+    /// part) into its run directory, through that directory's handle: a directory on the
+    /// way swapped for a link is never followed, and a link at the file's name is
+    /// replaced, not written through.
+    pub fn write(&self, to: &RunFile) -> Result<(), super::Error> {
+        to.write_atomic(crate::config::yaml::to_string(self).as_bytes())
             .map_err(|source| super::Error::Record {
-                path: path.to_path_buf(),
+                path: to.path().to_path_buf(),
                 source,
             })
     }
@@ -198,13 +242,61 @@ mod tests {
         }
     }
 
+    fn run_dir(runs: &Path, run_id: &str) -> crate::run::record::Recorder {
+        let report = crate::run::RunReport {
+            run_id: run_id.into(),
+            ..Default::default()
+        };
+        crate::run::record::Recorder::create(runs, report).unwrap()
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
     #[test]
     fn a_lock_written_reads_back_whole() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("run.lock.yaml");
-        lock().write(&path).unwrap();
-        assert_eq!(RunLock::read(&path).unwrap().code, lock().code);
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        let runs = dir.path().join("runs");
+        let file = run_dir(&runs, "run-1").lock_path();
+        assert_eq!(file.path(), runs.join("run-1/run.lock.yaml"));
+        assert!(!file.exists());
+        lock().write(&file).unwrap();
+        assert!(file.exists());
+        assert_eq!(RunLock::read(&file).unwrap().code, lock().code);
+        // The same file named by the user (`--lock <path>`).
+        assert_eq!(RunLock::read(file.path()).unwrap().code, lock().code);
+        assert_eq!(names(&runs.join("run-1")), ["report.json", "run.lock.yaml"]);
+    }
+
+    #[test]
+    fn a_run_lock_goes_into_its_run_directory_after_runs_is_swapped_for_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let (runs, moved) = (dir.path().join("runs"), dir.path().join("moved"));
+        let outside = dir.path().join("outside");
+        // Outside: what a write by path through the swapped link would land in.
+        std::fs::create_dir_all(outside.join("run-1")).unwrap();
+        let rec = run_dir(&runs, "run-1");
+        std::fs::rename(&runs, &moved).unwrap();
+        std::os::unix::fs::symlink(&outside, &runs).unwrap();
+        let file = rec.lock_path();
+        lock().write(&file).unwrap();
+        assert_eq!(RunLock::read(&file).unwrap().code, lock().code);
+        assert_eq!(
+            names(&moved.join("run-1")),
+            ["report.json", "run.lock.yaml"]
+        );
+        assert!(names(&outside.join("run-1")).is_empty(), "written outside");
+        // Named by path through the link, it is read as the user named it; a link at
+        // the file itself is refused.
+        std::os::unix::fs::symlink(moved.join("run-1/run.lock.yaml"), outside.join("l")).unwrap();
+        let err = RunLock::read(&outside.join("l")).unwrap_err();
+        assert!(err.contains("is a symbolic link"), "{err}");
     }
 
     #[test]

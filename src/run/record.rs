@@ -3,25 +3,156 @@
 //! end. The [`Recorder`] rewrites it atomically as each stage starts and ends, so the
 //! report always tells where a run is, and a run is found again by its key.
 
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
 use super::Error;
-use crate::fsx;
+use crate::fsx::{self, Dir};
 use crate::ray::jobs::JobStatus;
 
-/// `runs/<run_id>` below `shared`, checked: the id a plain name, no component a link.
-fn checked_dir(shared: &Path, runs: &Path, run_id: &str) -> std::io::Result<PathBuf> {
-    if !crate::ids::is_valid_id(run_id) {
-        return Err(fsx::Unsafe::Escapes {
-            root: shared.join(runs),
-            rel: PathBuf::from(run_id),
+/// The most a report may hold: it is on storage others write.
+const REPORT_CAP: u64 = 16 << 20;
+
+/// `<shared>/runs` as the shared root (the caller's: a profile's mount, opened by path)
+/// and the name of `runs` in it, which is opened from the root's handle like everything
+/// below it.
+fn split_runs(runs: &Path) -> (PathBuf, OsString) {
+    let shared = match runs.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let name = runs
+        .file_name()
+        .map(OsStr::to_os_string)
+        .unwrap_or_default();
+    (shared, name)
+}
+
+/// The handle of `runs` (given as `<shared>/runs`): only `<shared>` is opened by path;
+/// `runs` is opened from its handle without following a link.
+pub fn open_runs(runs: &Path) -> std::io::Result<Dir> {
+    let (shared, name) = split_runs(runs);
+    Dir::root(&shared)?.open_dir(name)
+}
+
+/// One run's directory, `runs/<run_id>`, reached through handles (the shared root by
+/// path, then `runs` and the run's own directory from their parents' handles, never
+/// through a link), and held open once reached: a directory on the way swapped for a
+/// link afterwards does not move the run's writes.
+#[derive(Debug)]
+struct RunDir {
+    shared: PathBuf,
+    runs: OsString,
+    run_id: String,
+    held: Option<Dir>,
+}
+
+impl RunDir {
+    fn new(runs: &Path, run_id: &str) -> RunDir {
+        let (shared, runs) = split_runs(runs);
+        RunDir {
+            shared,
+            runs,
+            run_id: run_id.to_string(),
+            held: None,
         }
-        .into());
     }
-    fsx::under(shared, runs.join(run_id))
+
+    /// What messages show for `name` in the run's directory.
+    fn display(&self, name: &str) -> PathBuf {
+        let dir = self.shared.join(&self.runs).join(&self.run_id);
+        if name.is_empty() { dir } else { dir.join(name) }
+    }
+
+    /// The run id, refused unless it is a plain id (`../x` would lead elsewhere).
+    fn checked_id(&self) -> std::io::Result<&str> {
+        if crate::ids::is_valid_id(&self.run_id) {
+            Ok(&self.run_id)
+        } else {
+            Err(fsx::Unsafe::Escapes {
+                root: self.shared.join(&self.runs),
+                rel: PathBuf::from(&self.run_id),
+            }
+            .into())
+        }
+    }
+
+    /// The run's directory reached afresh from the shared root.
+    fn reach(&self) -> std::io::Result<Dir> {
+        let id = self.checked_id()?;
+        Dir::root(&self.shared)?.open_dir(&self.runs)?.open_dir(id)
+    }
+
+    /// The run's directory, held open from the first time it is reached.
+    fn held(&mut self) -> std::io::Result<&Dir> {
+        let dir = match self.held.take() {
+            Some(dir) => dir,
+            None => self.reach()?,
+        };
+        Ok(self.held.insert(dir))
+    }
+
+    /// Another handle on the run's directory (the held one when there is one).
+    fn open(&self) -> std::io::Result<Dir> {
+        match &self.held {
+            Some(dir) => dir.try_clone(),
+            None => self.reach(),
+        }
+    }
+
+    fn try_clone(&self) -> RunDir {
+        RunDir {
+            shared: self.shared.clone(),
+            runs: self.runs.clone(),
+            run_id: self.run_id.clone(),
+            held: self.held.as_ref().and_then(|dir| dir.try_clone().ok()),
+        }
+    }
+}
+
+/// A file of one run's directory, `runs/<run_id>/<name>`, read and written through the
+/// directory's handle, never by path: what [`Recorder::lock_path`] gives for the run
+/// lock. Its path is for messages.
+#[derive(Debug)]
+pub struct RunFile {
+    dir: RunDir,
+    name: &'static str,
+    shown: PathBuf,
+}
+
+impl RunFile {
+    /// The file's path, for messages.
+    pub fn path(&self) -> &Path {
+        &self.shown
+    }
+
+    /// The file's path, for messages.
+    pub fn display(&self) -> std::path::Display<'_> {
+        self.shown.display()
+    }
+
+    /// Whether anything is at the file's name (a link there counts: it is refused when
+    /// read).
+    pub fn exists(&self) -> bool {
+        self.dir
+            .open()
+            .and_then(|dir| dir.kind(self.name))
+            .is_ok_and(|kind| kind.is_some())
+    }
+
+    /// The file whole, a regular file only (see [`Dir::read`]), refused over `cap` bytes.
+    pub fn read(&self, cap: u64) -> std::io::Result<Vec<u8>> {
+        self.dir.open()?.read(self.name, cap)
+    }
+
+    /// Writes the file atomically and durably in the run's directory (a link at its name
+    /// is replaced, never followed).
+    pub fn write_atomic(&self, bytes: &[u8]) -> std::io::Result<()> {
+        self.dir.open()?.write_atomic(self.name, bytes)
+    }
 }
 
 /// The report's stage once the run has ended.
@@ -70,35 +201,40 @@ impl RunReport {
         self.stage == DONE
     }
 
-    /// The report at `runs/<run_id>/report.json`, if it is one: read without following a
-    /// link (at the file or at its run directory), and only when it names the run of its
-    /// own directory (a `run_id` of `../x` would lead its writes elsewhere).
+    /// The report at `<shared>/runs/<run_id>/report.json`, if it is one: only `<shared>`
+    /// is opened by path, the rest as [`RunReport::read_in`] does.
     pub fn read(path: &Path) -> Option<RunReport> {
-        use std::io::Read;
         let dir = path.parent()?;
-        if std::fs::symlink_metadata(dir)
-            .ok()?
-            .file_type()
-            .is_symlink()
-        {
-            tracing::warn!(
-                "{} is a symbolic link: not followed (argus does not follow links on the shared storage)",
-                dir.display()
-            );
-            return None;
-        }
-        let mut bytes = Vec::new();
-        fsx::open_regular(path)
-            .ok()?
-            .take(16 << 20)
-            .read_to_end(&mut bytes)
-            .ok()?;
+        let runs = open_runs(dir.parent()?).ok()?;
+        Self::read_named(&runs, dir.file_name()?, path.file_name()?)
+    }
+
+    /// The report of the run `run_id` in `runs` (a handle), if it is one: its directory
+    /// opened from the handle and the report read without following a link, and only
+    /// when it names the run of its own directory (a `run_id` of `../x` would lead its
+    /// writes elsewhere).
+    pub fn read_in(runs: &Dir, run_id: &OsStr) -> Option<RunReport> {
+        Self::read_named(runs, run_id, OsStr::new(REPORT))
+    }
+
+    fn read_named(runs: &Dir, run_id: &OsStr, file: &OsStr) -> Option<RunReport> {
+        let read = runs
+            .open_dir(run_id)
+            .and_then(|dir| dir.read(file, REPORT_CAP));
+        let bytes = match read {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                if fsx::Unsafe::of(&e).is_some() {
+                    tracing::warn!("{e}: not read");
+                }
+                return None;
+            }
+        };
         let report: RunReport = serde_json::from_slice(&bytes).ok()?;
-        let own = dir.file_name().and_then(|n| n.to_str());
-        if own != Some(report.run_id.as_str()) {
+        if run_id.to_str() != Some(report.run_id.as_str()) {
             tracing::warn!(
                 "{}: names run {:?}, not the run of its directory: ignored",
-                path.display(),
+                runs.display(Path::new(run_id).join(file)).display(),
                 report.run_id
             );
             return None;
@@ -107,14 +243,11 @@ impl RunReport {
     }
 }
 
-/// Writes one run's report as the stages go. Its directory, `runs/<run_id>/`, is checked
-/// at every write without following links (`runs` is `<shared>/runs`: it and everything
-/// below it are checked; only the shared root may be a link).
+/// Writes one run's report as the stages go, into its directory `runs/<run_id>/`, reached
+/// through handles from the shared root (only the root, a profile's mount, is opened by
+/// path) and held open from then on.
 pub struct Recorder {
-    /// The shared root and `runs/<run_id>` below it.
-    shared: PathBuf,
-    rel: PathBuf,
-    dir: PathBuf,
+    dir: RunDir,
     pub report: RunReport,
     started: Instant,
     stage_started: Instant,
@@ -123,68 +256,80 @@ pub struct Recorder {
 impl Recorder {
     /// A new run: `runs/<run_id>/` appears whole, with its report, through one rename.
     pub fn create(runs: &Path, report: RunReport) -> Result<Recorder, Error> {
+        let mut dir = RunDir::new(runs, &report.run_id);
+        let shown = dir.display("");
         let record = |path: &Path| {
             let path = path.to_path_buf();
             move |source| Error::Record { path, source }
         };
-        let (shared, name) = fsx::root_and_name(runs);
-        fsx::create_dirs_under(&shared, &name).map_err(record(runs))?;
-        let dir = checked_dir(&shared, &name, &report.run_id).map_err(record(runs))?;
-        if let Ok(dir) = fsx::Dir::root(runs) {
-            fsx::remove_dead_temps(&dir);
-        }
-        let tmp = runs.join(fsx::temp_name(&report.run_id));
+        let id = dir.checked_id().map_err(record(&shown))?;
+        // The shared root is the caller's (a profile's mount, made if missing); from
+        // `runs` down nothing is followed.
+        let runs_dir = Dir::create_root(&dir.shared)
+            .and_then(|shared| shared.create_dirs(&dir.runs, &mut |_| {}))
+            .map_err(record(runs))?;
+        fsx::remove_dead_temps(&runs_dir);
+        let tmp = fsx::temp_name(id);
         let bytes = serde_json::to_vec_pretty(&report).unwrap_or_default();
-        let made = std::fs::create_dir(&tmp)
-            .and_then(|()| fsx::write_atomic(&tmp.join(REPORT), &bytes))
-            .and_then(|()| std::fs::rename(&tmp, &dir))
-            .and_then(|()| fsx::fsync_dir(runs));
-        if let Err(source) = made {
-            let _ = fsx::remove_any(&tmp);
-            return Err(Error::Record { path: dir, source });
+        let made = runs_dir
+            .create_dir(&tmp, 0o777)
+            .and_then(|staged| {
+                staged
+                    .write_new(REPORT, &bytes)
+                    .and_then(|()| staged.sync())
+            })
+            .and_then(|()| runs_dir.rename(&tmp, &runs_dir, id))
+            .and_then(|()| runs_dir.sync())
+            .and_then(|()| runs_dir.open_dir(id));
+        match made {
+            Ok(held) => dir.held = Some(held),
+            Err(source) => {
+                let _ = runs_dir.remove_all(&tmp);
+                return Err(Error::Record {
+                    path: shown,
+                    source,
+                });
+            }
         }
-        Ok(Recorder::resume(runs, report))
+        Ok(Recorder {
+            dir,
+            report,
+            started: Instant::now(),
+            stage_started: Instant::now(),
+        })
     }
 
-    /// A run found again: its report goes on in its own directory.
+    /// A run found again: its report goes on in its own directory (reached at the first
+    /// write, and held from then on).
     pub fn resume(runs: &Path, report: RunReport) -> Recorder {
-        let (shared, name) = fsx::root_and_name(runs);
         Recorder {
-            rel: name.join(&report.run_id),
-            shared,
-            dir: runs.join(&report.run_id),
+            dir: RunDir::new(runs, &report.run_id),
             report,
             started: Instant::now(),
             stage_started: Instant::now(),
         }
     }
 
-    pub fn lock_path(&self) -> PathBuf {
-        self.dir.join(LOCK)
+    /// The run lock's file, `runs/<run_id>/run.lock.yaml`, reached through the run
+    /// directory's handle (its path is for messages).
+    pub fn lock_path(&self) -> RunFile {
+        RunFile {
+            dir: self.dir.try_clone(),
+            name: LOCK,
+            shown: self.dir.display(LOCK),
+        }
     }
 
     pub fn save(&mut self) -> Result<(), Error> {
         self.report.seconds = self.started.elapsed().as_secs_f64();
-        let path = self.dir.join(REPORT);
-        let record = |source| Error::Record {
-            path: path.clone(),
-            source,
-        };
-        if !crate::ids::is_valid_id(&self.report.run_id) {
-            return Err(record(
-                fsx::Unsafe::Escapes {
-                    root: self.shared.clone(),
-                    rel: self.rel.clone(),
-                }
-                .into(),
-            ));
-        }
-        fsx::under(&self.shared, self.rel.join(REPORT)).map_err(record)?;
-        fsx::write_atomic(
-            &path,
-            &serde_json::to_vec_pretty(&self.report).unwrap_or_default(),
-        )
-        .map_err(|source| Error::Record { path, source })
+        let bytes = serde_json::to_vec_pretty(&self.report).unwrap_or_default();
+        self.dir
+            .held()
+            .and_then(|dir| dir.write_atomic(REPORT, &bytes))
+            .map_err(|source| Error::Record {
+                path: self.dir.display(REPORT),
+                source,
+            })
     }
 
     /// Starts a stage: the report says so first, then a test may stop the run here
@@ -300,5 +445,53 @@ mod tests {
             1,
             "only the file the test put there"
         );
+    }
+
+    #[test]
+    fn a_run_goes_on_in_its_directory_after_runs_is_swapped_for_a_link() {
+        let root = tempfile::tempdir().unwrap();
+        let (runs, moved) = (root.path().join("runs"), root.path().join("moved"));
+        let outside = root.path().join("outside");
+        // Outside: what a write by path through the swapped link would land in.
+        std::fs::create_dir_all(outside.join("run-1")).unwrap();
+        let report = RunReport {
+            run_id: "run-1".into(),
+            ..Default::default()
+        };
+        let mut rec = Recorder::create(&runs, report).unwrap();
+        std::fs::rename(&runs, &moved).unwrap();
+        std::os::unix::fs::symlink(&outside, &runs).unwrap();
+        rec.begin("up").unwrap();
+        rec.end("ok").unwrap();
+        let runs_dir = Dir::root(&moved).unwrap();
+        let read = RunReport::read_in(&runs_dir, OsStr::new("run-1")).unwrap();
+        assert_eq!((read.stage.as_str(), read.stages.len()), ("up", 1));
+        assert_eq!(std::fs::read_dir(outside.join("run-1")).unwrap().count(), 0);
+        // Reached afresh, the link is refused.
+        assert!(RunReport::read(&runs.join("run-1").join(REPORT)).is_none());
+        let mut again = Recorder::resume(&runs, read);
+        let err = again.save().unwrap_err();
+        assert!(format!("{err:?}").contains("Link"), "{err:?}");
+        assert_eq!(std::fs::read_dir(outside.join("run-1")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn leftovers_of_a_dead_writer_are_removed_when_a_run_is_created() {
+        let root = tempfile::tempdir().unwrap();
+        let runs = root.path().join("runs");
+        let me = fsx::Owner::me();
+        let dead = format!(".tmp-run-0.{}.{}.{}.0", me.host, me.pid, me.start + 9);
+        std::fs::create_dir_all(runs.join(&dead).join("x")).unwrap();
+        let report = RunReport {
+            run_id: "run-1".into(),
+            ..Default::default()
+        };
+        Recorder::create(&runs, report).unwrap();
+        let names: Vec<_> = std::fs::read_dir(&runs)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names, ["run-1"]);
     }
 }
