@@ -80,7 +80,8 @@ pub enum Error {
 impl Classify for Error {
     fn exit(&self) -> Exit {
         match self {
-            Error::Drift { .. } | Error::Record { .. } | Error::JobLost { .. } => Exit::Failed,
+            Error::Drift { .. } | Error::JobLost { .. } => Exit::Failed,
+            Error::Record { source, .. } => crate::fsx::io_exit(source),
             Error::BadLock(_) | Error::SubmissionTaken { .. } => Exit::Usage,
             Error::Inputs(e) => e.exit(),
             Error::Config(_) | Error::NoHostPath(_) | Error::Id(_) => Exit::Usage,
@@ -93,7 +94,8 @@ impl Classify for Error {
     fn hint(&self) -> Option<String> {
         match self {
             Error::Drift { .. } => Some("restore the pinned inputs, or pass --allow-drift to run anyway (the drift is recorded)".into()),
-            Error::BadLock(_) | Error::Record { .. } => None,
+            Error::BadLock(_) => None,
+            Error::Record { source, .. } => crate::fsx::io_hint(source),
             Error::Inputs(e) => e.hint(),
             Error::SubmissionTaken { .. } => Some("remove submission_id from the JobSpec (each run then gets its own), or change it".into()),
             Error::JobLost { .. } => Some("the cluster was taken down or recreated while the job ran: `argus run --new` runs it again".into()),

@@ -11,7 +11,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use super::lock::RunLock;
-use super::record::{REPORT, RunReport};
+use super::record::RunReport;
 use crate::config::jobspec::JobSpec;
 
 /// What a run runs, as 64 hex digits.
@@ -54,17 +54,15 @@ impl std::fmt::Display for RunKey {
     }
 }
 
-/// The newest run of `key` under `runs/` (by start time, then id).
+/// The newest run of `key` under `runs/` (by start time, then id). `runs/` and each run's
+/// directory are opened through handles: a link planted at either is not listed.
 pub fn newest(runs: &Path, key: &RunKey) -> Option<RunReport> {
-    // `runs/` itself a link is not listed (each report's own read refuses one too).
-    if std::fs::symlink_metadata(runs).is_ok_and(|m| m.file_type().is_symlink()) {
-        return None;
-    }
-    std::fs::read_dir(runs)
+    let runs = super::record::open_runs(runs).ok()?;
+    runs.entries()
         .ok()?
-        .flatten()
-        .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-        .filter_map(|e| RunReport::read(&e.path().join(REPORT)))
+        .into_iter()
+        .filter(|(name, _)| !name.to_string_lossy().starts_with('.'))
+        .filter_map(|(name, _)| RunReport::read_in(&runs, &name))
         .filter(|r| r.key.as_deref() == Some(key.as_str()))
         .max_by(|a, b| {
             (a.started_at.as_str(), a.run_id.as_str())
