@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::harness::{Run, TestContext, free_port, test_profile};
+use crate::harness::{Run, TestContext, free_port, poll, test_profile};
 
 /// A profile whose cluster is not running (its dashboard port has no listener) and whose
 /// shared storage is `<tmp>/shared`, plus a directory outside it (`<tmp>/outside`).
@@ -206,6 +206,56 @@ fn links_planted_at_the_locks_or_a_dataset_stop_prepare_before_it_writes() {
     );
     assert_eq!(tree(&shared), before);
     assert_eq!(tree(&outside), outside_before);
+}
+
+/// The race a check-then-use path walk loses: `prepare` holds its lock, then
+/// `.argus/locks` is swapped for a link to a directory outside the storage. The lock's
+/// heartbeat and release go on in the directory it was taken in (held open), and nothing
+/// is made, written or removed outside.
+#[test]
+fn a_lock_directory_swapped_for_a_link_while_held_is_never_followed() {
+    let (ctx, profile, shared, outside) = world("swappedlock");
+    let from = ctx.path("raw");
+    std::fs::create_dir_all(&from).expect("raw");
+    let tp = ctx.path("testpoint");
+    let mut child = ctx
+        .argus()
+        .profile(&profile)
+        .env("ARGUS_TESTPOINT", "prepare:locked")
+        .env("ARGUS_TESTPOINT_FILE", &tp)
+        .args(["prepare", "--dataset", "gsm8k", "--from"])
+        .arg_path(&from)
+        .spawn_to(&ctx.path("out"), &ctx.path("err"));
+    poll(
+        "prepare to hold its lock",
+        std::time::Duration::from_secs(60),
+        || tp.exists().then_some(()),
+    );
+    let locks = shared.join(".argus/locks");
+    let moved = ctx.path("moved-locks");
+    std::fs::rename(&locks, &moved).expect("move the locks away");
+    std::os::unix::fs::symlink(&outside, &locks).expect("plant the link");
+    let outside_before = tree(&outside);
+    assert!(
+        std::fs::read_dir(&moved)
+            .expect("moved")
+            .flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("prepare-")),
+        "the lock is held in the moved directory"
+    );
+    std::fs::remove_file(&tp).expect("let prepare go on");
+    child.wait().expect("prepare ends");
+    assert_eq!(
+        tree(&outside),
+        outside_before,
+        "nothing made or removed outside"
+    );
+    let left: Vec<_> = std::fs::read_dir(&moved)
+        .expect("moved")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "released where it was taken: {left:?}");
 }
 
 #[test]
