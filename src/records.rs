@@ -11,7 +11,7 @@
 //!
 //! A job directory appears under its final name only once the job was accepted by Ray.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -76,10 +76,14 @@ impl JobRecord {
 
 /// The `jobs/` directory on this host.
 ///
-/// Every path below it is derived here and checked one component at a time without
-/// following links ([`fsx::under`]): the storage is written by others, and a link planted
-/// at `jobs/`, `jobs/<id>/` or `jobs/<id>/logs/driver.log` is refused, never followed.
-/// Ids are checked as submission ids before they are joined.
+/// Nothing below the shared root is checked and then used by name: every operation opens
+/// the shared root (the one path that may be a link: a mount), reaches `jobs/` and
+/// `jobs/<id>/` through handles ([`fsx::Dir`], each component opened without following
+/// a link), and opens, writes or renames the leaf relative to the handle of the directory
+/// that holds it. A link planted at `jobs/`, `jobs/<id>/` or `jobs/<id>/logs/driver.log`
+/// is refused, never followed, and a directory swapped for a link after it was opened is
+/// not followed either (the handle still names the directory that was opened). Ids are
+/// checked as submission ids before they name anything.
 #[derive(Debug, Clone)]
 pub struct Records {
     /// The shared root (the parent of `jobs/`): the one path that may be a link (a mount).
@@ -88,10 +92,67 @@ pub struct Records {
     jobs: PathBuf,
 }
 
-/// A job directory being filled before the submission is accepted.
+/// A job directory being filled before the submission is accepted: held open, with the
+/// `jobs/` directory it is published into, so neither writes into it nor its publication
+/// can be led elsewhere by a directory swapped on the way.
+#[derive(Debug)]
 pub struct Staged {
-    pub dir: PathBuf,
+    /// The staged directory (`jobs/.tmp-<id>...`).
+    pub dir: fsx::Dir,
+    /// `jobs/`, as it was when the directory was staged.
+    jobs: fsx::Dir,
+    /// The staged directory's (temporary) name in `jobs/`.
+    name: String,
     pub id: String,
+}
+
+impl Staged {
+    /// Creates the new file `rel` (`config/jobspec.yaml`) below the staged directory and
+    /// writes `bytes` into it: every directory on the way opened from the staged handle,
+    /// the file made new (`O_EXCL`: a name planted meanwhile is never written through).
+    pub fn write_new(&self, rel: &str, bytes: &[u8]) -> std::io::Result<()> {
+        let rel = Path::new(rel);
+        let name = rel.file_name().ok_or_else(|| fsx::Unsafe::Escapes {
+            root: self.dir.path().to_path_buf(),
+            rel: rel.to_path_buf(),
+        })?;
+        let parent = rel.parent().unwrap_or(Path::new(""));
+        self.dir.open_dir(parent)?.write_new(name, bytes)
+    }
+
+    /// What messages show for `rel` below the staged directory.
+    pub fn display(&self, rel: &str) -> PathBuf {
+        self.dir.display(rel)
+    }
+}
+
+/// A job directory published under its id, still held open (the handle of the staged
+/// directory it was: the rename did not change what it names).
+#[derive(Debug)]
+pub struct Published {
+    dir: fsx::Dir,
+    path: PathBuf,
+}
+
+impl Published {
+    /// `jobs/<id>/`, for messages.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Writes `rel` (`job.json`, `logs/submit.out`) atomically below the published
+    /// directory, reached through its handle; returns its path for messages.
+    pub fn write_atomic(&self, rel: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
+        let rel = Path::new(rel);
+        let name = rel.file_name().ok_or_else(|| fsx::Unsafe::Escapes {
+            root: self.path.clone(),
+            rel: rel.to_path_buf(),
+        })?;
+        self.dir
+            .open_dir(rel.parent().unwrap_or(Path::new("")))?
+            .write_atomic(name, bytes)?;
+        Ok(self.path.join(rel))
+    }
 }
 
 /// A record that cannot be used. A corrupt one is bad input (exit 2): a record cut short
@@ -142,122 +203,141 @@ pub enum Listed {
 /// The largest `job.json` read (a record others can write must not eat the memory).
 const RECORD_CAP: u64 = 16 << 20;
 
+/// `Ok(None)` for a missing file or directory, the error otherwise.
+fn found<T>(result: std::io::Result<T>) -> std::io::Result<Option<T>> {
+    match result {
+        Ok(value) => Ok(Some(value)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 impl Records {
     /// The records under `jobs_root` (`<shared>/jobs`): its parent is taken as the shared
-    /// root, and `jobs_root` itself is checked like everything below it.
+    /// root, and `jobs_root` itself is opened like everything below it (never through a
+    /// link).
     pub fn new(jobs_root: impl Into<PathBuf>) -> Self {
-        let (shared, jobs) = fsx::root_and_name(&jobs_root.into());
+        let jobs_root = jobs_root.into();
+        let (shared, jobs) = match (jobs_root.parent(), jobs_root.file_name()) {
+            (Some(parent), Some(name)) => (parent.to_path_buf(), PathBuf::from(name)),
+            _ => (jobs_root.clone(), PathBuf::new()),
+        };
         Self { shared, jobs }
     }
 
-    /// `jobs/<id>/<rest>` relative to the shared root; an id that is not a submission id
-    /// is refused (it would be a path, not a name).
-    fn rel(&self, id: &str, rest: &str) -> std::io::Result<PathBuf> {
-        if !crate::ids::is_valid_id(id) {
-            return Err(fsx::Unsafe::Escapes {
-                root: self.shared.join(&self.jobs),
+    /// The id checked to be a submission id (a plain name, never a path).
+    fn check_id(&self, id: &str) -> std::io::Result<()> {
+        if crate::ids::is_valid_id(id) {
+            Ok(())
+        } else {
+            Err(fsx::Unsafe::Escapes {
+                root: self.root(),
                 rel: PathBuf::from(id),
             }
-            .into());
+            .into())
         }
-        let mut rel = self.jobs.join(id);
-        if !rest.is_empty() {
-            rel.push(rest);
-        }
-        Ok(rel)
     }
 
-    /// `jobs/`, for messages (unchecked).
+    /// `jobs/`, opened from the shared root without following a link.
+    fn open_jobs(&self) -> std::io::Result<fsx::Dir> {
+        fsx::Dir::root(&self.shared)?.open_dir(&self.jobs)
+    }
+
+    /// `jobs/`, for messages.
     pub fn root(&self) -> PathBuf {
         self.shared.join(&self.jobs)
     }
 
-    /// `jobs/<id>/`, for messages (unchecked: use [`Records::path`] to touch it).
+    /// `jobs/<id>/`, for messages (to touch it, use [`Records::job`]).
     pub fn dir(&self, id: &str) -> PathBuf {
-        self.shared.join(&self.jobs).join(id)
+        self.root().join(id)
     }
 
-    /// `jobs/<id>/<rest>`, checked: no component is a link, the id is a plain name.
-    pub fn path(&self, id: &str, rest: &str) -> std::io::Result<PathBuf> {
-        fsx::under(&self.shared, self.rel(id, rest)?)
+    /// The directory `jobs/<id>/` held open, if it exists: what is read below it
+    /// afterwards is read from this very directory, whatever is renamed or swapped on the
+    /// way to it meanwhile.
+    pub fn job(&self, id: &str) -> std::io::Result<Option<fsx::Dir>> {
+        self.check_id(id)?;
+        found(self.open_jobs().and_then(|jobs| jobs.open_dir(id)))
     }
 
     /// Whether `jobs/<id>` is taken (by anything: a planted link counts as taken).
     pub fn exists(&self, id: &str) -> bool {
-        match self.path(id, "") {
-            Ok(path) => std::fs::symlink_metadata(path).is_ok(),
-            Err(_) => true,
+        if self.check_id(id).is_err() {
+            return true;
+        }
+        match self.open_jobs() {
+            Ok(jobs) => jobs.kind(id).map_or(true, |kind| kind.is_some()),
+            Err(e) => e.kind() != std::io::ErrorKind::NotFound,
         }
     }
 
     /// `jobs/.tmp-<id>.<host>.<pid>.<start>/` (fsx's temporary name, so a leftover says
-    /// whose it was) with the layout's subdirectories.
+    /// whose it was) with the layout's subdirectories, held open.
     pub fn stage(&self, id: &str) -> std::io::Result<Staged> {
-        self.rel(id, "")?;
-        fsx::create_dirs_under(&self.shared, &self.jobs)?;
-        let rel = self.jobs.join(fsx::temp_name(id));
-        let dir = fsx::under(&self.shared, &rel)?;
-        if std::fs::symlink_metadata(&dir).is_ok() {
-            fsx::remove_any(&dir)?;
+        self.check_id(id)?;
+        let jobs = fsx::Dir::create_root(&self.shared)?.create_dirs(&self.jobs, &mut |_| {})?;
+        let name = fsx::temp_name(id);
+        if jobs.kind(&name)?.is_some() {
+            jobs.remove_all(&name)?;
         }
+        let dir = jobs.create_dir(&name, 0o777)?;
         for sub in ["config", "logs", "debug", "checkpoints"] {
-            fsx::create_dirs_under(&self.shared, rel.join(sub))?;
+            dir.create_dir(sub, 0o777)?;
         }
         Ok(Staged {
             dir,
+            jobs,
+            name,
             id: id.to_string(),
         })
     }
 
-    /// Moves a staged directory to its final name. Fails if the name was taken meanwhile.
-    pub fn publish(&self, staged: Staged) -> std::io::Result<PathBuf> {
-        let target = self.path(&staged.id, "")?;
-        if std::fs::symlink_metadata(&target).is_ok() {
+    /// Moves a staged directory to its final name, in the `jobs/` it was staged in (both
+    /// names relative to that handle), and keeps it open: what is written into the job
+    /// afterwards lands in this very directory. Fails if the name was taken meanwhile.
+    pub fn publish(&self, staged: Staged) -> std::io::Result<Published> {
+        let target = staged.jobs.display(&staged.id);
+        if staged.jobs.kind(&staged.id)?.is_some() {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::AlreadyExists,
                 format!("{} exists", target.display()),
             ));
         }
-        std::fs::rename(&staged.dir, &target)?;
-        Ok(target)
+        staged.jobs.rename(&staged.name, &staged.jobs, &staged.id)?;
+        // The job is accepted already: a failed fsync must not make it look refused.
+        if let Err(e) = staged.jobs.sync() {
+            tracing::debug!("cannot sync {}: {e}", staged.jobs.path().display());
+        }
+        Ok(Published {
+            dir: staged.dir,
+            path: target,
+        })
     }
 
+    /// Removes a staged directory (through the `jobs/` handle it was staged in).
     pub fn discard(&self, staged: Staged) {
-        let _ = fsx::remove_any(&staged.dir);
+        if let Err(e) = staged.jobs.remove_all(&staged.name) {
+            tracing::debug!(
+                "cannot remove {}: {e}",
+                staged.jobs.display(&staged.name).display()
+            );
+        }
     }
 
     /// The record of `id`: None when argus has none, an error when it cannot be used
     /// (corrupt, a link, not a regular file, naming another job).
     pub fn load(&self, id: &str) -> Result<Option<JobRecord>, Error> {
-        let path = self.dir(id).join("job.json");
         let read = |source| Error::Read {
-            path: path.clone(),
+            path: self.dir(id).join("job.json"),
             source,
         };
-        let rel = self.rel(id, "job.json").map_err(read)?;
-        let bytes = match fsx::read_under(&self.shared, rel, RECORD_CAP) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(read(e)),
+        self.check_id(id).map_err(read)?;
+        let jobs = match found(self.open_jobs()).map_err(read)? {
+            Some(jobs) => jobs,
+            None => return Ok(None),
         };
-        let mut record: JobRecord =
-            serde_json::from_slice(&bytes).map_err(|error| Error::Corrupt {
-                path: path.clone(),
-                error,
-            })?;
-        if record.submission_id.is_empty() {
-            record.submission_id = id.to_string();
-        }
-        if record.submission_id != id {
-            return Err(Error::Invalid {
-                path,
-                reason: format!(
-                    "it names job {:?}, not the job of its directory ({id})",
-                    record.submission_id
-                ),
-            });
-        }
-        Ok(Some(record))
+        load_in(&jobs, id)
     }
 
     /// The record of `id`, None when there is none or it cannot be used (a warning says
@@ -269,32 +349,40 @@ impl Records {
         })
     }
 
-    /// Writes `jobs/<id>/<rest>` atomically, below checked directories (a link planted at
-    /// its name is replaced, never followed).
+    /// Writes `jobs/<id>/<rest>` atomically in its directory, reached through handles (a
+    /// link planted at its name is replaced, never followed; a link on the way is refused).
     pub fn write_file(&self, id: &str, rest: &str, bytes: &[u8]) -> std::io::Result<PathBuf> {
-        let path = self.path(id, rest)?;
-        fsx::write_atomic(&path, bytes)?;
-        Ok(path)
+        self.check_id(id)?;
+        let rest = Path::new(rest);
+        let name = rest.file_name().ok_or_else(|| fsx::Unsafe::Escapes {
+            root: self.dir(id),
+            rel: rest.to_path_buf(),
+        })?;
+        let dir = self
+            .open_jobs()?
+            .open_dir(Path::new(id).join(rest.parent().unwrap_or(Path::new(""))))?;
+        dir.write_atomic(name, bytes)?;
+        Ok(dir.display(name))
     }
 
-    /// Opens `jobs/<id>/<rest>` for reading if it exists: a regular file below real
-    /// directories, never a link.
+    /// Opens `jobs/<id>/<rest>` for reading if it exists: a regular file with one link,
+    /// below real directories, never a link (see [`fsx::Dir::open_file`]).
     pub fn open_file(&self, id: &str, rest: &str) -> std::io::Result<Option<std::fs::File>> {
-        match self.path(id, rest).and_then(|p| fsx::open_regular(&p)) {
-            Ok(file) => Ok(Some(file)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-        }
+        self.check_id(id)?;
+        found(
+            self.open_jobs()
+                .and_then(|jobs| jobs.open_file(Path::new(id).join(rest))),
+        )
     }
 
-    /// Reads `jobs/<id>/<rest>` whole if it exists (at most `cap` bytes), checked as
+    /// Reads `jobs/<id>/<rest>` whole if it exists (at most `cap` bytes), opened as
     /// [`Records::open_file`].
     pub fn read_file(&self, id: &str, rest: &str, cap: u64) -> std::io::Result<Option<Vec<u8>>> {
-        match fsx::read_under(&self.shared, self.rel(id, rest)?, cap) {
-            Ok(bytes) => Ok(Some(bytes)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e),
-        }
+        self.check_id(id)?;
+        found(
+            self.open_jobs()
+                .and_then(|jobs| jobs.read(Path::new(id).join(rest), cap)),
+        )
     }
 
     pub fn write(&self, record: &JobRecord) -> std::io::Result<()> {
@@ -313,24 +401,21 @@ impl Records {
             path: self.root(),
             source,
         };
-        let root = fsx::under(&self.shared, &self.jobs).map_err(read)?;
-        let entries = match std::fs::read_dir(&root) {
-            Ok(entries) => entries,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(e) => return Err(read(e)),
+        let Some(jobs) = found(self.open_jobs()).map_err(read)? else {
+            return Ok(Vec::new());
         };
         let mut records = Vec::new();
         let mut unreadable = Vec::new();
-        for entry in entries.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
+        for (name, _) in jobs.entries().map_err(read)? {
+            let name = name.to_string_lossy().into_owned();
             if name.starts_with('.') {
                 continue;
             }
             if !crate::ids::is_valid_id(&name) {
-                tracing::debug!("{}: not a job directory", entry.path().display());
+                tracing::debug!("{}: not a job directory", jobs.display(&name).display());
                 continue;
             }
-            match self.load(&name) {
+            match load_in(&jobs, &name) {
                 Ok(Some(record)) => records.push(record),
                 // A directory without a record is not a job (yet): skipped, as before.
                 Ok(None) => {}
@@ -381,6 +466,34 @@ impl Records {
         }
         self.write(record)
     }
+}
+
+/// The record `<id>/job.json` in the `jobs/` directory `jobs` (`id` checked already):
+/// None when there is none.
+fn load_in(jobs: &fsx::Dir, id: &str) -> Result<Option<JobRecord>, Error> {
+    let path = jobs.display(Path::new(id).join("job.json"));
+    let bytes = match found(jobs.read(Path::new(id).join("job.json"), RECORD_CAP)) {
+        Ok(Some(bytes)) => bytes,
+        Ok(None) => return Ok(None),
+        Err(source) => return Err(Error::Read { path, source }),
+    };
+    let mut record: JobRecord = serde_json::from_slice(&bytes).map_err(|error| Error::Corrupt {
+        path: path.clone(),
+        error,
+    })?;
+    if record.submission_id.is_empty() {
+        record.submission_id = id.to_string();
+    }
+    if record.submission_id != id {
+        return Err(Error::Invalid {
+            path,
+            reason: format!(
+                "it names job {:?}, not the job of its directory ({id})",
+                record.submission_id
+            ),
+        });
+    }
+    Ok(Some(record))
 }
 
 /// Now, in milliseconds since the epoch (how Ray and the records write times).
@@ -508,9 +621,9 @@ mod tests {
     fn a_staged_directory_is_published_under_its_id() {
         let (_dir, shared, records) = world();
         let staged = records.stage("j-1").unwrap();
-        std::fs::write(staged.dir.join("config/a"), "a").unwrap();
-        let dir = records.publish(staged).unwrap();
-        assert_eq!(dir, shared.join("jobs/j-1"));
+        staged.write_new("config/a", b"a").unwrap();
+        let published = records.publish(staged).unwrap();
+        assert_eq!(published.path(), shared.join("jobs/j-1"));
         records
             .write(&JobRecord {
                 submission_id: "j-1".into(),
@@ -519,5 +632,154 @@ mod tests {
             .unwrap();
         assert_eq!(records.list().len(), 1);
         assert!(records.publish(records.stage("j-1").unwrap()).is_err());
+    }
+
+    /// What is below `dir`, as relative paths (links not followed).
+    fn names_below(dir: &Path) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut todo = vec![dir.to_path_buf()];
+        while let Some(d) = todo.pop() {
+            for entry in std::fs::read_dir(&d).unwrap().flatten() {
+                let path = entry.path();
+                if entry.file_type().unwrap().is_dir() {
+                    todo.push(path.clone());
+                }
+                out.push(path.strip_prefix(dir).unwrap().display().to_string());
+            }
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn a_staged_job_is_filled_and_published_where_it_was_staged_whatever_is_swapped_meanwhile() {
+        let (dir, shared, records) = world();
+        let outside = dir.path().join("outside");
+        let staged = records.stage("j-1").unwrap();
+        // The swap a hostile writer of the storage can make at any moment: the real
+        // jobs/ moved away, a link to a directory outside in its place.
+        let moved = dir.path().join("moved-jobs");
+        std::fs::rename(shared.join("jobs"), &moved).unwrap();
+        std::os::unix::fs::symlink(&outside, shared.join("jobs")).unwrap();
+        // ... with the staged directory's layout mirrored there, ready to be written.
+        for sub in ["config", "logs", "debug"] {
+            std::fs::create_dir_all(outside.join(&staged.name).join(sub)).unwrap();
+        }
+        staged.write_new("config/jobspec.yaml", b"spec").unwrap();
+        staged.write_new("debug/nodes_before.json", b"{}").unwrap();
+        // A directory inside the staged one swapped too: refused, not followed.
+        let staged_path = moved.join(&staged.name);
+        std::fs::rename(staged_path.join("logs"), dir.path().join("moved-logs")).unwrap();
+        std::os::unix::fs::symlink(&outside, staged_path.join("logs")).unwrap();
+        let err = staged.write_new("logs/submit.out", b"x").unwrap_err();
+        assert!(
+            matches!(fsx::Unsafe::of(&err), Some(fsx::Unsafe::Link { .. })),
+            "{err}"
+        );
+        std::fs::remove_file(staged_path.join("logs")).unwrap();
+        std::fs::rename(dir.path().join("moved-logs"), staged_path.join("logs")).unwrap();
+        // ... and the published job as well, when the record is written.
+        std::fs::create_dir_all(outside.join("j-1/logs")).unwrap();
+        let mirrored = names_below(&outside);
+        let published = records.publish(staged).unwrap();
+        published.write_atomic("job.json", b"{}").unwrap();
+        published.write_atomic("logs/submit.out", b"out").unwrap();
+        assert_eq!(published.path(), shared.join("jobs/j-1"));
+        assert_eq!(
+            names_below(&outside),
+            mirrored,
+            "nothing written or moved outside"
+        );
+        assert_eq!(
+            std::fs::read(moved.join("j-1/logs/submit.out")).unwrap(),
+            b"out"
+        );
+        assert!(moved.join("j-1/job.json").is_file());
+        assert_eq!(
+            std::fs::read(moved.join("j-1/config/jobspec.yaml")).unwrap(),
+            b"spec"
+        );
+        assert!(moved.join("j-1/debug/nodes_before.json").is_file());
+        assert_eq!(
+            names_below(&moved)
+                .iter()
+                .filter(|n| n.starts_with(".tmp-"))
+                .count(),
+            0,
+            "published under its id in the real jobs/"
+        );
+        // A discarded stage goes from the jobs/ it was made in, never from a link's target.
+        std::fs::remove_file(shared.join("jobs")).unwrap();
+        std::fs::rename(&moved, shared.join("jobs")).unwrap();
+        let staged = records.stage("j-2").unwrap();
+        let name = staged.name.clone();
+        std::fs::rename(shared.join("jobs"), &moved).unwrap();
+        std::fs::create_dir_all(outside.join(&name)).unwrap();
+        std::os::unix::fs::symlink(&outside, shared.join("jobs")).unwrap();
+        records.discard(staged);
+        assert!(
+            outside.join(&name).is_dir(),
+            "the link's target is left alone"
+        );
+        assert!(!moved.join(&name).exists(), "the stage itself is gone");
+    }
+
+    #[test]
+    fn a_reader_holding_a_job_reads_nothing_outside_when_its_directories_are_swapped() {
+        let (dir, shared, records) = world();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(shared.join("jobs/j-1/logs")).unwrap();
+        std::fs::write(shared.join("jobs/j-1/logs/driver.log"), "mine\n").unwrap();
+        std::fs::create_dir_all(outside.join("logs")).unwrap();
+        std::fs::write(outside.join("logs/driver.log"), "SECRET\n").unwrap();
+        let job = records.job("j-1").unwrap().unwrap();
+        // logs/ swapped for a link after the job was opened: refused, never followed.
+        let moved_logs = dir.path().join("moved-logs");
+        std::fs::rename(shared.join("jobs/j-1/logs"), &moved_logs).unwrap();
+        std::os::unix::fs::symlink(outside.join("logs"), shared.join("jobs/j-1/logs")).unwrap();
+        let err = job.open_file("logs/driver.log").unwrap_err();
+        assert!(
+            matches!(fsx::Unsafe::of(&err), Some(fsx::Unsafe::Link { .. })),
+            "{err}"
+        );
+        assert!(refused_link(
+            &records.open_file("j-1", "logs/driver.log").unwrap_err()
+        ));
+        std::fs::remove_file(shared.join("jobs/j-1/logs")).unwrap();
+        std::fs::rename(&moved_logs, shared.join("jobs/j-1/logs")).unwrap();
+        // The job directory itself swapped: the held one is still read.
+        let moved_job = dir.path().join("moved-job");
+        std::fs::rename(shared.join("jobs/j-1"), &moved_job).unwrap();
+        std::os::unix::fs::symlink(&outside, shared.join("jobs/j-1")).unwrap();
+        let text = std::io::read_to_string(job.open_file("logs/driver.log").unwrap()).unwrap();
+        assert_eq!(text, "mine\n");
+    }
+
+    fn refused_link(e: &std::io::Error) -> bool {
+        matches!(fsx::Unsafe::of(e), Some(fsx::Unsafe::Link { .. }))
+    }
+
+    #[test]
+    fn a_driver_log_with_a_second_hard_link_is_refused() {
+        let (dir, shared, records) = world();
+        std::fs::create_dir_all(shared.join("jobs/j-1/logs")).unwrap();
+        // Someone's file, hard-linked in where argus reads a driver log.
+        let theirs = dir.path().join("outside/theirs");
+        std::fs::write(&theirs, "SECRET\n").unwrap();
+        std::fs::hard_link(&theirs, shared.join("jobs/j-1/logs/driver.log")).unwrap();
+        let err = records.open_file("j-1", "logs/driver.log").unwrap_err();
+        assert!(
+            matches!(fsx::Unsafe::of(&err), Some(fsx::Unsafe::HardLink { .. })),
+            "{err}"
+        );
+        assert_eq!(fsx::io_exit(&err), Exit::Usage);
+        assert!(records.read_file("j-1", "logs/driver.log", 1024).is_err());
+        assert!(records.open_file("j-1", "logs/none.log").unwrap().is_none());
+        assert!(
+            records
+                .open_file("j-9", "logs/driver.log")
+                .unwrap()
+                .is_none()
+        );
     }
 }

@@ -168,19 +168,25 @@ pub async fn resume_point(target: &Target, old_id: &str) -> Result<ResumePoint, 
                 id: old_id.to_string(),
                 container_dir: container_dir.clone(),
             })?;
-    // The directory comes from a record: checked below the shared root like every path
-    // argus derives from the storage (a planted link is refused, not followed).
-    if let Some(shared) = &target.host_shared {
-        let rel = host_dir.strip_prefix(shared).unwrap_or(&host_dir);
-        crate::fsx::under(shared, rel).map_err(|source| TrainingError::Read {
-            path: host_dir.clone(),
-            source,
-        })?;
-    }
-    let step = resume::latest_checkpoint(&host_dir).ok_or_else(|| TrainingError::NoCheckpoint {
+    // The directory comes from a record: opened below the shared root through handles
+    // like every directory argus reaches on the storage (a planted link is refused, not
+    // followed), and read through the handle.
+    let no_checkpoint = || TrainingError::NoCheckpoint {
         id: old_id.to_string(),
         dir: host_dir.clone(),
-    })?;
+    };
+    let held = match open_below_shared(target, &host_dir) {
+        Ok(dir) => dir,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(no_checkpoint().into()),
+        Err(source) => {
+            return Err(TrainingError::Read {
+                path: host_dir.clone(),
+                source,
+            }
+            .into());
+        }
+    };
+    let step = resume::latest_checkpoint(&held).ok_or_else(no_checkpoint)?;
     let recorded_jobspec = recorded("config/jobspec.yaml")?
         .and_then(|bytes| String::from_utf8(bytes).ok())
         .and_then(|t| serde_yaml::from_str(&t).ok());
@@ -190,4 +196,23 @@ pub async fn resume_point(target: &Target, old_id: &str) -> Result<ResumePoint, 
         step,
         recorded_jobspec,
     })
+}
+
+/// `host_dir` (a path below this host's shared storage) opened from the shared root
+/// through handles, never through a link.
+fn open_below_shared(
+    target: &Target,
+    host_dir: &std::path::Path,
+) -> std::io::Result<crate::fsx::Dir> {
+    let Some(shared) = &target.host_shared else {
+        // host_path_of gives paths below the shared storage only.
+        return Err(std::io::ErrorKind::NotFound.into());
+    };
+    let rel = host_dir
+        .strip_prefix(shared)
+        .map_err(|_| crate::fsx::Unsafe::Escapes {
+            root: shared.clone(),
+            rel: host_dir.to_path_buf(),
+        })?;
+    crate::fsx::Dir::root(shared)?.open_dir(rel)
 }

@@ -9,7 +9,7 @@ use super::Error;
 use super::resolve::Prepared;
 use super::target::Target;
 use crate::ray::jobs::{JobStatus, JobsApi, JobsError};
-use crate::records::{JobRecord, Records, Staged};
+use crate::records::{JobRecord, Published, Records, Staged};
 use crate::secrets::{redact_json, redact_text};
 
 #[derive(Debug, Clone, Serialize)]
@@ -84,12 +84,12 @@ pub async fn submit(target: &Target, prepared: &Prepared) -> Result<SubmitReport
     crate::testpoint::reach("submit:posted");
     let mut record_dir = None;
     if let (Some(records), Some(staged)) = (&records, staged) {
-        let dir = records.publish(staged).map_err(|source| Error::Records {
+        let published = records.publish(staged).map_err(|source| Error::Records {
             path: records.dir(id),
             source,
         })?;
-        write_record(target, &api, records, &dir, prepared, resumes).await?;
-        record_dir = Some(dir);
+        write_record(target, &api, &published, prepared, resumes).await?;
+        record_dir = Some(published.path().to_path_buf());
     }
     Ok(SubmitReport {
         submission_id: id.clone(),
@@ -146,13 +146,16 @@ async fn stage_records(
         .get_text("/api/v0/nodes?limit=10000&detail=true")
         .await
         .unwrap_or_else(|e| format!("{{\"error\": {:?}}}", e.to_string()));
-    // New files in the directory just made: a name planted there meanwhile (a link)
-    // makes the write fail, it is never written through.
+    // New files in the directory just made, through its handle: a name planted there
+    // meanwhile (a link) makes the write fail, and a directory swapped for a link
+    // (`jobs/`, or one below the staged one) is never written through.
     let write = |rel: &str, bytes: &[u8]| {
-        crate::fsx::write_new(&staged.dir.join(rel), bytes).map_err(|source| Error::Records {
-            path: staged.dir.join(rel),
-            source,
-        })
+        staged
+            .write_new(rel, bytes)
+            .map_err(|source| Error::Records {
+                path: staged.display(rel),
+                source,
+            })
     };
     let result = write(
         &format!("config/{}", target.config_record.0),
@@ -173,12 +176,13 @@ async fn stage_records(
     Ok(staged)
 }
 
-/// The published job's record, its submit log and (best effort) Ray's job list after it.
+/// The published job's record, its submit log and (best effort) Ray's job list after it,
+/// written into the directory just published (through its handle: wherever its name
+/// leads by now, the files land in the job's own directory).
 async fn write_record(
     target: &Target,
     api: &JobsApi<'_>,
-    records: &Records,
-    dir: &std::path::Path,
+    published: &Published,
     prepared: &Prepared,
     resumes: Option<crate::ids::SubmissionId>,
 ) -> Result<(), Error> {
@@ -199,10 +203,15 @@ async fn write_record(
         resumes,
         ..Default::default()
     };
-    records.write(&record).map_err(|source| Error::Records {
-        path: dir.to_path_buf(),
-        source,
-    })?;
+    published
+        .write_atomic(
+            "job.json",
+            &serde_json::to_vec_pretty(&record).unwrap_or_default(),
+        )
+        .map_err(|source| Error::Records {
+            path: published.path().join("job.json"),
+            source,
+        })?;
     let out = format!(
         "submitted {id} at {}\ncluster: {} ({})\nentrypoint: {}\n",
         record.submitted_at,
@@ -210,11 +219,10 @@ async fn write_record(
         target.ray.endpoint(),
         redact_text(&prepared.shown_entrypoint)
     );
-    let _ = records.write_file(id, "logs/submit.out", out.as_bytes());
+    let _ = published.write_atomic("logs/submit.out", out.as_bytes());
     if let Ok(jobs) = api.list_raw().await {
         // Ray echoes every job's runtime_env (secrets included): redact before writing.
-        let _ = records.write_file(
-            id,
+        let _ = published.write_atomic(
             "debug/jobs_after.json",
             &serde_json::to_vec_pretty(&redact_json(jobs)).unwrap_or_default(),
         );

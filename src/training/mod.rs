@@ -145,15 +145,27 @@ impl Classify for Error {
 }
 
 /// The saved driver log of a job, opened, if argus has one: `jobs/<id>/logs/driver.log`
-/// as a regular file below real directories (a planted link is an error, never followed).
+/// as a regular file with one link, below real directories reached through handles (a
+/// planted link is an error, never followed).
 pub fn saved_log(records: Option<&Records>, id: &str) -> Result<Option<(PathBuf, File)>, Error> {
     let Some(records) = records else {
         return Ok(None);
     };
     let path = records.dir(id).join(DRIVER_LOG);
-    match records.open_file(id, DRIVER_LOG) {
-        Ok(file) => Ok(file.map(|f| (path, f))),
-        Err(source) => Err(Error::Read { path, source }),
+    let read = |source| Error::Read {
+        path: path.clone(),
+        source,
+    };
+    let Some(job) = records.job(id).map_err(read)? else {
+        return Ok(None);
+    };
+    // The job's directory is held: whatever is swapped on the way to it from now on, the
+    // log is opened below this very directory (never through a link).
+    crate::testpoint::reach("saved-log:job-opened");
+    match job.open_file(DRIVER_LOG) {
+        Ok(file) => Ok(Some((path, file))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(read(source)),
     }
 }
 
@@ -177,7 +189,16 @@ pub fn chain_ids(records: Option<&Records>, id: &str) -> Result<Vec<String>, Err
     let mut current = load(records, id)?;
     while let Some(previous) = current.and_then(|r| r.resumes) {
         let previous = previous.into_string();
-        if ids.contains(&previous) || ids.len() >= MAX_CHAIN {
+        if ids.contains(&previous) {
+            tracing::warn!(
+                "the records of the jobs {id} continues loop back to {previous}: the chain is cut there"
+            );
+            break;
+        }
+        if ids.len() >= MAX_CHAIN {
+            tracing::warn!(
+                "the chain of jobs {id} continues is cut at {MAX_CHAIN} jobs: {previous} and the jobs before it are left out"
+            );
             break;
         }
         current = load(records, &previous)?;
@@ -290,9 +311,15 @@ pub fn job_of_run(runs: &Path, run_id: &str) -> Result<String, Error> {
     if !crate::config::jobspec::valid_id(run_id) {
         return Err(unknown());
     }
-    let (shared, name) = crate::fsx::root_and_name(runs);
-    let rel = name.join(run_id).join("report.json");
-    let bytes = match crate::fsx::read_under(&shared, rel, CONFIG_CAP) {
+    // The shared root (the parent of `runs`, a mount) is opened by path; `runs/` and
+    // everything below it through handles, never through a link.
+    let (shared, name) = match (runs.parent(), runs.file_name()) {
+        (Some(parent), Some(name)) => (parent, Path::new(name)),
+        _ => (runs, Path::new("")),
+    };
+    let bytes = match crate::fsx::Dir::root(shared)
+        .and_then(|root| root.read(name.join(run_id).join("report.json"), CONFIG_CAP))
+    {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(unknown()),
         Err(source) => return Err(Error::Read { path, source }),
@@ -310,6 +337,37 @@ pub fn job_of_run(runs: &Path, run_id: &str) -> Result<String, Error> {
         }
         .into()),
     }
+}
+
+/// What `f` logs through `tracing` (warnings included), as text: for tests of what a
+/// user is told.
+#[cfg(test)]
+pub(crate) fn warnings_of(f: impl FnOnce()) -> String {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::WARN)
+        .finish();
+    tracing::subscriber::with_default(subscriber, f);
+    let bytes = captured.0.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    String::from_utf8_lossy(&bytes).into_owned()
 }
 
 #[cfg(test)]
@@ -364,5 +422,37 @@ mod tests {
         let err = job_of_run(&runs, "r-1").unwrap_err();
         assert_eq!(err.exit(), Exit::Usage, "{err}");
         assert!(format!("{err:?}").contains("Link"), "{err:?}");
+    }
+
+    #[test]
+    fn a_chain_cut_at_its_limit_or_by_a_loop_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = dir.path().join("shared");
+        record(&shared, "j0", None);
+        for i in 1..=MAX_CHAIN {
+            record(&shared, &format!("j{i}"), Some(&format!("j{}", i - 1)));
+        }
+        let records = Records::new(shared.join("jobs"));
+        let last = format!("j{MAX_CHAIN}");
+        let mut ids = Vec::new();
+        let warnings = warnings_of(|| ids = chain_ids(Some(&records), &last).unwrap());
+        assert_eq!(ids.len(), MAX_CHAIN);
+        assert_eq!(ids[0], "j1");
+        assert!(
+            warnings.contains(&format!(
+                "the chain of jobs {last} continues is cut at {MAX_CHAIN} jobs: j0 and the jobs before it are left out"
+            )),
+            "{warnings}"
+        );
+        // Below the limit: nothing said.
+        let warnings = warnings_of(|| ids = chain_ids(Some(&records), "j5").unwrap());
+        assert_eq!(ids, ["j0", "j1", "j2", "j3", "j4", "j5"]);
+        assert!(warnings.is_empty(), "{warnings}");
+        // A loop.
+        record(&shared, "x", Some("y"));
+        record(&shared, "y", Some("x"));
+        let warnings = warnings_of(|| ids = chain_ids(Some(&records), "x").unwrap());
+        assert_eq!(ids, ["y", "x"]);
+        assert!(warnings.contains("loop back to x"), "{warnings}");
     }
 }

@@ -9,10 +9,11 @@
 //! gets `ARGUS_RESUMES=<old id>` and `metadata.resumes`, and its record names the job it
 //! continues, which is how `job metrics` and `job plot` join the chain.
 //!
-//! Pure except [`latest_checkpoint`] (reads a directory, following no link).
+//! Pure except [`latest_checkpoint`] (reads a directory held open, following no link).
 
 use std::io::Read as _;
-use std::path::Path;
+
+use crate::fsx::{Dir, Kind};
 
 use serde_yaml::{Mapping, Value};
 
@@ -32,31 +33,55 @@ pub fn checkpoint_dir(entrypoint: &str, env_dir: Option<&str>, default: &str) ->
         .unwrap_or_else(|| default.to_string())
 }
 
-/// The step of the newest checkpoint in `dir` (on this host): what
-/// `latest_checkpointed_iteration.txt` says, else the highest `global_step_<n>/`.
-pub fn latest_checkpoint(dir: &Path) -> Option<u64> {
-    // Never through a link (the directory is on storage others write; the caller checked
-    // the directories above it).
-    let mut text = String::new();
-    if crate::fsx::open_regular(&dir.join("latest_checkpointed_iteration.txt"))
-        .and_then(|file| std::io::Read::read_to_string(&mut file.take(4096), &mut text))
-        .is_ok()
-        && let Ok(step) = text.trim().parse::<u64>()
-    {
-        return Some(step);
+/// What verl writes next to its `global_step_<n>/` directories: the last one saved.
+const MARKER: &str = "latest_checkpointed_iteration.txt";
+
+/// The step of the newest checkpoint in the directory `dir` (held open on this host):
+/// what `latest_checkpointed_iteration.txt` says, else the highest `global_step_<n>/`.
+/// Nothing is followed through a link (the directory is on storage others write): a
+/// marker or a `global_step_<n>` that is a link is left out, and a warning names it.
+pub fn latest_checkpoint(dir: &Dir) -> Option<u64> {
+    match dir.open_file(MARKER) {
+        Ok(file) => {
+            let mut text = String::new();
+            if file.take(4096).read_to_string(&mut text).is_ok()
+                && let Ok(step) = text.trim().parse::<u64>()
+            {
+                return Some(step);
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => tracing::warn!(
+            "cannot read {}, looking for global_step_<n>/ instead: {e}",
+            dir.display(MARKER).display()
+        ),
     }
-    std::fs::read_dir(dir)
-        .ok()?
-        .flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-        .filter_map(|e| {
-            e.file_name()
-                .to_str()?
-                .strip_prefix("global_step_")?
-                .parse::<u64>()
-                .ok()
-        })
-        .max()
+    let entries = match dir.entries() {
+        Ok(entries) => entries,
+        Err(e) => {
+            tracing::warn!("cannot list {}: {e}", dir.path().display());
+            return None;
+        }
+    };
+    let mut newest = None;
+    for (name, kind) in entries {
+        let Some(step) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("global_step_"))
+            .and_then(|n| n.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        match kind {
+            Kind::Dir => newest = newest.max(Some(step)),
+            Kind::Link => tracing::warn!(
+                "{} is a symbolic link, not taken as a checkpoint: argus does not follow links on the shared storage",
+                dir.display(&name).display()
+            ),
+            Kind::File | Kind::Special => {}
+        }
+    }
+    newest
 }
 
 /// The JobSpec of the resumed job, as YAML: `base` (the old job's recorded JobSpec, or the
@@ -175,7 +200,8 @@ mod tests {
     #[test]
     fn latest_checkpoint_reads_verls_marker_then_the_directories() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(latest_checkpoint(dir.path()), None);
+        let held = Dir::root(dir.path()).unwrap();
+        assert_eq!(latest_checkpoint(&held), None);
         std::fs::create_dir(dir.path().join("global_step_2")).unwrap();
         std::fs::create_dir(dir.path().join("global_step_10")).unwrap();
         std::fs::write(
@@ -183,10 +209,54 @@ mod tests {
             "a file, not a checkpoint",
         )
         .unwrap();
-        assert_eq!(latest_checkpoint(dir.path()), Some(10));
-        std::fs::write(dir.path().join("latest_checkpointed_iteration.txt"), "4").unwrap();
-        assert_eq!(latest_checkpoint(dir.path()), Some(4));
-        assert_eq!(latest_checkpoint(&dir.path().join("absent")), None);
+        assert_eq!(latest_checkpoint(&held), Some(10));
+        std::fs::write(dir.path().join(MARKER), "4").unwrap();
+        assert_eq!(latest_checkpoint(&held), Some(4));
+    }
+
+    #[test]
+    fn links_among_the_checkpoints_are_left_out_with_a_warning_that_names_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let ckpt = dir.path().join("checkpoints");
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(ckpt.join("global_step_3")).unwrap();
+        std::fs::create_dir_all(outside.join("global_step_900")).unwrap();
+        std::fs::write(outside.join(MARKER), "900").unwrap();
+        std::os::unix::fs::symlink(
+            outside.join("global_step_900"),
+            ckpt.join("global_step_900"),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(outside.join(MARKER), ckpt.join(MARKER)).unwrap();
+        let held = Dir::root(&ckpt).unwrap();
+        let mut step = None;
+        let warnings = crate::training::warnings_of(|| step = latest_checkpoint(&held));
+        assert_eq!(step, Some(3));
+        let link = ckpt.join("global_step_900").display().to_string();
+        assert!(
+            warnings.contains(&format!(
+                "{link} is a symbolic link, not taken as a checkpoint"
+            )),
+            "{warnings}"
+        );
+        assert!(
+            warnings.contains(&ckpt.join(MARKER).display().to_string()),
+            "{warnings}"
+        );
+    }
+
+    #[test]
+    fn a_checkpoint_directory_swapped_after_it_was_opened_is_read_where_it_was() {
+        let dir = tempfile::tempdir().unwrap();
+        let ckpt = dir.path().join("checkpoints");
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(ckpt.join("global_step_3")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join(MARKER), "900").unwrap();
+        let held = Dir::root(&ckpt).unwrap();
+        std::fs::rename(&ckpt, dir.path().join("moved")).unwrap();
+        std::os::unix::fs::symlink(&outside, &ckpt).unwrap();
+        assert_eq!(latest_checkpoint(&held), Some(3));
     }
 
     #[test]

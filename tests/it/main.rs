@@ -24,6 +24,7 @@ mod multihost;
 mod podman;
 mod prepare;
 mod profiles;
+mod records_race;
 mod run;
 mod slurm;
 mod slurm_hosts;
