@@ -397,6 +397,12 @@ pub enum JobCommand {
     /// A job's status (from the cluster, or argus's record once the cluster forgot it).
     Status { id: String },
     /// A job's driver log.
+    ///
+    /// A log is text others wrote, so it is made safe for a terminal, on a terminal or
+    /// not: colour sequences are dropped, a carriage return ends a line, and every other
+    /// control character, C1 control and bidirectional override is shown as a `\u{..}`
+    /// escape. The log as the job wrote it is `jobs/<id>/logs/driver.log` on the shared
+    /// storage once the job ended.
     Logs {
         id: String,
         /// Stream until the job ends.

@@ -252,26 +252,112 @@ async fn status(target: &Target, id: &str, printer: &Printer) -> Result<Exit> {
     Ok(Exit::Success)
 }
 
-/// `job logs ID`: the driver's log from Ray, else the one argus saved.
+/// `job logs ID`: the driver's log from Ray, else the one argus saved, made safe for a
+/// terminal ([`crate::ui::LogText`]: colour sequences dropped, a carriage return a line
+/// end, every other control character, C1 control and bidi override a `\u{..}` escape),
+/// on a terminal or not (a log piped to `less -R` or a file shown later reaches a terminal
+/// too; the log as the job wrote it stays in `jobs/<id>/logs/driver.log`). A saved log is
+/// streamed a chunk at a time, whatever its size.
 async fn logs(target: &Target, id: &str, printer: &Printer) -> Result<Exit> {
     let api = JobsApi { ray: &target.ray };
-    match api.logs(id).await {
-        Ok(logs) => printer.raw(&logs),
-        Err(e) => match saved_log(target, id)? {
-            Some((path, text)) => {
-                printer.info(format!(
-                    "(from {}: the cluster no longer has this job)",
-                    path.display()
-                ));
-                printer.raw(&text);
-            }
-            None => {
-                return Err(submit::Error::from(e))
-                    .with_context(|| format!("cannot read the logs of job {id}"));
-            }
-        },
+    let error = match api.logs(id).await {
+        Ok(logs) => {
+            printer.raw(&crate::ui::safe_log(&logs));
+            return Ok(Exit::Success);
+        }
+        Err(e) => e,
+    };
+    let records = target.records();
+    let Some((path, file)) = crate::training::saved_log(records.as_ref(), id)? else {
+        return Err(submit::Error::from(error))
+            .with_context(|| format!("cannot read the logs of job {id}"));
+    };
+    printer.info(format!(
+        "(from {}: the cluster no longer has this job)",
+        path.display()
+    ));
+    let mut out = printer.stdout();
+    match copy_safe(file, &mut out) {
+        Ok(()) => Ok(Exit::Success),
+        Err(Copy::Read(source)) => Err(crate::training::Error::Read { path, source }.into()),
+        // The reader went away (`| head`): nothing more can be delivered, as it asked.
+        Err(Copy::Write(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(Exit::Success),
+        Err(Copy::Write(source)) => Err(crate::training::Error::Write {
+            path: "<stdout>".into(),
+            source,
+        }
+        .into()),
     }
-    Ok(Exit::Success)
+}
+
+/// What a read buffer of [`copy_safe`] holds: what showing a log costs in memory,
+/// whatever the size of the log.
+const LOG_CHUNK: usize = 64 << 10;
+
+/// Which side of a copy failed.
+#[derive(Debug)]
+enum Copy {
+    Read(std::io::Error),
+    Write(std::io::Error),
+}
+
+/// Copies a log from `from` to `to` as text made safe for a terminal
+/// ([`crate::ui::safe`]), [`LOG_CHUNK`] bytes at a time: bytes that are not UTF-8 become
+/// U+FFFD exactly as `String::from_utf8_lossy` of the whole log would make them (a
+/// character cut between two reads is carried to the next one, one cut short at the end
+/// is one U+FFFD), as Ray's own log API shows them.
+fn copy_safe(mut from: impl std::io::Read, to: &mut impl std::io::Write) -> Result<(), Copy> {
+    let mut buf = vec![0u8; LOG_CHUNK];
+    let mut text = String::with_capacity(LOG_CHUNK + 8);
+    // The first bytes of a character cut by the last read, at the start of `buf`.
+    let mut carried = 0;
+    let mut log = crate::ui::LogText::new();
+    loop {
+        let read = match from.read(&mut buf[carried..]) {
+            Ok(read) => read,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(Copy::Read(e)),
+        };
+        let end = carried + read;
+        let at_end = read == 0;
+        text.clear();
+        let mut rest = &buf[..end];
+        let mut cut = 0;
+        while !rest.is_empty() {
+            match std::str::from_utf8(rest) {
+                Ok(valid) => {
+                    text.push_str(valid);
+                    break;
+                }
+                Err(e) => {
+                    let (valid, after) = rest.split_at(e.valid_up_to());
+                    text.push_str(std::str::from_utf8(valid).unwrap_or_default());
+                    match e.error_len() {
+                        Some(bad) => {
+                            text.push('\u{fffd}');
+                            rest = &after[bad..];
+                        }
+                        None if at_end => {
+                            text.push('\u{fffd}');
+                            break;
+                        }
+                        None => {
+                            cut = after.len();
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        to.write_all(log.push(&text).as_bytes())
+            .map_err(Copy::Write)?;
+        if at_end {
+            to.write_all(log.finish().as_bytes()).map_err(Copy::Write)?;
+            return to.flush().map_err(Copy::Write);
+        }
+        buf.copy_within(end - cut..end, 0);
+        carried = cut;
+    }
 }
 
 /// `job logs -f ID`, `job wait ID`: the job followed to its end.
@@ -337,31 +423,6 @@ async fn stop(target: &Target, id: &str, wait: bool, printer: &Printer) -> Resul
     }
     printer.info(format!("stop sent to job {id}"));
     Ok(Exit::Success)
-}
-
-/// The driver log argus saved for `id` once it ended (`jobs/<id>/logs/driver.log`), as
-/// text: bytes that are not UTF-8 are shown as U+FFFD, as Ray's own log API shows them (a
-/// live log reaches argus already decoded that way). None when argus saved none.
-fn saved_log(target: &Target, id: &str) -> Result<Option<(std::path::PathBuf, String)>> {
-    use std::io::Read as _;
-    let Some(records) = target.records() else {
-        return Ok(None);
-    };
-    let path = records.dir(id).join(crate::training::DRIVER_LOG);
-    let read = |source| crate::training::Error::Read {
-        path: path.clone(),
-        source,
-    };
-    let Some(mut file) = records
-        .open_file(id, crate::training::DRIVER_LOG)
-        .map_err(read)?
-    else {
-        return Ok(None);
-    };
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes).map_err(read)?;
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    Ok(Some((path, text)))
 }
 
 /// With `--slurm-run`, when following a job failed because Slurm ended the allocation
@@ -458,4 +519,146 @@ async fn list(target: &Target, printer: &Printer) -> Result<Exit> {
     );
     printer.data(table(&table_rows));
     Ok(Exit::Success)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reader that hands out `data` a few bytes at a time (so characters are cut
+    /// between reads) and fails if it is ever asked to fill more than [`LOG_CHUNK`].
+    struct Dribble<'a> {
+        data: &'a [u8],
+        sizes: std::iter::Cycle<std::slice::Iter<'a, usize>>,
+        largest_ask: usize,
+    }
+
+    impl std::io::Read for Dribble<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.largest_ask = self.largest_ask.max(buf.len());
+            let n = (*self.sizes.next().unwrap_or(&1))
+                .min(buf.len())
+                .min(self.data.len());
+            buf[..n].copy_from_slice(&self.data[..n]);
+            self.data = &self.data[n..];
+            Ok(n)
+        }
+    }
+
+    fn shown(data: &[u8], sizes: &[usize]) -> String {
+        let mut out = Vec::new();
+        let mut reader = Dribble {
+            data,
+            sizes: sizes.iter().cycle(),
+            largest_ask: 0,
+        };
+        copy_safe(&mut reader, &mut out).unwrap();
+        assert!(reader.largest_ask <= LOG_CHUNK);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn a_saved_log_is_shown_with_its_control_sequences_escaped() {
+        let log = "step:1\n\x1b[2Jcleared\n\x1b]8;;http://evil.example\x1b\\click\x1b]8;;\x1b\\\nc1 \u{9b}31m\nbidi \u{202e}txt.exe\ttab\r\nend é€😀\n";
+        let want = "step:1\n\\u{1b}[2Jcleared\n\\u{1b}]8;;http://evil.example\\u{1b}\\click\\u{1b}]8;;\\u{1b}\\\nc1 \\u{9b}31m\nbidi \\u{202e}txt.exe\ttab\nend é€😀\n";
+        for sizes in [&[1][..], &[2, 3], &[7, 1, 5], &[LOG_CHUNK]] {
+            let out = shown(log.as_bytes(), sizes);
+            assert_eq!(out, want, "reads of {sizes:?}");
+            assert!(!out.contains(['\x1b', '\u{9b}', '\u{202e}', '\r']));
+        }
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_are_replaced_as_a_whole_read_would_replace_them() {
+        // Invalid bytes, a character cut between reads, one cut short at the end.
+        let mut log = b"caf\xe9 au lait\n\xff\xfe ok \xe2\x82\xac \xf0\x9f\x98".to_vec();
+        let whole = crate::ui::safe(&String::from_utf8_lossy(&log)).into_owned();
+        for sizes in [&[1][..], &[2], &[3, 1], &[5, 4, 1]] {
+            assert_eq!(shown(&log, sizes), whole, "reads of {sizes:?}");
+        }
+        log.extend_from_slice(b"\x80 more");
+        let whole = crate::ui::safe(&String::from_utf8_lossy(&log)).into_owned();
+        assert_eq!(shown(&log, &[1]), whole);
+    }
+
+    /// A log far larger than the read buffer goes through in bounded pieces: no read asks
+    /// for more than [`LOG_CHUNK`] and no write is larger than its escapes can make of one.
+    #[test]
+    fn a_large_log_is_streamed_in_bounded_pieces() {
+        struct Endless {
+            left: usize,
+            largest_ask: usize,
+        }
+        impl std::io::Read for Endless {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                self.largest_ask = self.largest_ask.max(buf.len());
+                let line = "step:1 - a:0.5 \u{1b}[2J é\n".as_bytes();
+                let n = buf.len().min(self.left);
+                for (i, b) in buf[..n].iter_mut().enumerate() {
+                    *b = line[(self.left - n + i) % line.len()];
+                }
+                self.left -= n;
+                Ok(n)
+            }
+        }
+        struct Counting {
+            bytes: usize,
+            largest_write: usize,
+        }
+        impl std::io::Write for Counting {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.bytes += buf.len();
+                self.largest_write = self.largest_write.max(buf.len());
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let size = 16 << 20;
+        let mut from = Endless {
+            left: size,
+            largest_ask: 0,
+        };
+        let mut to = Counting {
+            bytes: 0,
+            largest_write: 0,
+        };
+        copy_safe(&mut from, &mut to).unwrap();
+        assert!(from.largest_ask <= LOG_CHUNK, "{}", from.largest_ask);
+        // ESC (1 byte) is the largest growth: 6 bytes as `\u{1b}`.
+        assert!(
+            to.largest_write <= 6 * (LOG_CHUNK + 3),
+            "{}",
+            to.largest_write
+        );
+        assert!(to.bytes > size, "{} of {size}", to.bytes);
+    }
+
+    #[test]
+    fn a_failed_read_or_write_says_which() {
+        struct Failing;
+        impl std::io::Read for Failing {
+            fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+                Err(std::io::Error::other("disk gone"))
+            }
+        }
+        assert!(matches!(
+            copy_safe(Failing, &mut Vec::new()),
+            Err(Copy::Read(_))
+        ));
+        struct Closed;
+        impl std::io::Write for Closed {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Err(std::io::ErrorKind::BrokenPipe.into())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        assert!(matches!(
+            copy_safe(&b"x"[..], &mut Closed),
+            Err(Copy::Write(e)) if e.kind() == std::io::ErrorKind::BrokenPipe
+        ));
+    }
 }

@@ -129,17 +129,21 @@ async fn submit(cli: &Cli, args: &SlurmSubmitArgs, printer: &Printer) -> Result<
         submitted.run_id
     ));
     let (files, record) = login::read_run(&loaded, &submitted.run_id)?;
+    let mut log = crate::ui::LogText::new();
     let exit = login::follow(
         &files,
         record,
         |line| printer.info(line),
         |text| {
             if !printer.json {
-                printer.raw(text)
+                printer.raw(&log.push(text))
             }
         },
     )
     .await?;
+    if !printer.json {
+        printer.raw(&log.finish());
+    }
     if printer.json {
         let (files, record) = login::read_run(&loaded, &submitted.run_id)?;
         let batch = slurm::read_json::<slurm::record::BatchReport>(&files.batch()).ok();

@@ -23,6 +23,8 @@ pub struct LogSink<'a> {
     printer: &'a Printer,
     follower: Follower,
     bar: StepBar,
+    /// The log made safe to print, piece by piece.
+    text: crate::ui::LogText,
 }
 
 impl<'a> LogSink<'a> {
@@ -31,19 +33,26 @@ impl<'a> LogSink<'a> {
             printer,
             follower: Follower::new(),
             bar: StepBar::new(printer.bars(), label),
+            text: crate::ui::LogText::new(),
         }
     }
 
     pub fn write(&mut self, text: &str) {
         let printer = self.printer;
-        self.bar.suspend(|| printer.raw(text));
+        let shown = self.text.push(text);
+        self.bar.suspend(|| printer.raw(&shown));
         if let Some(update) = self.follower.feed(text) {
             self.bar
                 .update(update.step, update.total, update.eta_s, &update.summary);
         }
     }
 
-    pub fn finish(&self) {
+    pub fn finish(&mut self) {
+        let rest = self.text.finish();
+        if !rest.is_empty() {
+            let printer = self.printer;
+            self.bar.suspend(|| printer.raw(&rest));
+        }
         self.bar.finish();
     }
 }

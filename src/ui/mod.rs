@@ -3,9 +3,12 @@
 //! Library code reports through the small [`Reporter`] / [`Task`] traits and knows nothing
 //! of indicatif; commands get a [`Printer`] that decides where each kind of output goes.
 
+mod log_text;
 mod printer;
 mod progress;
 mod steps;
+
+pub use log_text::{LogText, safe_log};
 
 pub use printer::{Printer, Verbosity};
 pub use progress::{Reporter, Task};
@@ -21,8 +24,8 @@ use std::io::IsTerminal;
 /// tab (ESC, CR, BEL, backspace, DEL, the C1 controls) and the bidirectional overrides
 /// and isolates (which reorder what a reader sees) are written as `\u{..}` escapes, so
 /// nothing read from a file can move the cursor, recolour, retitle or hide text.
-/// The printer passes every message and table through it; only a job's own log
-/// (`printer.raw`) is printed as the job wrote it.
+/// The printer passes every message and table through it; a job's own log goes through
+/// [`LogText`] (colours dropped, carriage returns made line ends, the rest escaped here).
 pub fn safe(text: &str) -> Cow<'_, str> {
     let unsafe_char = |c: char| {
         (c.is_control() && c != '\n' && c != '\t')
