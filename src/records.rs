@@ -298,13 +298,9 @@ impl Records {
     /// afterwards lands in this very directory. Fails if the name was taken meanwhile.
     pub fn publish(&self, staged: Staged) -> std::io::Result<Published> {
         let target = staged.jobs.display(&staged.id);
-        if staged.jobs.kind(&staged.id)?.is_some() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::AlreadyExists,
-                format!("{} exists", target.display()),
-            ));
-        }
-        staged.jobs.rename(&staged.name, &staged.jobs, &staged.id)?;
+        staged
+            .jobs
+            .rename_new(&staged.name, &staged.jobs, &staged.id)?;
         // The job is accepted already: a failed fsync must not make it look refused.
         if let Err(e) = staged.jobs.sync() {
             tracing::debug!("cannot sync {}: {e}", staged.jobs.path().display());

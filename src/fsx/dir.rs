@@ -222,10 +222,18 @@ impl Dir {
     /// refused), and no file with a second hard link (it could be anyone's file, linked
     /// in by someone who cannot read it).
     pub fn open_file(&self, rel: impl AsRef<Path>) -> std::io::Result<std::fs::File> {
-        let rel = rel.as_ref();
+        self.open_checked(rel.as_ref(), OFlags::RDONLY)
+    }
+
+    /// Opens the existing regular file `rel` to append to, checked as [`Dir::open_file`].
+    pub fn open_append(&self, rel: impl AsRef<Path>) -> std::io::Result<std::fs::File> {
+        self.open_checked(rel.as_ref(), OFlags::WRONLY | OFlags::APPEND)
+    }
+
+    fn open_checked(&self, rel: &Path, access: OFlags) -> std::io::Result<std::fs::File> {
         let (dir, name) = self.parent_of(rel)?;
         let path = self.display(rel);
-        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let flags = access | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
         let fd = match rustix::fs::openat(dir.fd(), name, flags | OFlags::NOCTTY, Mode::empty()) {
             Ok(fd) => fd,
             Err(e) if e == rustix::io::Errno::LOOP => return Err(Unsafe::Link { path }.into()),
@@ -302,10 +310,54 @@ impl Dir {
         Ok(rustix::fs::renameat(self.fd(), from, to_dir.fd(), to)?)
     }
 
+    /// Renames `from` in this directory to `to` in `to_dir` only if nothing is at `to`
+    /// (`RENAME_NOREPLACE`: an empty directory made there meanwhile is not replaced).
+    /// Where the filesystem has no such flag (older NFS), the check and the rename are two
+    /// steps, and a directory can only replace an empty one.
+    pub fn rename_new(
+        &self,
+        from: impl AsRef<OsStr>,
+        to_dir: &Dir,
+        to: impl AsRef<OsStr>,
+    ) -> std::io::Result<()> {
+        let from = self.name(from.as_ref())?;
+        let to = to_dir.name(to.as_ref())?;
+        let exists = || {
+            std::io::Error::new(
+                std::io::ErrorKind::AlreadyExists,
+                format!("{} exists", to_dir.display(to).display()),
+            )
+        };
+        match rustix::fs::renameat_with(
+            self.fd(),
+            from,
+            to_dir.fd(),
+            to,
+            rustix::fs::RenameFlags::NOREPLACE,
+        ) {
+            Ok(()) => Ok(()),
+            Err(e) if e == rustix::io::Errno::EXIST => Err(exists()),
+            Err(e) if e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOSYS => {
+                if to_dir.kind(to)?.is_some() {
+                    return Err(exists());
+                }
+                self.rename(from, to_dir, to)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
     /// Makes the link `name` to `target` (a snapshot's own links; never followed here).
     pub fn symlink(&self, target: &Path, name: impl AsRef<OsStr>) -> std::io::Result<()> {
         let name = self.name(name.as_ref())?;
         Ok(rustix::fs::symlinkat(target, self.fd(), name)?)
+    }
+
+    /// The target of the link `name` (`readlinkat`: read, not followed).
+    pub fn read_link(&self, name: impl AsRef<OsStr>) -> std::io::Result<PathBuf> {
+        let name = self.name(name.as_ref())?;
+        let target = rustix::fs::readlinkat(self.fd(), name, Vec::new())?;
+        Ok(PathBuf::from(OsStr::from_bytes(target.as_bytes())))
     }
 
     /// Removes the file or link `name`.
