@@ -3,14 +3,17 @@
 //! The same tree is seen twice: from the host (where argus writes) and from inside the
 //! containers (where Ray jobs read). `Layout` holds one root; build one for each side.
 //!
-//! On the host, the storage is written by others too: its top-level directories may be
-//! links someone planted (on a fresh storage, before argus made them). [`Layout::create`]
-//! and [`Layout::check`] refuse them (a link is never followed), and every path below
-//! them is derived through [`Layout::under`] / [`Layout::create_under`], checked one
-//! component at a time ([`crate::fsx::under`]). The root itself is the profile's mount
-//! and may be a link.
+//! On the host, the storage is written by others too: any directory below the root may be
+//! swapped for a link at any moment. So the path getters ([`Layout::jobs`], ...) are for
+//! messages and for the containers' side only; everything argus touches on the host is
+//! reached through a [`Dir`] handle: [`Layout::open`] / [`Layout::create_dirs`] open each
+//! component from its parent's handle without following a link (the open is the check),
+//! and the caller then works relative to the handle it holds. The root itself is the
+//! profile's mount and may be a link.
 
 use std::path::{Path, PathBuf};
+
+use crate::fsx::{Dir, Dirs};
 
 /// The shared storage rooted at one path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,47 +66,65 @@ impl Layout {
         self.root.join("runs")
     }
 
-    /// Creates the directory tree (idempotent), each component checked to be a real
-    /// directory: a planted link is refused ([`crate::fsx::Unsafe`]), nothing made through it.
+    /// The root's handle (the profile's mount, opened as it is named).
+    pub fn dir(&self) -> std::io::Result<Dir> {
+        Dir::root(&self.root)
+    }
+
+    /// The handle of `root/rel`, each component below the root opened without following
+    /// a link ([`Dir::open_dir`]): a link or a file on the way is refused
+    /// ([`crate::fsx::Unsafe`]), a missing directory is `NotFound`.
+    pub fn open(&self, rel: impl AsRef<Path>) -> std::io::Result<Dir> {
+        self.dir()?.open_dir(rel)
+    }
+
+    /// The handle of `root/rel`, made with the directories above it when missing (the
+    /// root too), each component opened as [`Layout::open`] does.
+    pub fn create_dirs(&self, rel: impl AsRef<Path>) -> std::io::Result<Dir> {
+        Dir::create_root(&self.root)?.create_dirs(rel, &mut |_| {})
+    }
+
+    /// [`Layout::create_dirs`], recording in `dirs` each directory below the root it made
+    /// (so that a failed operation takes them away again).
+    pub fn create_in(&self, dirs: &Dirs, rel: impl AsRef<Path>) -> std::io::Result<Dir> {
+        dirs.create_in(&Dir::create_root(&self.root)?, rel)
+    }
+
+    /// Creates the directory tree (idempotent), each component opened without following
+    /// a link: a planted link is refused ([`crate::fsx::Unsafe`]), nothing made through it.
     pub fn create(&self) -> std::io::Result<()> {
         self.check()?;
+        let root = Dir::create_root(&self.root)?;
         for dir in DIRECTORIES {
-            crate::fsx::create_dirs_under(&self.root, dir)?;
+            root.create_dirs(dir, &mut |_| {})?;
         }
         Ok(())
     }
 
     /// Checks the top-level directories that exist (those of [`DIRECTORIES`] and
-    /// `.argus/locks`): each a real directory, none a link. What does not exist yet is
-    /// fine (it is made, checked, when first needed).
+    /// `.argus/locks`): each opened as a real directory, none through a link. What does
+    /// not exist yet is fine (it is made, the same way, when first needed).
     pub fn check(&self) -> std::io::Result<()> {
+        let root = match self.dir() {
+            Ok(root) => root,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
         for dir in DIRECTORIES.iter().chain([&LOCKS]) {
-            let path = crate::fsx::under(&self.root, dir)?;
-            match std::fs::symlink_metadata(&path) {
-                Ok(meta) if !meta.is_dir() => {
-                    return Err(crate::fsx::Unsafe::NotDir { path }.into());
-                }
-                _ => {}
+            match root.open_dir(dir) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
             }
         }
         Ok(())
-    }
-
-    /// `root/rel`, checked without following links (see [`crate::fsx::under`]).
-    pub fn under(&self, rel: impl AsRef<Path>) -> std::io::Result<PathBuf> {
-        crate::fsx::under(&self.root, rel)
-    }
-
-    /// Creates `root/rel` and the directories above it, each checked (see
-    /// [`crate::fsx::create_dirs_under`]).
-    pub fn create_under(&self, rel: impl AsRef<Path>) -> std::io::Result<PathBuf> {
-        crate::fsx::create_dirs_under(&self.root, rel)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fsx::Unsafe;
 
     #[test]
     fn paths_follow_the_design() {
@@ -111,10 +132,20 @@ mod tests {
         assert_eq!(l.hf_home(), PathBuf::from("/mnt/shared/common/hf"));
         assert_eq!(l.jobs(), PathBuf::from("/mnt/shared/jobs"));
         let dir = tempfile::tempdir().unwrap();
-        let l = Layout::new(dir.path());
+        let l = Layout::new(dir.path().join("fresh"));
+        l.check().unwrap();
         l.create().unwrap();
         l.create().unwrap();
         assert!(l.code().is_dir() && l.runs().is_dir() && l.user_code().is_dir());
+        assert_eq!(l.open("jobs").unwrap().path(), l.jobs());
+        let made = l.create_dirs("jobs/a/b").unwrap();
+        assert_eq!(made.path(), l.jobs().join("a/b"));
+        assert!(l.jobs().join("a/b").is_dir());
+        let err = l.open("jobs/../..").unwrap_err();
+        assert!(
+            matches!(Unsafe::of(&err), Some(Unsafe::Escapes { .. })),
+            "{err}"
+        );
     }
 
     #[test]
@@ -130,14 +161,41 @@ mod tests {
             std::fs::create_dir_all(link.parent().unwrap()).unwrap();
             std::os::unix::fs::symlink(&outside, &link).unwrap();
             let l = Layout::new(&root);
-            for err in [l.check().unwrap_err(), l.create().unwrap_err()] {
+            let mut errors = vec![l.check().unwrap_err(), l.create().unwrap_err()];
+            if planted != ".argus/locks" {
+                errors.push(l.open(Path::new(planted).join("x")).unwrap_err());
+                errors.push(l.create_dirs(Path::new(planted).join("x")).unwrap_err());
+            }
+            for err in errors {
                 assert!(
-                    matches!(crate::fsx::Unsafe::of(&err), Some(crate::fsx::Unsafe::Link { path }) if *path == link),
+                    matches!(Unsafe::of(&err), Some(Unsafe::Link { path }) if *path == link),
                     "{planted}: {err}"
                 );
             }
-            assert!(l.create_under("jobs/x").is_err() || planted != "jobs");
         }
         assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_directory_swapped_for_a_link_after_it_was_opened_keeps_the_writes_inside() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        let l = Layout::new(dir.path().join("shared"));
+        l.create().unwrap();
+        let datasets = l.open("common/datasets").unwrap();
+        let moved = dir.path().join("moved");
+        std::fs::rename(l.datasets(), &moved).unwrap();
+        std::os::unix::fs::symlink(&outside, l.datasets()).unwrap();
+        datasets.create_dirs("gsm8k", &mut |_| {}).unwrap();
+        datasets.write_atomic("f", b"x").unwrap();
+        assert!(moved.join("gsm8k").is_dir() && moved.join("f").is_file());
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+        // Opened again now, the link is refused.
+        let err = l.open("common/datasets").unwrap_err();
+        assert!(
+            matches!(Unsafe::of(&err), Some(Unsafe::Link { .. })),
+            "{err}"
+        );
     }
 }

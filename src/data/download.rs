@@ -19,8 +19,8 @@ use globset::{Glob, GlobSet, GlobSetBuilder};
 use serde::Serialize;
 
 use super::hf::{FileMeta, HubClient, HubError, RepoKind};
-use super::hf_cache::HubCache;
-use crate::fsx::Dirs;
+use super::hf_cache::{HubCache, Incomplete, RepoCache};
+use crate::fsx::{Dir, Dirs};
 use crate::hf::{Commit, Etag, RepoId, RepoPath, Revision};
 use crate::ui::Reporter;
 
@@ -125,19 +125,43 @@ pub async fn snapshot(
     let overall = reporter.task(repo.as_str());
     overall.update(&format!("{} files at {}", wanted.len(), commit.short()));
 
-    let planned = plan(client, cache, kind, repo, &commit, wanted).await?;
-    let to_fetch = missing_blobs(cache, kind, repo, &planned);
+    // What the cache holds, read through handles (nothing is made before the plan is good).
+    let held = cache
+        .open_repo(kind, repo)
+        .map_err(cache_io(cache, kind, repo))?;
+    let planned = plan(client, held.as_ref(), kind, repo, &commit, wanted).await?;
+    let to_fetch = missing_blobs(held.as_ref(), &planned);
+    drop(held);
 
-    // Act.
+    // Act, in the repo's directory held open from here on.
     let dirs = Dirs::new();
+    let repo_cache = cache
+        .create_repo(kind, repo, &dirs)
+        .map_err(cache_io(cache, kind, repo))?;
+    let blobs = if to_fetch.is_empty() {
+        None
+    } else {
+        Some(
+            repo_cache
+                .create_blobs(&dirs)
+                .map_err(|source| HubError::Io {
+                    action: "cannot create",
+                    path: repo_cache.dir().display("blobs").display().to_string(),
+                    source,
+                })?,
+        )
+    };
+    crate::testpoint::reach("prepare:blobs");
     let bytes = AtomicU64::new(0);
     let count = AtomicUsize::new(0);
     stream::iter(to_fetch.into_values())
         .map(|(file, meta)| {
-            let (bytes, count, dirs) = (&bytes, &count, &dirs);
+            let (bytes, count, blobs) = (&bytes, &count, blobs.as_ref());
             async move {
-                let sent =
-                    fetch_blob(client, cache, kind, repo, &file, &meta, dirs, reporter).await?;
+                let Some(blobs) = blobs else {
+                    return Ok(());
+                };
+                let sent = fetch_blob(client, blobs, kind, repo, &file, &meta, reporter).await?;
                 bytes.fetch_add(sent, Ordering::Relaxed);
                 count.fetch_add(1, Ordering::Relaxed);
                 Ok::<_, HubError>(())
@@ -148,8 +172,8 @@ pub async fn snapshot(
         .await?;
     let mut files = Vec::with_capacity(planned.len());
     for (file, etag, _) in planned {
-        cache
-            .link(kind, repo, &commit, &file, &etag, &dirs)
+        repo_cache
+            .link(&commit, &file, &etag, &dirs)
             .map_err(|source| HubError::Io {
                 action: "cannot link",
                 path: file.to_string(),
@@ -162,8 +186,8 @@ pub async fn snapshot(
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
     if spec.revision.as_commit().is_none() {
-        cache
-            .write_ref(kind, repo, &spec.revision, &commit, &dirs)
+        repo_cache
+            .write_ref(&spec.revision, &commit, &dirs)
             .map_err(|source| HubError::Io {
                 action: "cannot write the ref of",
                 path: repo.to_string(),
@@ -199,7 +223,7 @@ pub async fn snapshot(
 /// mirror's HEAD (whose metadata the download then needs), all checked.
 async fn plan(
     client: &HubClient,
-    cache: &HubCache,
+    cache: Option<&RepoCache>,
     kind: RepoKind,
     repo: &RepoId,
     commit: &Commit,
@@ -207,7 +231,7 @@ async fn plan(
 ) -> Result<Vec<Planned>, HubError> {
     stream::iter(wanted)
         .map(|file| async move {
-            if let Some(etag) = cache.linked_etag(kind, repo, commit, &file) {
+            if let Some(etag) = cache.and_then(|c| c.linked_etag(commit, &file)) {
                 return Ok((file, etag, None));
             }
             let meta = client.head(kind, repo, commit, &file).await?;
@@ -223,15 +247,13 @@ type Planned = (RepoPath, Etag, Option<FileMeta>);
 
 /// Each blob the cache lacks, once, even when several files have the same bytes.
 fn missing_blobs(
-    cache: &HubCache,
-    kind: RepoKind,
-    repo: &RepoId,
+    cache: Option<&RepoCache>,
     planned: &[Planned],
 ) -> BTreeMap<Etag, (RepoPath, FileMeta)> {
     let mut to_fetch = BTreeMap::new();
     for (file, etag, meta) in planned {
         if let Some(meta) = meta
-            && !cache.blob(kind, repo, etag).is_file()
+            && !cache.is_some_and(|c| c.has_blob(etag))
         {
             to_fetch
                 .entry(etag.clone())
@@ -241,20 +263,18 @@ fn missing_blobs(
     to_fetch
 }
 
-/// Downloads one blob through `<etag>.incomplete` and renames it into place once its
-/// bytes are verified.
-#[allow(clippy::too_many_arguments)]
+/// Downloads one blob through `blobs/<etag>.incomplete` and renames it into place once
+/// its bytes are verified, all through the handle of `blobs/`.
 async fn fetch_blob(
     client: &HubClient,
-    cache: &HubCache,
+    blobs: &Dir,
     kind: RepoKind,
     repo: &RepoId,
     file: &RepoPath,
     meta: &FileMeta,
-    dirs: &Dirs,
     reporter: &dyn Reporter,
 ) -> Result<u64, HubError> {
-    let blob = cache.blob(kind, repo, &meta.etag);
+    let blob = blobs.display(meta.etag.as_str());
     let io = |action: &'static str| {
         let path = blob.display().to_string();
         move |source| HubError::Io {
@@ -263,16 +283,11 @@ async fn fetch_blob(
             source,
         }
     };
-    if let Some(parent) = blob.parent() {
-        cache
-            .create_dir(parent, dirs)
-            .map_err(io("cannot create"))?;
-    }
-    let incomplete = cache.incomplete(kind, repo, &meta.etag);
+    let incomplete = Incomplete::new(blobs, &meta.etag);
     // Removed if this future is dropped half-way (another file failed) or fails for a
     // reason other than the server going away (then the next run resumes from it).
     let mut partial = Partial {
-        path: &incomplete,
+        incomplete: &incomplete,
         keep: false,
     };
     let task = reporter.task(file.as_str());
@@ -283,9 +298,7 @@ async fn fetch_blob(
         .await;
     match result {
         Ok(sent) => {
-            tokio::fs::rename(&incomplete, &blob)
-                .await
-                .map_err(io("cannot publish"))?;
+            incomplete.publish().map_err(io("cannot publish"))?;
             partial.keep = true;
             task.done(&crate::ui::human_bytes(meta.size.unwrap_or(sent)));
             Ok(sent)
@@ -300,14 +313,28 @@ async fn fetch_blob(
 
 /// A download's `.incomplete` file, removed on drop unless kept.
 struct Partial<'a> {
-    path: &'a std::path::Path,
+    incomplete: &'a Incomplete<'a>,
     keep: bool,
 }
 
 impl Drop for Partial<'_> {
     fn drop(&mut self) {
         if !self.keep {
-            let _ = std::fs::remove_file(self.path);
+            self.incomplete.discard();
         }
+    }
+}
+
+/// An I/O error on the repository's directory in the cache.
+fn cache_io(
+    cache: &HubCache,
+    kind: RepoKind,
+    repo: &RepoId,
+) -> impl FnOnce(std::io::Error) -> HubError {
+    let path = cache.repo_dir(kind, repo).display().to_string();
+    move |source| HubError::Io {
+        action: "cannot use",
+        path,
+        source,
     }
 }

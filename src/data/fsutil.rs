@@ -1,10 +1,8 @@
-//! Small file-system pieces prepare needs to leave nothing half-done and never hang:
-//! directories created by an operation and taken away when it fails ([`Dirs`]), files
-//! written and synced, atomic replacement, and opening a file only when it is a regular
-//! file (a FIFO, socket or device node is refused by name, never opened for reading).
+//! Small file-system pieces prepare needs to never hang: opening a file of the user's own
+//! (a `--from` directory) only when it is a regular file (a FIFO, socket or device node
+//! is refused by name, never opened for reading), and hashing an open file.
 
 use std::fs::File;
-use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
@@ -68,12 +66,4 @@ pub fn open_regular(path: &Path) -> Result<File, NotRegular> {
 /// sha256 of an open file, read in 256 KiB pieces.
 pub fn sha256_of(file: &File) -> std::io::Result<String> {
     crate::digest::reader_sha256(file)
-}
-
-/// Creates a file that must not exist yet (a planted symlink is not followed: the
-/// create fails), writes it and syncs it to disk.
-pub fn write_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut file = File::create_new(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()
 }

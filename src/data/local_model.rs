@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use super::download::CachedFile;
-use super::hf_cache::HubCache;
+use super::hf_cache::{HubCache, Incomplete, RepoCache};
 use super::{Error, ModelReport, Prepare};
 use crate::fsx::Dirs;
 use crate::hf::{Commit, Etag, ModelSpec, RepoKind, RepoPath};
@@ -146,32 +146,31 @@ pub fn import(
         Commit::parse(&content_commit(&hashed)).map_err(|e| Error::LocalModel(e.to_string()))?;
     let cache: HubCache = p.cache();
     let dirs = Dirs::new();
+    let repo_cache = cache
+        .create_repo(RepoKind::Model, &spec.repo, &dirs)
+        .map_err(|e| io_error("create", &cache.repo_dir(RepoKind::Model, &spec.repo), e))?;
+    let blobs = repo_cache
+        .create_blobs(&dirs)
+        .map_err(|e| io_error("create", &repo_cache.dir().display("blobs"), e))?;
     let mut files = Vec::new();
     let mut copied = 0usize;
     let mut bytes = 0u64;
     for ((repo_path, path), (_, sha)) in listed.iter().zip(&hashed) {
         let etag = Etag::parse(sha).map_err(|e| Error::LocalModel(e.to_string()))?;
         let announce = || task.update(&format!("copy {repo_path}"));
-        if let Some(n) = copy_blob(&cache, &spec, &etag, (path, sha), &dirs, announce)? {
+        if let Some(n) = copy_blob(&repo_cache, &blobs, &etag, (path, sha), announce)? {
             copied += 1;
             bytes += n;
         }
-        cache
-            .link(
-                RepoKind::Model,
-                &spec.repo,
-                &commit,
-                repo_path,
-                &etag,
-                &dirs,
-            )
+        repo_cache
+            .link(&commit, repo_path, &etag, &dirs)
             .map_err(|e| io_error("link", path, e))?;
         files.push(CachedFile {
             path: repo_path.to_string(),
             etag: etag.to_string(),
         });
     }
-    if let Some(before) = cache.ref_commit(RepoKind::Model, &spec.repo, &spec.revision)
+    if let Some(before) = repo_cache.ref_commit(&spec.revision)
         && before != commit
     {
         reporter.note(&format!(
@@ -183,8 +182,8 @@ pub fn import(
             spec.repo
         ));
     }
-    cache
-        .write_ref(RepoKind::Model, &spec.repo, &spec.revision, &commit, &dirs)
+    repo_cache
+        .write_ref(&spec.revision, &commit, &dirs)
         .map_err(|e| io_error("write the ref of", dir, e))?;
     dirs.keep();
     let host_path = cache.snapshot_dir(RepoKind::Model, &spec.repo, &commit);
@@ -245,37 +244,49 @@ fn listed_model(
 }
 
 /// Copies `path` into the cache as the blob `etag` (through its `.incomplete`, checked
-/// against `sha` before the rename) unless the blob is there with those bytes. Returns
-/// the bytes copied, None when nothing was; `announce` is called before a copy.
+/// against `sha` before the rename, all through the handle of `blobs/`) unless the blob
+/// is there with those bytes. Returns the bytes copied, None when nothing was;
+/// `announce` is called before a copy.
 fn copy_blob(
-    cache: &HubCache,
-    spec: &ModelSpec,
+    repo_cache: &RepoCache,
+    blobs: &crate::fsx::Dir,
     etag: &Etag,
     (path, sha): (&Path, &str),
-    dirs: &Dirs,
     announce: impl FnOnce(),
 ) -> Result<Option<u64>, Error> {
-    let blob = cache.blob(RepoKind::Model, &spec.repo, etag);
-    if let Some(parent) = blob.parent() {
-        cache
-            .create_dir(parent, dirs)
-            .map_err(|e| io_error("create", parent, e))?;
-    }
-    if blob.is_file() && sha256_file(&blob)? == sha {
+    let blob = blobs.display(etag.as_str());
+    if let Ok(file) = repo_cache.open_blob(etag)
+        && crate::digest::reader_sha256(&file).is_ok_and(|have| have == sha)
+    {
         return Ok(None);
     }
     announce();
-    let tmp = cache.incomplete(RepoKind::Model, &spec.repo, etag);
-    let n = std::fs::copy(path, &tmp).map_err(|e| io_error("copy", path, e))?;
-    if sha256_file(&tmp)? != sha {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(Error::LocalModel(format!(
-            "{} changed while it was copied",
-            path.display()
-        )));
+    let tmp = Incomplete::new(blobs, etag);
+    let result = (|| {
+        let mut from = std::fs::File::open(path).map_err(|e| io_error("open", path, e))?;
+        let mut to = tmp
+            .create()
+            .map_err(|e| io_error("create", &tmp.path(), e))?;
+        let n = std::io::copy(&mut from, &mut to).map_err(|e| io_error("copy", path, e))?;
+        to.sync_all()
+            .map_err(|e| io_error("write", &tmp.path(), e))?;
+        drop(to);
+        let copied = tmp.read().map_err(|e| io_error("read", &tmp.path(), e))?;
+        if crate::digest::reader_sha256(&copied).map_err(|e| io_error("read", &tmp.path(), e))?
+            != sha
+        {
+            return Err(Error::LocalModel(format!(
+                "{} changed while it was copied",
+                path.display()
+            )));
+        }
+        tmp.publish().map_err(|e| io_error("rename", &blob, e))?;
+        Ok(n)
+    })();
+    if result.is_err() {
+        tmp.discard();
     }
-    std::fs::rename(&tmp, &blob).map_err(|e| io_error("rename", &blob, e))?;
-    Ok(Some(n))
+    result.map(Some)
 }
 
 #[cfg(test)]

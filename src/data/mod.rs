@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Layout;
 use crate::exit::{Classify, Exit};
+use crate::fsx::Dir;
 use crate::hf::{BadName, ModelSpec, RepoId, Revision};
 use crate::ui::Reporter;
 use download::{CachedFile, Filter, SnapshotSpec};
@@ -73,6 +74,9 @@ impl Classify for Error {
             | Error::LocalModel(_) => Exit::Usage,
             Error::Lock(e) => e.exit(),
             Error::Io(e) => crate::fsx::io_exit(&e.source),
+            // A refused path in the cache (a planted link) is bad input, like anywhere on
+            // the shared storage.
+            Error::Hub(HubError::Io { source, .. }) => crate::fsx::io_exit(source),
             Error::Hub(
                 HubError::Unreachable { .. } | HubError::Http { .. } | HubError::Interrupted { .. },
             ) => Exit::Unreachable,
@@ -92,6 +96,7 @@ impl Classify for Error {
             Error::UnknownDataset(_) => Some("--dataset gsm8k or --dataset gsm8k-sft".into()),
             Error::Lock(e) => e.hint(),
             Error::Io(e) => crate::fsx::io_hint(&e.source),
+            Error::Hub(HubError::Io { source, .. }) => crate::fsx::io_hint(source),
             _ => None,
         }
     }
@@ -145,8 +150,9 @@ pub struct Prepare {
 }
 
 impl Prepare {
+    /// The hub cache on the shared storage, reached through handles from its root.
     pub fn cache(&self) -> HubCache {
-        HubCache::new(self.host.hf_home().join("hub"))
+        HubCache::of(&self.host)
     }
 
     /// The storage's top-level directories, checked before anything is written: a link
@@ -157,13 +163,24 @@ impl Prepare {
             .map_err(io("cannot use the shared storage at", self.host.root()))
     }
 
-    /// The hub cache's root, made and checked component by component (paths inside the
-    /// cache are then checked by the cache itself).
+    /// The hub cache's root, made when missing, each component opened without following
+    /// a link (the cache then works through handles from the root).
     fn create_cache(&self) -> Result<(), Error> {
         self.host
-            .create_under("common/hf/hub")
+            .create_dirs("common/hf/hub")
             .map(drop)
             .map_err(io("cannot create", &self.host.hf_home().join("hub")))
+    }
+
+    /// The handle of `common/datasets/<name>` when it exists: a link or a file there (or
+    /// on the way) is refused, never followed.
+    fn existing_dataset(&self, dataset: Dataset) -> Result<Option<Dir>, Error> {
+        let rel = Path::new(DATASETS_REL).join(dataset.dir_name());
+        match self.host.open(&rel) {
+            Ok(dir) => Ok(Some(dir)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io("cannot use", &self.host.root().join(&rel))(e)),
+        }
     }
 }
 
@@ -359,10 +376,22 @@ struct RawFile {
 
 /// Where the raw GSM8K files came from: a local `--from` directory or the hub.
 struct RawSource {
-    dir: PathBuf,
+    /// Each split's files, opened.
+    files: Vec<OpenedRaw>,
     /// `local:<dir>` or `<repo>@<commit>`, as the manifest records it.
     name: String,
     commit: Option<String>,
+}
+
+/// One raw split file, opened (a regular file) but not yet read.
+struct OpenedRaw {
+    split: &'static str,
+    /// Its name in the source (`main/train-00000-of-00001.parquet`), as the manifest
+    /// records it.
+    name: String,
+    /// Where it is, for messages.
+    path: PathBuf,
+    file: std::fs::File,
 }
 
 pub async fn prepare_dataset(
@@ -375,15 +404,10 @@ pub async fn prepare_dataset(
         check_from(dir)?;
     }
     p.check_storage()?;
-    // `common/datasets/<name>`, checked: a planted link there is refused before anything
+    // `common/datasets/<name>`, opened: a planted link there is refused before anything
     // is read through it or written next to it.
-    let out_dir = p
-        .host
-        .under(Path::new(DATASETS_REL).join(dataset.dir_name()))
-        .map_err(io(
-            "cannot use",
-            &p.host.datasets().join(dataset.dir_name()),
-        ))?;
+    p.existing_dataset(dataset)?;
+    let out_dir = p.host.datasets().join(dataset.dir_name());
     let _lock = lock(p, &format!("dataset-{}", dataset.dir_name()), reporter)?;
     let raw_source = fetch_raw(p, from, reporter).await?;
     let report = |outputs, written| DatasetReport {
@@ -401,14 +425,16 @@ pub async fn prepare_dataset(
     };
 
     let task = reporter.task(dataset.dir_name());
-    let raw = open_raw(&raw_source.dir)?;
+    let raw = digest_raw(raw_source.files)?;
     let raw_digests: Vec<FileDigest> = raw.iter().map(|r| r.digest.clone()).collect();
-    // Up to date: same transform of the same raw bytes, outputs untouched since.
-    if let Some(existing) = read_manifest(&out_dir)
+    // Up to date: same transform of the same raw bytes, outputs untouched since (read
+    // under the lock, through the dataset directory's handle).
+    if let Some(existing_dir) = p.existing_dataset(dataset)?
+        && let Some(existing) = read_manifest(&existing_dir)
         && existing.transform_version == TRANSFORM_VERSION
         && existing.dataset == dataset
         && existing.raw_files == raw_digests
-        && outputs_intact(&out_dir, &existing.outputs)
+        && outputs_intact(&existing_dir, &existing.outputs)
     {
         task.done("up to date");
         return Ok(report(existing.outputs, false));
@@ -426,7 +452,7 @@ pub async fn prepare_dataset(
         argus_version: env!("CARGO_PKG_VERSION").into(),
         created: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
     };
-    let outputs = publish_dataset(p, &out_dir, &batches, manifest, &*task)?;
+    let outputs = publish_dataset(p, &batches, manifest, &*task)?;
     task.done(
         &outputs
             .iter()
@@ -449,7 +475,7 @@ async fn fetch_raw(
     if let Some(dir) = from {
         check_from(dir)?;
         return Ok(RawSource {
-            dir: dir.to_path_buf(),
+            files: open_local(dir)?,
             name: format!("local:{}", dir.display()),
             commit: None,
         });
@@ -469,37 +495,105 @@ async fn fetch_raw(
             &[],
         )?,
     };
-    let result = download::snapshot(&p.client, &p.cache(), &spec, reporter).await?;
+    let cache = p.cache();
+    let result = download::snapshot(&p.client, &cache, &spec, reporter).await?;
     let commit = result.commit.clone();
     Ok(RawSource {
-        dir: result.dir,
+        files: open_cached(&cache, &spec.repo, &result)?,
         name: format!("{RAW_REPO}@{commit}"),
         commit: Some(commit),
     })
 }
 
-/// Opens every raw split file (regular files only) and digests it.
-fn open_raw(raw_dir: &Path) -> Result<Vec<RawFile>, Error> {
-    let mut raw = Vec::new();
+/// Whether `name` is a file of `split` in the hub repo's layout (`main/<split>-*.parquet`).
+fn is_split_file(name: &str, split: &str) -> bool {
+    name.strip_prefix("main/")
+        .is_some_and(|n| n.starts_with(&format!("{split}-")) && n.ends_with(".parquet"))
+}
+
+/// The raw split files of a `--from` directory (the user's own, read by path), opened:
+/// regular files only.
+fn open_local(dir: &Path) -> Result<Vec<OpenedRaw>, Error> {
+    let mut opened = Vec::new();
     for split in SPLITS {
-        for path in raw_files(raw_dir, split)? {
+        for path in raw_files(dir, split)? {
             let file = fsutil::open_regular(&path).map_err(Error::NotRegular)?;
-            let sha256 = fsutil::sha256_of(&file).map_err(io("cannot read", &path))?;
-            raw.push(RawFile {
+            let name = path
+                .strip_prefix(dir)
+                .unwrap_or(&path)
+                .display()
+                .to_string();
+            opened.push(OpenedRaw {
                 split,
-                digest: FileDigest {
-                    file: path
-                        .strip_prefix(raw_dir)
-                        .unwrap_or(&path)
-                        .display()
-                        .to_string(),
-                    sha256,
-                    rows: 0,
-                },
+                name,
                 path,
                 file,
             });
         }
+    }
+    Ok(opened)
+}
+
+/// The raw split files of the hub's snapshot, opened as the blobs the snapshot's files
+/// are (through the cache's handles, never through the snapshot's links, which anyone
+/// who can write the storage could point elsewhere).
+fn open_cached(
+    cache: &HubCache,
+    repo: &RepoId,
+    result: &download::SnapshotResult,
+) -> Result<Vec<OpenedRaw>, Error> {
+    let repo_dir = cache.repo_dir(RepoKind::Dataset, repo);
+    let held = cache
+        .open_repo(RepoKind::Dataset, repo)
+        .map_err(io("cannot use", &repo_dir))?
+        .ok_or_else(|| io("cannot use", &repo_dir)(std::io::ErrorKind::NotFound.into()))?;
+    let mut opened = Vec::new();
+    for split in SPLITS {
+        let mut files: Vec<&CachedFile> = result
+            .files
+            .iter()
+            .filter(|f| is_split_file(&f.path, split))
+            .collect();
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        if files.is_empty() {
+            return Err(Error::NoRawSplit {
+                split: split.to_string(),
+                dir: result.dir.display().to_string(),
+            });
+        }
+        for f in files {
+            let path = result.dir.join(&f.path);
+            let etag = crate::hf::Etag::parse(&f.etag).map_err(Error::BadInput)?;
+            let file = held.open_blob(&etag).map_err(io(
+                "cannot read",
+                &held.dir().display(Path::new("blobs").join(etag.as_str())),
+            ))?;
+            opened.push(OpenedRaw {
+                split,
+                name: f.path.clone(),
+                path,
+                file,
+            });
+        }
+    }
+    Ok(opened)
+}
+
+/// Digests every opened raw split file.
+fn digest_raw(opened: Vec<OpenedRaw>) -> Result<Vec<RawFile>, Error> {
+    let mut raw = Vec::new();
+    for o in opened {
+        let sha256 = fsutil::sha256_of(&o.file).map_err(io("cannot read", &o.path))?;
+        raw.push(RawFile {
+            split: o.split,
+            digest: FileDigest {
+                file: o.name,
+                sha256,
+                rows: 0,
+            },
+            path: o.path,
+            file: o.file,
+        });
     }
     Ok(raw)
 }
@@ -530,60 +624,75 @@ fn transform(
     Ok(batches)
 }
 
-/// Writes the splits and the manifest (its outputs filled in) into a staging directory
-/// next to the final one, synced, then swaps it in: readers see the old dataset, the new
-/// one, or none; never a part. Returns the outputs written.
+/// Writes the splits and the manifest (its outputs filled in) into a fresh staging
+/// directory made in the handle of `common/datasets`, synced, then swaps it in there:
+/// readers see the old dataset, the new one, or none; never a part. Returns the outputs
+/// written.
 fn publish_dataset(
     p: &Prepare,
-    out_dir: &Path,
     batches: &[(&'static str, arrow_array::RecordBatch)],
     mut manifest: DatasetManifest,
     task: &dyn crate::ui::Task,
 ) -> Result<Vec<FileDigest>, Error> {
-    let datasets_rel = Path::new(DATASETS_REL);
-    let datasets = p.host.datasets();
+    let name = manifest.dataset.dir_name();
     let dirs = crate::fsx::Dirs::new();
-    dirs.create_under(p.host.root(), datasets_rel)
-        .map_err(io("cannot create", &datasets))?;
-    // Checked again under the lock: the name may have been planted while we waited.
-    let out_dir = p
+    let datasets = p
         .host
-        .under(datasets_rel.join(manifest.dataset.dir_name()))
-        .map_err(io("cannot use", out_dir))?;
-    let staging = publish::Staging::new(&datasets, manifest.dataset.dir_name())
-        .map_err(io("cannot create a staging directory in", &datasets))?;
+        .create_in(&dirs, DATASETS_REL)
+        .map_err(io("cannot create", &p.host.datasets()))?;
+    let staging = publish::Staging::new(&datasets, name)
+        .map_err(io("cannot create a staging directory in", datasets.path()))?;
+    crate::testpoint::reach("prepare:staged");
     for (split, batch) in batches {
-        let name = format!("{split}.parquet");
-        let file = staging.path().join(&name);
-        task.update(&format!("writing {}", out_dir.join(&name).display()));
-        parquet::write_file(&file, batch)?;
-        let written = fsutil::open_regular(&file).map_err(Error::NotRegular)?;
+        let file_name = format!("{split}.parquet");
+        let shown = staging.dir().display(&file_name);
+        task.update(&format!(
+            "writing {}",
+            datasets.display(Path::new(name).join(&file_name)).display()
+        ));
+        let file = staging
+            .dir()
+            .create_new(&file_name, 0o644)
+            .map_err(io("cannot create", &shown))?;
+        parquet::write_to(file, &shown, batch)?;
+        let written = staging
+            .dir()
+            .open_file(&file_name)
+            .map_err(io("cannot read", &shown))?;
         manifest.outputs.push(FileDigest {
-            file: name,
-            sha256: fsutil::sha256_of(&written).map_err(io("cannot read", &file))?,
+            file: file_name,
+            sha256: fsutil::sha256_of(&written).map_err(io("cannot read", &shown))?,
             rows: parquet::rows(batch),
         });
     }
-    let manifest_path = staging.path().join("manifest.json");
-    fsutil::write_synced(
-        &manifest_path,
-        &serde_json::to_vec_pretty(&manifest).unwrap_or_default(),
-    )
-    .map_err(io("cannot write", &manifest_path))?;
+    let manifest_path = staging.dir().display("manifest.json");
     staging
-        .publish(&out_dir)
+        .dir()
+        .write_new(
+            "manifest.json",
+            &serde_json::to_vec_pretty(&manifest).unwrap_or_default(),
+        )
+        .map_err(io("cannot write", &manifest_path))?;
+    let out_dir = datasets.display(name);
+    staging
+        .publish(0o755)
         .map_err(io("cannot publish", &out_dir))?;
     dirs.keep();
     Ok(manifest.outputs)
 }
 
-/// The outputs a manifest lists are the dataset's own files, each still with its sha256.
-fn outputs_intact(dir: &Path, outputs: &[FileDigest]) -> bool {
+/// At most this many bytes of a manifest are read (it lists a few files).
+const MAX_MANIFEST: u64 = 1 << 20;
+
+/// The outputs a manifest lists are the dataset's own files, each still with its sha256
+/// (read through the dataset directory's handle).
+fn outputs_intact(dir: &Dir, outputs: &[FileDigest]) -> bool {
     let expected: Vec<String> = SPLITS.iter().map(|s| format!("{s}.parquet")).collect();
     outputs.len() == expected.len()
         && outputs.iter().zip(&expected).all(|(o, name)| {
             o.file == *name
-                && fsutil::open_regular(&dir.join(name))
+                && dir
+                    .open_file(name)
                     .ok()
                     .and_then(|f| fsutil::sha256_of(&f).ok())
                     .as_deref()
@@ -591,7 +700,66 @@ fn outputs_intact(dir: &Path, outputs: &[FileDigest]) -> bool {
         })
 }
 
-pub fn read_manifest(dir: &Path) -> Option<DatasetManifest> {
-    let file = fsutil::open_regular(&dir.join("manifest.json")).ok()?;
-    serde_json::from_reader(std::io::BufReader::new(file)).ok()
+/// The manifest of the dataset whose directory `dir` is, if it has a readable one.
+pub fn read_manifest(dir: &Dir) -> Option<DatasetManifest> {
+    serde_json::from_slice(&dir.read("manifest.json", MAX_MANIFEST).ok()?).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An existing dataset's manifest and outputs are read through the handle of its
+    /// directory: swapped for a link to a forged copy after it was opened, the real one
+    /// is still what is read.
+    #[test]
+    fn an_existing_dataset_is_read_through_its_handle_not_a_swapped_in_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path().join("shared"));
+        let write = |at: &Path, source: &str, bytes: &[u8]| {
+            std::fs::create_dir_all(at).unwrap();
+            for split in SPLITS {
+                std::fs::write(at.join(format!("{split}.parquet")), bytes).unwrap();
+            }
+            let digest = crate::digest::hex(&<sha2::Sha256 as sha2::Digest>::digest(bytes));
+            let manifest = DatasetManifest {
+                dataset: Dataset::Gsm8k,
+                transform_version: TRANSFORM_VERSION,
+                source: source.into(),
+                source_commit: None,
+                raw_files: Vec::new(),
+                outputs: SPLITS
+                    .iter()
+                    .map(|s| FileDigest {
+                        file: format!("{s}.parquet"),
+                        sha256: digest.clone(),
+                        rows: 1,
+                    })
+                    .collect(),
+                argus_version: "t".into(),
+                created: "t".into(),
+            };
+            std::fs::write(
+                at.join("manifest.json"),
+                serde_json::to_vec(&manifest).unwrap(),
+            )
+            .unwrap();
+        };
+        let real = layout.datasets().join("gsm8k");
+        write(&real, "real", b"real bytes");
+        let forged = dir.path().join("forged");
+        write(&forged, "forged", b"forged bytes");
+        let held = layout.open("common/datasets/gsm8k").unwrap();
+        std::fs::rename(&real, dir.path().join("moved")).unwrap();
+        std::os::unix::fs::symlink(&forged, &real).unwrap();
+        let manifest = read_manifest(&held).unwrap();
+        assert_eq!(manifest.source, "real");
+        assert!(outputs_intact(&held, &manifest.outputs));
+        // Opened again now, the link is refused.
+        let err = layout.open("common/datasets/gsm8k").unwrap_err();
+        assert!(matches!(
+            crate::fsx::Unsafe::of(&err),
+            Some(crate::fsx::Unsafe::Link { .. })
+        ));
+    }
 }

@@ -197,9 +197,9 @@ pub fn sft_batch(rows: &[SftRow]) -> Result<RecordBatch, arrow_schema::ArrowErro
     RecordBatch::try_new(Arc::new(sft_schema()), vec![Arc::new(messages.finish())])
 }
 
-/// Writes a batch to a new file at `path` and syncs it (the caller publishes it).
-pub fn write_file(path: &Path, batch: &RecordBatch) -> Result<(), ParquetError> {
-    let file = File::create_new(path).map_err(|e| err(path, e))?;
+/// Writes `batch` into `file` (new, made by the caller in the directory it holds) and
+/// syncs it (the caller publishes it); `path` is for messages.
+pub fn write_to(file: File, path: &Path, batch: &RecordBatch) -> Result<(), ParquetError> {
     let props = WriterProperties::builder()
         .set_compression(Compression::SNAPPY)
         .build();

@@ -1,106 +1,81 @@
-//! Publishing a dataset directory as a whole.
+//! Publishing a dataset directory as a whole, through the handle of the directory that
+//! holds it (`common/datasets`, held open: a swap of any directory on the way after it was
+//! opened cannot lead a write elsewhere).
 //!
-//! The files are written and synced into `.<name>.tmp-<host>-<pid>/` next to the final
-//! directory; then the old directory (if any) is renamed aside to
-//! `.<name>.old-<host>-<pid>`, the new one renamed into place, and the old one removed.
-//! At every moment a reader of `<name>/` finds the old dataset whole, the new one whole,
-//! or no directory at all, never a part of one. A failure before the swap removes the
-//! staging directory (a full disk leaves no stray files); a crash leaves only dot-named
-//! leftovers, which the next run on this host removes once their process is gone.
+//! The files are written and synced into a fresh staging directory (mode 0700, a
+//! temporary name of [`crate::fsx::temp_name`]) next to the final one; then the old
+//! directory (if any) is renamed aside under another temporary name, the new one renamed
+//! into place (both `renameat` in the held handle), and the old one removed. At every
+//! moment a reader of `<name>/` finds the old dataset whole, the new one whole, or no
+//! directory at all, never a part of one. A failure before the swap removes the staging
+//! directory (a full disk leaves no stray files); a crash leaves only temporary names,
+//! which the next run on this host removes once their process is gone
+//! ([`crate::fsx::remove_dead_temps`]).
 
-use std::path::{Path, PathBuf};
+use crate::fsx::Dir;
 
-use crate::fsx::fsync_dir as sync_dir;
-
-pub struct Staging {
-    parent: PathBuf,
+pub struct Staging<'a> {
+    parent: &'a Dir,
     name: String,
-    path: PathBuf,
+    tmp: String,
+    dir: Dir,
     published: bool,
 }
 
-impl Staging {
-    /// Creates `<parent>/.<name>.tmp-<host>-<pid>/`, after removing this host's leftovers
-    /// of dead runs.
-    pub fn new(parent: &Path, name: &str) -> std::io::Result<Self> {
-        let host = crate::fsx::host_name();
-        remove_leftovers(parent, name, &host);
-        let path = parent.join(format!(".{name}.tmp-{host}-{}", std::process::id()));
-        if path.exists() {
-            std::fs::remove_dir_all(&path)?;
-        }
-        std::fs::create_dir(&path)?;
+impl<'a> Staging<'a> {
+    /// Creates the staging directory for `<parent>/<name>` (new, mode 0700: only this
+    /// process writes in it), after removing this host's leftovers of dead runs.
+    pub fn new(parent: &'a Dir, name: &str) -> std::io::Result<Self> {
+        crate::fsx::remove_dead_temps(parent);
+        let tmp = crate::fsx::temp_name(name);
+        let dir = parent.create_dir(&tmp, 0o700)?;
         Ok(Self {
-            parent: parent.to_path_buf(),
+            parent,
             name: name.to_string(),
-            path,
+            tmp,
+            dir,
             published: false,
         })
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// The staging directory: write the dataset's files here.
+    pub fn dir(&self) -> &Dir {
+        &self.dir
     }
 
-    /// Swaps the staging directory in as `final_dir` (which must be `<parent>/<name>`).
-    pub fn publish(mut self, final_dir: &Path) -> std::io::Result<()> {
-        debug_assert_eq!(final_dir, self.parent.join(&self.name));
-        sync_dir(&self.path)?;
-        let old = self.parent.join(format!(
-            ".{}.old-{}-{}",
-            self.name,
-            crate::fsx::host_name(),
-            std::process::id()
-        ));
-        let had_old = match std::fs::rename(final_dir, &old) {
+    /// Syncs the staging tree, gives it `mode` and swaps it in as `<parent>/<name>`.
+    pub fn publish(mut self, mode: u32) -> std::io::Result<()> {
+        self.dir.sync_tree()?;
+        self.dir.set_mode(mode)?;
+        let parent = self.parent;
+        let old = crate::fsx::temp_name(&format!("{}.old", self.name));
+        let had_old = match parent.rename(&self.name, parent, &old) {
             Ok(()) => true,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
             Err(e) => return Err(e),
         };
-        if let Err(e) = std::fs::rename(&self.path, final_dir) {
+        if let Err(e) = parent.rename(&self.tmp, parent, &self.name) {
             if had_old {
-                let _ = std::fs::rename(&old, final_dir);
+                let _ = parent.rename(&old, parent, &self.name);
             }
             return Err(e);
         }
         self.published = true;
-        sync_dir(&self.parent)?;
-        if had_old && let Err(e) = std::fs::remove_dir_all(&old) {
-            tracing::warn!("cannot remove the replaced dataset {}: {e}", old.display());
+        parent.sync()?;
+        if had_old && let Err(e) = parent.remove_all(&old) {
+            tracing::warn!(
+                "cannot remove the replaced dataset {}: {e}",
+                parent.display(&old).display()
+            );
         }
         Ok(())
     }
 }
 
-impl Drop for Staging {
+impl Drop for Staging<'_> {
     fn drop(&mut self) {
         if !self.published {
-            let _ = std::fs::remove_dir_all(&self.path);
-        }
-    }
-}
-
-/// Removes `.<name>.tmp-<host>-<pid>` and `.<name>.old-<host>-<pid>` of processes on
-/// this host that no longer run. Other hosts' leftovers are theirs to clean.
-fn remove_leftovers(parent: &Path, name: &str, host: &str) {
-    let Ok(entries) = std::fs::read_dir(parent) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let file_name = entry.file_name();
-        let Some(file_name) = file_name.to_str() else {
-            continue;
-        };
-        let pid = [".tmp-", ".old-"].iter().find_map(|kind| {
-            file_name
-                .strip_prefix(&format!(".{name}{kind}{host}-"))
-                .and_then(|pid| pid.parse::<u32>().ok())
-        });
-        if let Some(pid) = pid
-            && pid != std::process::id()
-            && !Path::new(&format!("/proc/{pid}")).exists()
-        {
-            let _ = std::fs::remove_dir_all(entry.path());
+            let _ = self.parent.remove_all(&self.tmp);
         }
     }
 }
@@ -108,29 +83,41 @@ fn remove_leftovers(parent: &Path, name: &str, host: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn names(dir: &std::path::Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
 
     #[test]
     fn a_dataset_is_swapped_in_whole_and_a_failed_one_leaves_nothing() {
         let dir = tempfile::tempdir().unwrap();
+        let parent = Dir::root(dir.path()).unwrap();
         let final_dir = dir.path().join("gsm8k");
         for round in ["one", "two"] {
-            let staging = Staging::new(dir.path(), "gsm8k").unwrap();
-            std::fs::write(staging.path().join("train.parquet"), round).unwrap();
-            staging.publish(&final_dir).unwrap();
+            let staging = Staging::new(&parent, "gsm8k").unwrap();
+            staging
+                .dir()
+                .write_new("train.parquet", round.as_bytes())
+                .unwrap();
+            staging.publish(0o755).unwrap();
             assert_eq!(
                 std::fs::read_to_string(final_dir.join("train.parquet")).unwrap(),
                 round
             );
+            let mode = std::fs::metadata(&final_dir).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o755);
         }
         {
-            let staging = Staging::new(dir.path(), "gsm8k").unwrap();
-            std::fs::write(staging.path().join("train.parquet"), "half").unwrap();
+            let staging = Staging::new(&parent, "gsm8k").unwrap();
+            staging.dir().write_new("train.parquet", b"half").unwrap();
         }
-        let names: Vec<String> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(names, ["gsm8k"]);
+        assert_eq!(names(dir.path()), ["gsm8k"]);
         assert_eq!(
             std::fs::read_to_string(final_dir.join("train.parquet")).unwrap(),
             "two"
@@ -141,12 +128,44 @@ mod tests {
     fn leftovers_of_dead_runs_on_this_host_are_removed() {
         let dir = tempfile::tempdir().unwrap();
         let host = crate::fsx::host_name();
-        let dead = dir.path().join(format!(".gsm8k.tmp-{host}-4000000000"));
-        let other = dir.path().join(".gsm8k.tmp-otherhost-1");
-        std::fs::create_dir_all(&dead).unwrap();
+        let dead = dir.path().join(format!(".tmp-gsm8k.{host}.4000000000.1.0"));
+        let other = dir.path().join(".tmp-gsm8k.otherhost.1.1.0");
+        std::fs::create_dir_all(dead.join("x")).unwrap();
         std::fs::create_dir_all(&other).unwrap();
-        drop(Staging::new(dir.path(), "gsm8k").unwrap());
+        let parent = Dir::root(dir.path()).unwrap();
+        drop(Staging::new(&parent, "gsm8k").unwrap());
         assert!(!dead.exists());
         assert!(other.exists(), "another host's run is not ours to clean");
+    }
+
+    /// The datasets directory swapped for a link to elsewhere while its handle is held:
+    /// the staging, the files and the swap-in all land in the real (moved) directory.
+    #[test]
+    fn a_datasets_directory_swapped_for_a_link_while_held_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("shared");
+        let outside = dir.path().join("outside");
+        let moved = dir.path().join("moved");
+        std::fs::create_dir_all(root.join("common/datasets/gsm8k")).unwrap();
+        std::fs::write(root.join("common/datasets/gsm8k/train.parquet"), "old").unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        let datasets = Dir::root(&root)
+            .unwrap()
+            .open_dir("common/datasets")
+            .unwrap();
+        let swap = || {
+            std::fs::rename(root.join("common/datasets"), &moved).unwrap();
+            std::os::unix::fs::symlink(&outside, root.join("common/datasets")).unwrap();
+        };
+        swap();
+        let staging = Staging::new(&datasets, "gsm8k").unwrap();
+        staging.dir().write_new("train.parquet", b"new").unwrap();
+        staging.publish(0o755).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(moved.join("gsm8k/train.parquet")).unwrap(),
+            "new"
+        );
+        assert_eq!(names(&moved), ["gsm8k"]);
+        assert!(names(&outside).is_empty(), "nothing made outside");
     }
 }

@@ -15,19 +15,29 @@ pub fn observe_before(ctx: &Ctx<'_>, spec: &JobSpec, lock: &RunLock) -> Result<O
     let mut observed = Observed::default();
     for pin in &lock.datasets {
         for file in &pin.files {
-            let path = ctx.host.datasets().join(&pin.name).join(&file.file);
-            if path.exists() {
-                let sha = crate::digest::file_sha256(&path).ok();
-                observed
+            // Through handles: a link planted in the dataset is not hashed through.
+            let opened = ctx
+                .host
+                .open(Path::new("common/datasets").join(&pin.name))
+                .and_then(|dir| dir.open_file(&file.file));
+            match opened {
+                Ok(f) => {
+                    let sha = crate::digest::reader_sha256(f).ok();
+                    observed
+                        .dataset_files
+                        .push((pin.name.clone(), file.file.clone(), sha));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(_) => observed
                     .dataset_files
-                    .push((pin.name.clone(), file.file.clone(), sha));
+                    .push((pin.name.clone(), file.file.clone(), None)),
             }
         }
     }
     if let Some(model) = &lock.model {
         observed.model_commit = match model_dir_on_host(&ctx.inputs(), &model.repo) {
             Some(dir) => data::local_model::content_of(&dir).ok().map(|(c, _)| c),
-            None => data::hf_cache::HubCache::new(ctx.host.hf_home().join("hub")).read_ref(
+            None => data::hf_cache::HubCache::of(&ctx.host).read_ref(
                 data::hf::RepoKind::Model,
                 &model.repo,
                 &model.revision,

@@ -506,12 +506,8 @@ fn resolve_model(target: &Target, model: &str, notes: &mut Vec<String>) -> Resul
         reason: e.to_string(),
     })?;
     if let Some(host) = &target.host_shared {
-        let cache = HubCache::new(Layout::new(host).hf_home().join("hub"));
-        if let Some(commit) = cache.ref_commit(RepoKind::Model, &spec.repo, &spec.revision)
-            && cache
-                .snapshot_dir(RepoKind::Model, &spec.repo, &commit)
-                .is_dir()
-        {
+        let cache = HubCache::of(&Layout::new(host));
+        if let Some(commit) = cache.cached_snapshot(RepoKind::Model, &spec.repo, &spec.revision) {
             let inside = HubCache::new(Layout::new(&target.mount).hf_home().join("hub"));
             return Ok(inside
                 .snapshot_dir(RepoKind::Model, &spec.repo, &commit)

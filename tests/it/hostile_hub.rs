@@ -891,8 +891,8 @@ fn a_symlink_planted_in_the_cache_cannot_redirect_a_write() {
     std::os::unix::fs::symlink(&outside, repo_dir.join("blobs")).expect("plant");
     let before = listing(ctx.dir.path());
     argus(&profile, &["prepare", "--model", "acme/planted"])
-        .code(1)
-        .stderr_has("resolves outside the Hugging Face cache: refusing to write there");
+        .code(2)
+        .stderr_has("blobs is a symbolic link: argus does not follow links");
     assert_eq!(before, listing(ctx.dir.path()));
     assert_eq!(std::fs::read_dir(&outside).expect("outside").count(), 0);
 }

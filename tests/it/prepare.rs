@@ -754,3 +754,101 @@ fn two_concurrent_prepares_of_one_model_yield_one_verified_blob_set() {
     );
     assert!(out.contains("model.safetensors"), "{out}");
 }
+
+/// Pauses a spawned `argus prepare` at `point`, lets `swap` move a directory of the
+/// storage away and plant a link to `outside` in its place, then lets it finish.
+fn swap_while_paused(
+    ctx: &TestContext,
+    profile: &Path,
+    args: &[&str],
+    point: &str,
+    swap: impl FnOnce(),
+) -> std::process::ExitStatus {
+    let tp = ctx.path(&format!("testpoint-{point}"));
+    let mut child = ctx
+        .argus()
+        .profile(profile)
+        .env("ARGUS_TESTPOINT", point)
+        .env("ARGUS_TESTPOINT_FILE", &tp)
+        .args(args)
+        .spawn_to(&ctx.path("swap.out"), &ctx.path("swap.err"));
+    poll(
+        &format!("prepare to pause at {point}"),
+        Duration::from_secs(60),
+        || tp.exists().then_some(()),
+    );
+    swap();
+    std::fs::remove_file(&tp).expect("release");
+    child.wait().expect("prepare")
+}
+
+fn swap_for_link(dir: &Path, moved: &Path, outside: &Path) {
+    std::fs::rename(dir, moved).expect("move the real directory away");
+    std::os::unix::fs::symlink(outside, dir).expect("plant the link");
+}
+
+/// `common/datasets` swapped for a link to elsewhere while prepare writes the dataset
+/// (the race a hostile writer of the storage can win): the dataset still lands in the
+/// real directory, held open since before the swap, and nothing appears at the link's
+/// target. The next prepare refuses the link (exit 2).
+#[test]
+fn a_datasets_directory_swapped_for_a_link_mid_prepare_is_not_followed() {
+    let ctx = TestContext::new("prepswapds");
+    let raw = ctx.path("raw");
+    write_raw_gsm8k(&raw, &gsm8k_rows("train", 5), &gsm8k_rows("test", 2));
+    let (profile, shared) = profile(&ctx, "http://127.0.0.1:9");
+    let (moved, outside) = (ctx.path("moved"), ctx.path("outside"));
+    std::fs::create_dir_all(&outside).expect("outside");
+    let datasets = shared.join("common/datasets");
+    let raw_arg = raw.to_str().expect("utf8");
+    let args = ["prepare", "--dataset", "gsm8k", "--from", raw_arg];
+    let status = swap_while_paused(&ctx, &profile, &args, "prepare:staged", || {
+        swap_for_link(&datasets, &moved, &outside)
+    });
+    let err = std::fs::read_to_string(ctx.path("swap.err")).unwrap_or_default();
+    assert!(status.success(), "{err}");
+    for file in ["train.parquet", "test.parquet", "manifest.json"] {
+        assert!(moved.join("gsm8k").join(file).is_file(), "{file}: {err}");
+    }
+    assert_eq!(crate::harness::entry_names(&moved), ["gsm8k"]);
+    assert!(
+        crate::harness::entry_names(&outside).is_empty(),
+        "written through the link"
+    );
+    ctx.argus()
+        .profile(&profile)
+        .args(args)
+        .run()
+        .code(2)
+        .stderr_has("is a symbolic link");
+    assert!(crate::harness::entry_names(&outside).is_empty());
+}
+
+/// A model repo's `blobs/` swapped for a link to elsewhere while prepare downloads into
+/// it: every blob lands in the real directory (held open), none at the link's target.
+#[test]
+fn blobs_swapped_for_a_link_mid_download_are_not_followed() {
+    let ctx = TestContext::new("prepswapblobs");
+    let olah = Olah::start(&ctx.path("olah"));
+    tiny_model(&olah.mirrors, "acme/swapped", 50_000);
+    let (profile, shared) = profile(&ctx, &olah.endpoint);
+    let (moved, outside) = (ctx.path("moved"), ctx.path("outside"));
+    std::fs::create_dir_all(&outside).expect("outside");
+    let blobs = shared.join("common/hf/hub/models--acme--swapped/blobs");
+    let args = ["prepare", "--model", "acme/swapped"];
+    let status = swap_while_paused(&ctx, &profile, &args, "prepare:blobs", || {
+        swap_for_link(&blobs, &moved, &outside)
+    });
+    let err = std::fs::read_to_string(ctx.path("swap.err")).unwrap_or_default();
+    assert!(status.success(), "{err}");
+    let names = crate::harness::entry_names(&moved);
+    assert_eq!(names.len(), 6, "{names:?}");
+    assert!(
+        names.iter().all(|n| !n.contains(".incomplete")),
+        "{names:?}"
+    );
+    assert!(
+        crate::harness::entry_names(&outside).is_empty(),
+        "written through the link"
+    );
+}

@@ -3,7 +3,6 @@
 //! further, and verify the size and (for LFS files) the sha256 before the caller moves
 //! the file into place.
 
-use std::path::Path;
 use std::time::Duration;
 
 use reqwest::{StatusCode, Url, header};
@@ -11,6 +10,7 @@ use sha2::{Digest, Sha256};
 use tokio::io::AsyncWriteExt;
 
 use super::{HubClient, HubError, without_credentials};
+use crate::data::hf_cache::Incomplete;
 use crate::hf::{FileMeta, RepoId, RepoKind, RepoPath};
 
 /// How many attempts a download makes in all, whatever progress each one makes.
@@ -20,7 +20,7 @@ const MAX_ATTEMPTS: u32 = 50;
 struct Partial<'a> {
     file: &'a RepoPath,
     meta: &'a FileMeta,
-    incomplete: &'a Path,
+    incomplete: &'a Incomplete<'a>,
 }
 
 /// What one GET left in the partial file.
@@ -47,7 +47,7 @@ impl HubClient {
         repo: &RepoId,
         meta: &FileMeta,
         file: &RepoPath,
-        incomplete: &Path,
+        incomplete: &Incomplete<'_>,
         mut progress: impl FnMut(u64),
     ) -> Result<u64, HubError> {
         let url = self.resolve_url(kind, repo, meta.commit.as_str(), file)?;
@@ -173,27 +173,20 @@ impl Partial<'_> {
     fn io(&self, action: &'static str) -> impl Fn(std::io::Error) -> HubError + '_ {
         move |source| HubError::Io {
             action,
-            path: self.incomplete.display().to_string(),
+            path: self.incomplete.path().display().to_string(),
             source,
         }
     }
 
     async fn discard(&self) {
-        let _ = tokio::fs::remove_file(self.incomplete).await;
+        self.incomplete.discard();
     }
 
     /// How many bytes the partial file holds that are worth resuming from. Only a
-    /// regular file counts (not followed: a link planted in the cache must not make
-    /// argus write through it); one longer than the file is started over.
+    /// regular file of its own counts (a link planted in the cache must not make argus
+    /// write through it: it is removed); one longer than the file is started over.
     async fn held(&self) -> u64 {
-        let have = match tokio::fs::symlink_metadata(self.incomplete).await {
-            Ok(m) if m.is_file() => m.len(),
-            Ok(_) => {
-                self.discard().await;
-                0
-            }
-            Err(_) => 0,
-        };
+        let have = self.incomplete.held();
         if self.meta.size.is_some_and(|size| have > size) {
             0
         } else {
@@ -201,25 +194,15 @@ impl Partial<'_> {
         }
     }
 
-    /// Opens the partial file to append to (`keep`) or to rewrite, never through a link.
+    /// Opens the partial file to append to (`keep`) or makes it anew, through the
+    /// handle of `blobs/` and never through a link.
     async fn open(&self, keep: bool) -> Result<tokio::fs::File, HubError> {
-        let mut options = tokio::fs::OpenOptions::new();
-        options.custom_flags(libc::O_NOFOLLOW);
-        if keep {
-            options
-                .append(true)
-                .open(self.incomplete)
-                .await
-                .map_err(self.io("cannot open"))
+        let file = if keep {
+            self.incomplete.append().map_err(self.io("cannot open"))?
         } else {
-            options
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(self.incomplete)
-                .await
-                .map_err(self.io("cannot create"))
-        }
+            self.incomplete.create().map_err(self.io("cannot create"))?
+        };
+        Ok(tokio::fs::File::from_std(file))
     }
 
     /// Writes the body into `out` as it arrives, hashing it; a broken connection ends
@@ -304,13 +287,9 @@ fn range_start(response: &reqwest::Response) -> Option<u64> {
 }
 
 /// Feeds what a partial download already holds into `hasher`.
-async fn hash_prefix(path: &Path, hasher: &mut Sha256) -> std::io::Result<()> {
+async fn hash_prefix(incomplete: &Incomplete<'_>, hasher: &mut Sha256) -> std::io::Result<()> {
     use tokio::io::AsyncReadExt;
-    let mut file = tokio::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .await?;
+    let mut file = tokio::fs::File::from_std(incomplete.read()?);
     let mut buffer = vec![0u8; 256 * 1024];
     loop {
         let n = file.read(&mut buffer).await?;
