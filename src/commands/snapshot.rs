@@ -66,6 +66,16 @@ fn create(layout: &Layout, args: &SnapshotArgs, printer: &Printer) -> Result<Exi
 
 fn list(layout: &Layout, printer: &Printer) -> Result<Exit> {
     let snapshots = snapshot::list(&layout.code())?;
+    // Listed, not dropped: the entry exists; the warning says why it cannot be read.
+    for s in &snapshots {
+        if let Some(why) = &s.unreadable {
+            let what = match s.code_id.as_str() {
+                "-" => s.name.clone(),
+                id => format!("{}/{id}", s.name),
+            };
+            printer.warn(format!("{what} is unreadable: {why}"));
+        }
+    }
     if printer.json {
         printer.json(&serde_json::to_value(&snapshots)?);
         return Ok(Exit::Success);
@@ -76,6 +86,17 @@ fn list(layout: &Layout, printer: &Printer) -> Result<Exit> {
             .to_vec(),
     ];
     for s in &snapshots {
+        if s.unreadable.is_some() {
+            rows.push(vec![
+                s.code_id.clone(),
+                s.name.clone(),
+                "UNREADABLE".into(),
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ]);
+            continue;
+        }
         let commit = match (&s.git_commit, s.git_dirty) {
             (Some(c), true) => format!("{c} (dirty)"),
             (Some(c), false) => c.clone(),
@@ -95,8 +116,11 @@ fn list(layout: &Layout, printer: &Printer) -> Result<Exit> {
 }
 
 fn check(layout: &Layout, id: &str, printer: &Printer) -> Result<Exit> {
-    let path = snapshot::find(&layout.code(), id)?;
-    let report = verify::verify(&path).with_context(|| format!("cannot verify snapshot {id}"))?;
+    let found = snapshot::locate(&layout.code(), id)?;
+    let report = found
+        .open()
+        .and_then(|dir| verify::verify_in(&dir))
+        .with_context(|| format!("cannot verify snapshot {id}"))?;
     if printer.json {
         printer.json(&serde_json::to_value(&report)?);
     } else {

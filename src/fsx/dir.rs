@@ -439,6 +439,11 @@ impl Dir {
         self.sync()
     }
 
+    /// The permission bits of this directory (`fstat` of the handle).
+    pub fn mode(&self) -> std::io::Result<u32> {
+        Ok(rustix::fs::fstat(self.fd())?.st_mode & 0o7777)
+    }
+
     /// Sets the mode of this directory.
     pub fn set_mode(&self, mode: u32) -> std::io::Result<()> {
         Ok(rustix::fs::fchmod(self.fd(), Mode::from_raw_mode(mode))?)

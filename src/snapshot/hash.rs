@@ -1,5 +1,6 @@
 //! Content hashing: sha256 of every file, streamed (no whole-file buffers), in parallel;
-//! the tree hash covers paths, permission bits, link targets and bytes.
+//! the tree hash covers paths, permission bits (of directories too, when not the usual
+//! 0755), link targets and bytes.
 //!
 //! A file is read through one descriptor whose metadata must be what the walk saw, before
 //! and after the read: a file written to, truncated or replaced meanwhile is an error
@@ -15,8 +16,8 @@ use sha2::{Digest, Sha256};
 use crate::digest::hex;
 
 use super::manifest::FileRecord;
-use super::walk::{Entry, GitState, Stamp};
-use super::{Error, io};
+use super::walk::{DEFAULT_DIR_MODE, Entry, GitState, Stamp};
+use super::{Error, io, source_io};
 use crate::ui::Task;
 
 /// Runs `work` on every item with one thread per core; the first error wins.
@@ -94,12 +95,12 @@ pub fn read_unchanged(entry: &Entry, mut sink: impl Write) -> Result<String, Err
     let mut file = crate::fsx::open_regular(path).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => changed(),
         _ if crate::fsx::Unsafe::of(&e).is_some() => changed(),
-        _ => io("cannot read", path)(e),
+        _ => source_io("cannot read", path)(e),
     })?;
     let stamp = |file: &std::fs::File| {
         file.metadata()
             .map(|m| Stamp::of(&m))
-            .map_err(io("cannot read", path))
+            .map_err(source_io("cannot read", path))
     };
     if stamp(&file)? != entry.stamp {
         return Err(changed());
@@ -108,7 +109,9 @@ pub fn read_unchanged(entry: &Entry, mut sink: impl Write) -> Result<String, Err
     let mut buffer = vec![0u8; 256 * 1024];
     let mut total = 0u64;
     loop {
-        let n = file.read(&mut buffer).map_err(io("cannot read", path))?;
+        let n = file
+            .read(&mut buffer)
+            .map_err(source_io("cannot read", path))?;
         if n == 0 {
             break;
         }
@@ -133,13 +136,22 @@ pub fn tree_hash(entries: &[Entry]) -> String {
 /// so a manifest can be checked against its own id.
 ///
 /// Each record is `<kind>\0<sha256 or link target>\0<path>\n`. The kind is `f` (mode
-/// 0444), `x` (0555), `l` (a link) or `m<octal mode>` (any other mode): the first two are
-/// what every snapshot had before modes were kept, so their ids stay the same. No part
-/// holds a NUL and the kind holds no newline, so the encoding is unambiguous.
+/// 0444), `x` (0555), `l` (a link), `m<octal mode>` (a file of any other mode) or
+/// `d<octal mode>` (a directory, with an empty second part): the first two are what every
+/// snapshot had before modes were kept, and a directory of mode 0755 (what every snapshot
+/// had before directory modes were kept) has no record at all, so those ids stay the
+/// same. No part holds a NUL and the kind holds no newline, so the encoding is
+/// unambiguous.
 pub fn records_tree_hash(records: &[FileRecord]) -> String {
     let mut hasher = Sha256::new();
     for record in records {
         match (&record.link, &record.sha256) {
+            _ if record.dir => {
+                if record.mode() == DEFAULT_DIR_MODE {
+                    continue;
+                }
+                hasher.update(format!("d{:o}\0", record.mode()).as_bytes());
+            }
             (Some(target), _) => {
                 hasher.update(b"l\0");
                 hasher.update(target.as_bytes());

@@ -1,15 +1,27 @@
 //! The manifest inside every snapshot (`.argus/manifest.json`): where it came from and
-//! every file with its size, permission bits and sha256. Its records hash to its
-//! `tree_hash` (`hash::records_tree_hash`), so a manifest can be checked against itself.
+//! every file with its size, permission bits and sha256, and every directory whose mode is
+//! not the usual 0755. Its records hash to its `tree_hash` (`hash::records_tree_hash`), so a
+//! manifest can be checked against itself.
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::walk::{Entry, GitState, Kind};
+use super::walk::{DEFAULT_DIR_MODE, Entry, GitState, Kind};
 use super::{Error, io};
+use crate::fsx::Dir;
 
 pub const MANIFEST: &str = ".argus/manifest.json";
+/// The directory of argus's own files in a snapshot, and the manifest's name in it.
+pub const ARGUS_DIR: &str = ".argus";
+pub const MANIFEST_NAME: &str = "manifest.json";
+/// The modes publish gives the manifest and its directory.
+pub const MANIFEST_MODE: u32 = 0o444;
+pub const ARGUS_DIR_MODE: u32 = 0o755;
+
+/// The manifest format: 1 before directory modes were kept (a directory's mode then came
+/// from the umask), 2 since.
+pub const FORMAT: u32 = 2;
 
 /// The largest manifest read (about three million files): a file others can write must
 /// not eat the memory.
@@ -45,6 +57,9 @@ pub struct FileRecord {
     /// For symlinks: the (relative) target.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub link: Option<String>,
+    /// A directory (recorded only when its mode is not 0755; the root is `"."`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dir: bool,
 }
 
 impl Manifest {
@@ -57,7 +72,7 @@ impl Manifest {
         entries: &[Entry],
     ) -> Self {
         Self {
-            format: 1,
+            format: FORMAT,
             name: name.to_string(),
             code_id: code_id.to_string(),
             source: source.display().to_string(),
@@ -66,15 +81,31 @@ impl Manifest {
             created: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
             argus_version: env!("CARGO_PKG_VERSION").to_string(),
             tree_hash: tree_hash.to_string(),
-            files: entries.iter().map(FileRecord::from).collect(),
+            files: entries
+                .iter()
+                .filter(|e| {
+                    e.kind
+                        != Kind::Dir {
+                            mode: DEFAULT_DIR_MODE,
+                        }
+                })
+                .map(FileRecord::from)
+                .collect(),
         }
     }
 
-    /// The manifest of the snapshot directory `snapshot` (which the caller checked), read
-    /// without following a link planted at `.argus` or at the manifest.
+    /// The manifest of the snapshot at `snapshot` (`<root>/common/code/<name>/<code_id>`),
+    /// reached from the storage root without following a link.
     pub fn read(snapshot: &Path) -> Result<Self, Error> {
-        let path = snapshot.join(MANIFEST);
-        let bytes = crate::fsx::read_under(snapshot, MANIFEST, MAX_MANIFEST_BYTES)
+        Self::read_in(&super::open_snapshot(snapshot)?)
+    }
+
+    /// The manifest of the snapshot held open as `snapshot`, read without following a
+    /// link planted at `.argus` or at the manifest.
+    pub fn read_in(snapshot: &Dir) -> Result<Self, Error> {
+        let path = snapshot.display(MANIFEST);
+        let bytes = snapshot
+            .read(MANIFEST, MAX_MANIFEST_BYTES)
             .map_err(io("cannot read the manifest", &path))?;
         serde_json::from_slice(&bytes)
             .map_err(|e| io("corrupt manifest", &path)(std::io::Error::other(e)))
@@ -82,10 +113,11 @@ impl Manifest {
 }
 
 impl FileRecord {
-    /// A file's permission bits in the snapshot.
+    /// A file's or directory's permission bits in the snapshot.
     pub fn mode(&self) -> u32 {
         match self.mode {
             Some(mode) => mode,
+            None if self.dir => DEFAULT_DIR_MODE,
             None if self.executable => 0o555,
             None => 0o444,
         }
@@ -102,6 +134,7 @@ impl From<&Entry> for FileRecord {
                 mode: Some(*mode),
                 sha256: Some(entry.sha256.clone()),
                 link: None,
+                dir: false,
             },
             Kind::Symlink { target } => FileRecord {
                 path: entry.rel.clone(),
@@ -110,6 +143,16 @@ impl From<&Entry> for FileRecord {
                 mode: None,
                 sha256: None,
                 link: Some(target.clone()),
+                dir: false,
+            },
+            Kind::Dir { mode } => FileRecord {
+                path: entry.rel.clone(),
+                size: 0,
+                executable: false,
+                mode: Some(*mode),
+                sha256: None,
+                link: None,
+                dir: true,
             },
         }
     }

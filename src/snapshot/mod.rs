@@ -9,9 +9,11 @@
 //! changing underneath fails the snapshot instead of publishing bytes the manifest does
 //! not describe; an existing snapshot is reused only after it verifies against its
 //! manifest, and the manifest against its tree hash. Names are kept exactly (one that is
-//! not UTF-8 is refused), permission bits are kept, never widened, and are part of the
-//! id. From `common/` down nothing on the storage is followed: a link planted there is
-//! refused ([`crate::fsx::under`]) for writes and reads alike.
+//! not UTF-8 is refused), permission bits of files and directories are kept, never
+//! widened, and are part of the id. From `common/` down nothing on the storage is
+//! followed, and nothing is checked and then used by name: every directory is held open
+//! ([`crate::fsx::Dir`]) and what is below it is made, read, renamed and removed through
+//! that handle, so a directory swapped for a link at any moment leads nowhere.
 
 pub mod hash;
 pub mod manifest;
@@ -25,6 +27,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::exit::{Classify, Exit};
+use crate::fsx::{Dir, Dirs};
 use crate::ui::Reporter;
 
 pub use manifest::Manifest;
@@ -37,6 +40,18 @@ pub enum Error {
     SourceNotDir(PathBuf),
     #[error("symlink {link} points outside the source tree (to {target})")]
     LinkOutside { link: String, target: String },
+    #[error("symlink {link} cannot be followed: {why}")]
+    LinkUnfollowable { link: String, why: String },
+    #[error(
+        "symlink {link} resolves to {}, which {relation} the shared storage ({}): following it would copy the snapshots into themselves",
+        target.display(), shared.display()
+    )]
+    LinkToShared {
+        link: String,
+        target: PathBuf,
+        relation: &'static str,
+        shared: PathBuf,
+    },
     #[error(
         "invalid {what} {value:?}: only letters, digits, '.', '_' and '-', and not '.' or '..'"
     )]
@@ -78,59 +93,84 @@ pub enum Error {
     InUse { id: String, jobs: String },
     #[error(transparent)]
     Lock(#[from] crate::lock::Error),
+    /// A failure on the shared storage.
     #[error(transparent)]
     Io(#[from] crate::fsx::IoAt),
+    /// A failure reading the source tree (the user's, not the storage).
+    #[error(transparent)]
+    Source(crate::fsx::IoAt),
 }
 
 impl Classify for Error {
     fn exit(&self) -> Exit {
         match self {
-            Error::Io(_) | Error::Changed { .. } | Error::Corrupt { .. } => Exit::Failed,
+            Error::Io(_) | Error::Source(_) | Error::Changed { .. } | Error::Corrupt { .. } => {
+                Exit::Failed
+            }
             Error::Lock(e) => e.exit(),
             _ => Exit::Usage,
         }
     }
     fn hint(&self) -> Option<String> {
+        use std::io::ErrorKind::PermissionDenied;
         match self {
             Error::LinkOutside { .. } => Some("pass --follow-links to copy what the link points to, or --exclude it".into()),
+            Error::LinkUnfollowable { .. } => Some("fix the link, or --exclude it".into()),
+            Error::LinkToShared { .. } => Some("--exclude the link: a snapshot never holds the shared storage".into()),
             Error::SpecialFile { .. } => Some("remove it from the tree, or --exclude it".into()),
             Error::NonUtf8Name { .. } => Some("rename it, or --exclude it".into()),
             Error::DuplicatePath { .. } => Some("--exclude one of them".into()),
             Error::Changed { .. } => Some("something is still writing to the source tree: let it finish (or --exclude that file) and snapshot again; nothing was published".into()),
             Error::Corrupt { id, .. } => Some(format!("`argus snapshot verify {id}` lists the differences; remove it with `argus snapshot rm {id}` and snapshot again")),
-            Error::Unsafe(_) => Some("check what stands there and remove it, then run argus again".into()),
+            Error::Unsafe(refusal) => Some(refusal.hint()),
             Error::SourceContainsShared { .. } => Some("snapshot the code's own directory".into()),
             Error::Conflict { .. } => Some("snapshots are immutable: choose another --code-id, or leave it out to derive one from the content".into()),
             Error::InUse { .. } => Some("wait for those jobs to finish, or pass --force".into()),
-            Error::Io(e) if e.source.kind() == std::io::ErrorKind::PermissionDenied => Some("the shared storage is not writable by this user".into()),
+            Error::Source(e) if e.source.kind() == PermissionDenied => Some("this user cannot read that part of the source tree: make it readable, or --exclude it".into()),
+            Error::Io(e) if e.source.kind() == PermissionDenied && e.action.starts_with("cannot read") => Some("this user cannot read the shared storage there".into()),
+            Error::Io(e) if e.source.kind() == PermissionDenied => Some("the shared storage is not writable by this user".into()),
             Error::Io(e) if e.source.raw_os_error() == Some(28) => Some("the disk is full; nothing was published".into()),
             _ => None,
         }
     }
 }
 
+/// An I/O error on the shared storage, with what was being done and where; a refusal of
+/// `fsx` (a planted link) is its own error, not a failed read.
 pub(crate) fn io<'a>(
     action: &'static str,
     path: &'a Path,
 ) -> impl FnOnce(std::io::Error) -> Error + 'a {
-    move |source: std::io::Error| {
-        // A refusal of `fsx` (a planted link) is its own error, not a failed read.
-        let source = if source
-            .get_ref()
-            .is_some_and(|e| e.is::<crate::fsx::Unsafe>())
-        {
-            match source
-                .into_inner()
-                .map(|e| e.downcast::<crate::fsx::Unsafe>())
-            {
-                Some(Ok(refusal)) => return Error::Unsafe(*refusal),
-                Some(Err(other)) => std::io::Error::other(other),
-                None => std::io::Error::other("unknown error"),
-            }
-        } else {
-            source
-        };
-        Error::Io(crate::fsx::io_at(action, path)(source))
+    move |source: std::io::Error| match refusal(source) {
+        Ok(refusal) => Error::Unsafe(refusal),
+        Err(source) => Error::Io(crate::fsx::io_at(action, path)(source)),
+    }
+}
+
+/// An I/O error reading the source tree.
+pub(crate) fn source_io<'a>(
+    action: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(std::io::Error) -> Error + 'a {
+    move |source: std::io::Error| match refusal(source) {
+        Ok(refusal) => Error::Unsafe(refusal),
+        Err(source) => Error::Source(crate::fsx::io_at(action, path)(source)),
+    }
+}
+
+/// The refusal of `fsx` inside `error`, or the error as it was.
+fn refusal(error: std::io::Error) -> Result<crate::fsx::Unsafe, std::io::Error> {
+    if crate::fsx::Unsafe::of(&error).is_none() {
+        return Err(error);
+    }
+    let kind = error.kind();
+    match error
+        .into_inner()
+        .map(|e| e.downcast::<crate::fsx::Unsafe>())
+    {
+        Some(Ok(refusal)) => Ok(*refusal),
+        Some(Err(other)) => Err(std::io::Error::new(kind, other)),
+        None => Err(std::io::Error::other("unknown error")),
     }
 }
 
@@ -172,7 +212,8 @@ pub struct SnapshotReport {
 
 /// Where the code root sits: the storage root (the caller's, a profile's mount, which may
 /// itself be a link) and the path from it to the code root, which others can write into
-/// and so is checked without following links. Every caller passes `<root>/common/code`.
+/// and so is reached through handles, never following a link. Every caller passes
+/// `<root>/common/code`.
 fn anchor(code_root: &Path) -> (PathBuf, PathBuf) {
     if code_root.ends_with(CODE_DIR)
         && let Some(root) = code_root.parent().and_then(Path::parent)
@@ -185,12 +226,38 @@ fn anchor(code_root: &Path) -> (PathBuf, PathBuf) {
 /// The code root's directory layout, relative to the storage root.
 const CODE_DIR: &str = "common/code";
 
-/// `code_root/rel`, refused ([`Error::Unsafe`]) if a link or a non-directory stands
-/// anywhere from `common/` down.
-fn below(code_root: &Path, rel: impl AsRef<Path>) -> Result<PathBuf, Error> {
+/// `Ok(None)` for a missing directory, the error otherwise.
+fn found<T>(result: std::io::Result<T>) -> std::io::Result<Option<T>> {
+    match result {
+        Ok(value) => Ok(Some(value)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The code root held open (None when it does not exist yet): the storage root opened as
+/// the caller names it, `common/code` below it without following a link.
+fn open_code(code_root: &Path) -> Result<Option<Dir>, Error> {
     let (root, base) = anchor(code_root);
-    let rel = base.join(rel);
-    crate::fsx::under(&root, &rel).map_err(io("cannot read", &root.join(&rel)))
+    let Some(top) = found(Dir::root(&root)).map_err(io("cannot read", &root))? else {
+        return Ok(None);
+    };
+    found(top.open_dir(&base)).map_err(io("cannot read", code_root))
+}
+
+/// The snapshot directory at `path` (`<root>/common/code/<name>/<code_id>`, as [`find`]
+/// gives it) held open: the storage root opened as named, everything from `common/` down
+/// without following a link.
+pub(crate) fn open_snapshot(path: &Path) -> Result<Dir, Error> {
+    let family = path.parent().unwrap_or(path);
+    let (code_root, root_rel) = match (family.parent(), family.file_name(), path.file_name()) {
+        (Some(code_root), Some(name), Some(id)) => (code_root, Path::new(name).join(id)),
+        _ => (path, PathBuf::new()),
+    };
+    let (root, base) = anchor(code_root);
+    let top = Dir::root(&root).map_err(io("cannot read", &root))?;
+    top.open_dir(base.join(root_rel))
+        .map_err(io("cannot read", path))
 }
 
 /// `path` made absolute with its links resolved as far as it exists, the rest (which
@@ -222,10 +289,19 @@ pub fn snapshot(
 ) -> Result<SnapshotReport, Error> {
     let started = std::time::Instant::now();
     let source = check_source(code_root, options)?;
+    let (root, base) = anchor(code_root);
+    // What a followed link must not lead to (or hold): the whole storage.
+    let shared = resolve_existing(&root);
+    let links = if options.follow_links {
+        walk::Links::Follow { shared: &shared }
+    } else {
+        walk::Links::Keep
+    };
     let task = reporter.task("snapshot");
     task.update("listing files");
-    let entries = walk::collect(&source, &options.excludes, options.follow_links)?;
-    task.update(&format!("hashing {} files", entries.len()));
+    let entries = walk::collect(&source, &options.excludes, links)?;
+    let to_hash = entries.iter().filter(|e| e.is_file()).count();
+    task.update(&format!("hashing {to_hash} files"));
     let hashed = hash::hash_entries(&source, entries, &*task)?;
     let tree_hash = hash::tree_hash(&hashed);
     let git = walk::git_state(&source);
@@ -235,10 +311,11 @@ pub fn snapshot(
     };
     let files = hashed.iter().filter(|e| e.is_file()).count();
     let bytes = hashed.iter().map(|e| e.size).sum();
-    let report = |created, target: PathBuf| SnapshotReport {
+    let target = code_root.join(&options.name).join(&code_id);
+    let report = |created| SnapshotReport {
         code_id: code_id.clone(),
         name: options.name.clone(),
-        path: target,
+        path: target.clone(),
         files,
         bytes,
         tree_hash: tree_hash.clone(),
@@ -248,34 +325,33 @@ pub fn snapshot(
         seconds: started.elapsed().as_secs_f64(),
     };
 
-    let (root, base) = anchor(code_root);
-    let family = base.join(&options.name);
-    // What this run creates of `common/code/<name>` is taken away again if it fails.
-    let made = Made::new(&root, &family);
+    let family_rel = base.join(&options.name);
+    // What this run creates, the storage root included, is taken away again if it fails.
+    let made = Dirs::new();
     // The storage root is the caller's (a profile's mount, made if missing); from
-    // `common/` down nothing is followed.
-    std::fs::create_dir_all(&root).map_err(io("cannot create", &root))?;
-    let dir = crate::fsx::create_dirs_under(&root, &family)
-        .map_err(io("cannot create", &root.join(&family)))?;
+    // `common/` down nothing is followed, and the family directory is held open.
+    made.create_all(&root).map_err(io("cannot create", &root))?;
+    let top = Dir::root(&root).map_err(io("cannot create", &root))?;
+    let family = made
+        .create_in(&top, &family_rel)
+        .map_err(io("cannot create", &root.join(&family_rel)))?;
     // One writer per snapshot id, on any host: a second one waits, then finds it published.
     let what = format!("snapshot {}/{code_id}", options.name);
     let lock = crate::lock::acquire_under(
         &root,
-        &family.join(format!(".lock-{code_id}")),
+        &family_rel.join(format!(".lock-{code_id}")),
         &crate::lock::Acquire {
             what: &what,
             timeout: None,
         },
         |holder| reporter.note(&crate::lock::waiting_message(&what, holder)),
     )?;
-    publish::remove_leftovers(&dir, &code_id);
-    let target = crate::fsx::under(&root, family.join(&code_id))
-        .map_err(io("cannot read", &dir.join(&code_id)))?;
-    if already_published(&target)? {
+    publish::remove_leftovers(&family, &code_id);
+    if already_published(&family, &code_id)? {
         made.keep();
-        reuse(&target, &options.name, &code_id, &tree_hash, &*task)?;
+        reuse(&family, &options.name, &code_id, &tree_hash, &*task)?;
         task.done(&format!("{code_id} unchanged ({files} files)"));
-        return Ok(report(false, target));
+        return Ok(report(false));
     }
     let manifest = Manifest::new(
         &source,
@@ -285,15 +361,27 @@ pub fn snapshot(
         git.as_ref(),
         &hashed,
     );
-    crate::testpoint::reach("snapshot:before-copy");
-    publish::publish(&dir, &code_id, &hashed, &manifest, &*task)?;
+    before_copy();
+    publish::publish(&family, &code_id, &hashed, &manifest, &*task)?;
     made.keep();
     drop(lock);
     task.done(&format!(
         "{code_id} ({files} files, {})",
         crate::ui::human_bytes(bytes)
     ));
-    Ok(report(true, target))
+    Ok(report(true))
+}
+
+/// Where a test stops a snapshot after its family directory was opened and before it is
+/// copied (a unit test's hook on the test's own thread; the named test point otherwise).
+fn before_copy() {
+    crate::testpoint::reach("snapshot:before-copy");
+    #[cfg(test)]
+    tests::BEFORE_COPY.with(|hook| {
+        if let Some(hook) = hook.borrow_mut().take() {
+            hook();
+        }
+    });
 }
 
 /// The options' names checked and the source tree resolved: a directory that does not
@@ -309,7 +397,7 @@ fn check_source(code_root: &Path, options: &SnapshotOptions) -> Result<PathBuf, 
         Ok(m) if !m.is_dir() => return Err(Error::SourceNotDir(source.clone())),
         Ok(_) => {}
     }
-    let source = std::fs::canonicalize(source).map_err(io("cannot resolve", source))?;
+    let source = std::fs::canonicalize(source).map_err(source_io("cannot resolve", source))?;
     // Where the snapshots will be, whether or not the storage has a `common/` yet.
     if resolve_existing(code_root).starts_with(&source) {
         return Err(Error::SourceContainsShared {
@@ -318,36 +406,43 @@ fn check_source(code_root: &Path, options: &SnapshotOptions) -> Result<PathBuf, 
         });
     }
     // A planted link is refused before the long walk (and again, race-free, below).
-    if let Err(e @ Error::Unsafe(_)) = below(code_root, &options.name) {
+    let planted = open_code(code_root).and_then(|code| match code {
+        Some(code) => found(code.open_dir(&options.name))
+            .map(drop)
+            .map_err(io("cannot read", &code_root.join(&options.name))),
+        None => Ok(()),
+    });
+    if let Err(e @ Error::Unsafe(_)) = planted {
         return Err(e);
     }
     Ok(source)
 }
 
-/// Whether the snapshot is already published at `target` (a directory; anything else
-/// there is refused).
-fn already_published(target: &Path) -> Result<bool, Error> {
-    match std::fs::symlink_metadata(target) {
-        Ok(meta) if meta.is_dir() => Ok(true),
-        Ok(_) => Err(crate::fsx::Unsafe::NotDir {
-            path: target.to_path_buf(),
-        }
-        .into()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(io("cannot read", target)(e)),
+/// Whether the snapshot `code_id` is already published in `family` (a directory; anything
+/// else there is refused).
+fn already_published(family: &Dir, code_id: &str) -> Result<bool, Error> {
+    let path = family.display(code_id);
+    match family.kind(code_id).map_err(io("cannot read", &path))? {
+        Some(crate::fsx::Kind::Dir) => Ok(true),
+        Some(crate::fsx::Kind::Link) => Err(crate::fsx::Unsafe::Link { path }.into()),
+        Some(_) => Err(crate::fsx::Unsafe::NotDir { path }.into()),
+        None => Ok(false),
     }
 }
 
 /// An existing snapshot is reused only if it holds the same tree and is what its
 /// manifest (and so its id) says.
 fn reuse(
-    target: &Path,
+    family: &Dir,
     name: &str,
     code_id: &str,
     tree_hash: &str,
     task: &dyn crate::ui::Task,
 ) -> Result<(), Error> {
-    let manifest = Manifest::read(target)?;
+    let target = family
+        .open_dir(code_id)
+        .map_err(io("cannot read", &family.display(code_id)))?;
+    let manifest = Manifest::read_in(&target)?;
     if manifest.tree_hash != tree_hash {
         task.fail("id taken");
         return Err(Error::Conflict {
@@ -358,7 +453,7 @@ fn reuse(
         });
     }
     task.update("checking the existing snapshot");
-    let check = verify::verify(target)?;
+    let check = verify::verify_in(&target)?;
     if !check.ok() {
         task.fail("damaged");
         return Err(Error::Corrupt {
@@ -367,49 +462,6 @@ fn reuse(
         });
     }
     Ok(())
-}
-
-/// The directories of `root/rel` (and of `root` itself) that do not exist yet: removed again (if still empty) when
-/// dropped, unless kept.
-struct Made {
-    dirs: Vec<PathBuf>,
-    keep: std::cell::Cell<bool>,
-}
-
-impl Made {
-    fn new(root: &Path, rel: &Path) -> Self {
-        let mut dirs: Vec<PathBuf> = root
-            .ancestors()
-            .take_while(|d| !d.as_os_str().is_empty() && std::fs::symlink_metadata(d).is_err())
-            .map(Path::to_path_buf)
-            .collect();
-        dirs.reverse();
-        let mut path = root.to_path_buf();
-        for name in rel.components() {
-            path.push(name);
-            if std::fs::symlink_metadata(&path).is_err() {
-                dirs.push(path.clone());
-            }
-        }
-        Made {
-            dirs,
-            keep: std::cell::Cell::new(false),
-        }
-    }
-
-    fn keep(&self) {
-        self.keep.set(true);
-    }
-}
-
-impl Drop for Made {
-    fn drop(&mut self) {
-        if !self.keep.get() {
-            for dir in self.dirs.iter().rev() {
-                let _ = std::fs::remove_dir(dir);
-            }
-        }
-    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -421,52 +473,105 @@ pub struct ListedSnapshot {
     pub bytes: u64,
     pub git_commit: Option<String>,
     pub git_dirty: bool,
+    /// Why this entry of the code root is not a snapshot that can be read (a link planted
+    /// there, a corrupt or missing manifest, a file where a directory belongs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unreadable: Option<String>,
 }
 
-/// The entries of directory `dir`; a link among them is refused, never followed.
-fn real_dirs_in(dir: &Path) -> Result<Vec<std::fs::DirEntry>, Error> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(io("cannot read", dir))? {
-        let entry = entry.map_err(io("cannot read", dir))?;
-        let kind = entry
-            .file_type()
-            .map_err(io("cannot read", &entry.path()))?;
-        if kind.is_symlink() {
-            return Err(crate::fsx::Unsafe::Link { path: entry.path() }.into());
-        }
-        if kind.is_dir() {
-            out.push(entry);
+impl ListedSnapshot {
+    fn unreadable(name: &str, code_id: &str, why: String) -> Self {
+        ListedSnapshot {
+            name: name.to_string(),
+            code_id: code_id.to_string(),
+            created: String::new(),
+            files: 0,
+            bytes: 0,
+            git_commit: None,
+            git_dirty: false,
+            unreadable: Some(why),
         }
     }
-    Ok(out)
 }
 
-/// Every published snapshot under `code_root`, by name then creation time.
+/// Why `name` (of `kind`) in `dir` cannot be a snapshot directory, if it cannot.
+fn not_a_dir(dir: &Dir, name: &str, kind: crate::fsx::Kind) -> Option<String> {
+    let path = dir.display(name);
+    match kind {
+        crate::fsx::Kind::Dir => None,
+        crate::fsx::Kind::Link => Some(crate::fsx::Unsafe::Link { path }.to_string()),
+        _ => Some(crate::fsx::Unsafe::NotDir { path }.to_string()),
+    }
+}
+
+/// Every snapshot under `code_root`, by name then creation time. An entry that cannot be
+/// read (a link planted there, a corrupt manifest) is listed as unreadable, saying why,
+/// and the others still are; only an unusable code root itself is an error.
 pub fn list(code_root: &Path) -> Result<Vec<ListedSnapshot>, Error> {
     let mut out = Vec::new();
-    let code = below(code_root, "")?;
-    if std::fs::symlink_metadata(&code).is_err() {
+    let Some(code) = open_code(code_root)? else {
         return Ok(out);
-    }
-    for name in real_dirs_in(&code)? {
+    };
+    let names = code.entries().map_err(io("cannot read", code_root))?;
+    for (name, kind) in names {
+        let name = name.to_string_lossy().into_owned();
         // Dot entries are temporary copies and locks, never snapshots.
-        for id in real_dirs_in(&name.path())?
-            .into_iter()
-            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
-        {
-            let manifest = match Manifest::read(&id.path()) {
+        if name.starts_with('.') {
+            continue;
+        }
+        if let Some(why) = not_a_dir(&code, &name, kind) {
+            out.push(ListedSnapshot::unreadable(&name, "-", why));
+            continue;
+        }
+        let family = match code.open_dir(&name) {
+            Ok(family) => family,
+            Err(e) => {
+                let why = crate::exit::one_line(&io("cannot read", &code.display(&name))(e));
+                out.push(ListedSnapshot::unreadable(&name, "-", why));
+                continue;
+            }
+        };
+        let ids = match family.entries() {
+            Ok(ids) => ids,
+            Err(e) => {
+                let why = crate::exit::one_line(&io("cannot read", family.path())(e));
+                out.push(ListedSnapshot::unreadable(&name, "-", why));
+                continue;
+            }
+        };
+        for (id, kind) in ids {
+            let id = id.to_string_lossy().into_owned();
+            if id.starts_with('.') {
+                continue;
+            }
+            if let Some(why) = not_a_dir(&family, &id, kind) {
+                out.push(ListedSnapshot::unreadable(&name, &id, why));
+                continue;
+            }
+            let manifest = family
+                .open_dir(&id)
+                .map_err(io("cannot read", &family.display(&id)))
+                .and_then(|snapshot| Manifest::read_in(&snapshot));
+            let manifest = match manifest {
                 Ok(m) => m,
-                Err(e @ Error::Unsafe(_)) => return Err(e),
-                Err(_) => continue,
+                Err(e) => {
+                    out.push(ListedSnapshot::unreadable(
+                        &name,
+                        &id,
+                        crate::exit::one_line(&e),
+                    ));
+                    continue;
+                }
             };
             out.push(ListedSnapshot {
-                name: name.file_name().to_string_lossy().into_owned(),
+                name: name.clone(),
                 code_id: manifest.code_id.clone(),
                 created: manifest.created.clone(),
                 files: manifest.files.iter().filter(|f| f.sha256.is_some()).count(),
                 bytes: manifest.files.iter().map(|f| f.size).sum(),
                 git_commit: manifest.git_commit.clone(),
                 git_dirty: manifest.git_dirty,
+                unreadable: None,
             });
         }
     }
@@ -474,55 +579,107 @@ pub fn list(code_root: &Path) -> Result<Vec<ListedSnapshot>, Error> {
     Ok(out)
 }
 
-/// `code_root/<name>/<code_id>` if it holds a snapshot (a manifest), every component
-/// checked not to be a link.
-fn published(
-    code_root: &Path,
-    name: &std::ffi::OsStr,
-    code_id: &str,
-) -> Result<Option<PathBuf>, Error> {
-    let rel = Path::new(name).join(code_id);
-    let manifest = below(code_root, rel.join(manifest::MANIFEST))?;
-    Ok(std::fs::symlink_metadata(manifest)
-        .is_ok_and(|m| m.is_file())
-        .then(|| code_root.join(rel)))
+/// A published snapshot found by its id.
+#[derive(Debug)]
+pub struct Found {
+    /// Where it is (for messages and for jobs, which see the storage mounted).
+    pub path: PathBuf,
+    pub name: String,
+    pub code_id: String,
+    /// Its `<name>/` directory, held open.
+    family: Dir,
+}
+
+impl Found {
+    /// The snapshot directory itself, held open (never reached through a link).
+    pub fn open(&self) -> Result<Dir, Error> {
+        self.family
+            .open_dir(&self.code_id)
+            .map_err(io("cannot read", &self.path))
+    }
+}
+
+/// `<name>/<code_id>` in `code` if it holds a snapshot (a manifest), reached without
+/// following a link.
+fn published(code: &Dir, name: &str, code_id: &str) -> Result<Option<Found>, Error> {
+    let path = code.display(name).join(code_id);
+    let Some(family) = found(code.open_dir(name)).map_err(io("cannot read", &path))? else {
+        return Ok(None);
+    };
+    let Some(snapshot) = found(family.open_dir(code_id)).map_err(io("cannot read", &path))? else {
+        return Ok(None);
+    };
+    let Some(argus) =
+        found(snapshot.open_dir(manifest::ARGUS_DIR)).map_err(io("cannot read", &path))?
+    else {
+        return Ok(None);
+    };
+    let manifest = argus.display(manifest::MANIFEST_NAME);
+    match argus
+        .kind(manifest::MANIFEST_NAME)
+        .map_err(io("cannot read", &manifest))?
+    {
+        Some(crate::fsx::Kind::File) => Ok(Some(Found {
+            path,
+            name: name.to_string(),
+            code_id: code_id.to_string(),
+            family,
+        })),
+        Some(crate::fsx::Kind::Link) => Err(crate::fsx::Unsafe::Link { path: manifest }.into()),
+        _ => Ok(None),
+    }
+}
+
+/// The snapshot `id` (`code_id`, or `name/code_id` when the id is ambiguous).
+pub fn locate(code_root: &Path, id: &str) -> Result<Found, Error> {
+    let qualified = id.split_once('/');
+    match qualified {
+        Some((name, code_id)) => {
+            validate_id("name", name)?;
+            validate_id("code id", code_id)?;
+        }
+        None => validate_id("code id", id)?,
+    }
+    let Some(code) = open_code(code_root)? else {
+        return Err(Error::NotFound(id.to_string()));
+    };
+    if let Some((name, code_id)) = qualified {
+        return published(&code, name, code_id)?.ok_or_else(|| Error::NotFound(id.to_string()));
+    }
+    let mut matches = Vec::new();
+    for (name, kind) in code.entries().map_err(io("cannot read", code_root))? {
+        match kind {
+            crate::fsx::Kind::Link => {
+                let path = code.display(&name);
+                return Err(crate::fsx::Unsafe::Link { path }.into());
+            }
+            crate::fsx::Kind::Dir => {
+                if let Some(name) = name.to_str() {
+                    matches.extend(published(&code, name, id)?);
+                }
+            }
+            _ => {}
+        }
+    }
+    if matches.len() > 1 {
+        return Err(Error::InvalidId {
+            what: "code id (it exists under several names; write name/code_id)",
+            value: id.to_string(),
+        });
+    }
+    matches.pop().ok_or_else(|| Error::NotFound(id.to_string()))
 }
 
 /// The directory of snapshot `id` (`code_id`, or `name/code_id` when the id is ambiguous).
 pub fn find(code_root: &Path, id: &str) -> Result<PathBuf, Error> {
-    if let Some((name, code_id)) = id.split_once('/') {
-        validate_id("name", name)?;
-        validate_id("code id", code_id)?;
-        return published(code_root, name.as_ref(), code_id)?
-            .ok_or_else(|| Error::NotFound(id.to_string()));
-    }
-    validate_id("code id", id)?;
-    let code = below(code_root, "")?;
-    let mut matches = Vec::new();
-    if std::fs::symlink_metadata(&code).is_ok() {
-        for name in real_dirs_in(&code)? {
-            matches.extend(published(code_root, &name.file_name(), id)?);
-        }
-    }
-    match matches.as_slice() {
-        [one] => Ok(one.clone()),
-        [] => Err(Error::NotFound(id.to_string())),
-        _ => Err(Error::InvalidId {
-            what: "code id (it exists under several names; write name/code_id)",
-            value: id.to_string(),
-        }),
-    }
+    locate(code_root, id).map(|found| found.path)
 }
 
 /// Removes a snapshot, unless an unfinished job record under `jobs_root` names it.
 pub fn remove(code_root: &Path, jobs_root: &Path, id: &str, force: bool) -> Result<PathBuf, Error> {
-    let path = find(code_root, id)?;
-    let code_id = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let found = locate(code_root, id)?;
     if !force {
-        let users = unfinished_jobs_using(jobs_root, &code_id);
+        let users = unfinished_jobs_using(jobs_root, &found.code_id);
         if !users.is_empty() {
             return Err(Error::InUse {
                 id: id.to_string(),
@@ -530,8 +687,8 @@ pub fn remove(code_root: &Path, jobs_root: &Path, id: &str, force: bool) -> Resu
             });
         }
     }
-    publish::remove_tree(&path)?;
-    Ok(path)
+    publish::remove(&found.family, &found.code_id)?;
+    Ok(found.path)
 }
 
 /// Jobs whose record (`jobs/<id>/job.json`) names `code_id` and has not finished (an
@@ -571,7 +728,7 @@ pub fn tree_hash_of(
     let source =
         std::fs::canonicalize(source).map_err(|_| Error::SourceMissing(source.to_path_buf()))?;
     let task = reporter.task("code");
-    let entries = walk::collect(&source, excludes, false)?;
+    let entries = walk::collect(&source, excludes, walk::Links::Keep)?;
     let hashed = hash::hash_entries(&source, entries, &*task)?;
     task.done("hashed");
     Ok(hash::tree_hash(&hashed))
@@ -584,6 +741,12 @@ mod tests {
 
     use super::*;
     use crate::ui::Task;
+
+    thread_local! {
+        /// Run once where a snapshot on this thread is about to copy (see `before_copy`).
+        pub(super) static BEFORE_COPY: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+            std::cell::RefCell::new(None);
+    }
 
     struct Quiet;
 
@@ -645,7 +808,7 @@ mod tests {
     #[test]
     fn a_file_changed_after_the_walk_is_never_hashed() {
         let (_dir, src, _) = setup();
-        let entries = walk::collect(&src, &[], false).unwrap();
+        let entries = walk::collect(&src, &[], walk::Links::Keep).unwrap();
         write(&src.join("pkg/model.py"), "W = 1\nX = 2\n");
         let err = hash::hash_entries(&src, entries, &*quiet().task("t")).unwrap_err();
         assert!(
@@ -658,7 +821,7 @@ mod tests {
     #[test]
     fn a_file_changed_between_hash_and_copy_fails_the_copy_and_publishes_nothing() {
         let (_dir, src, code_root) = setup();
-        let entries = walk::collect(&src, &[], false).unwrap();
+        let entries = walk::collect(&src, &[], walk::Links::Keep).unwrap();
         let hashed = hash::hash_entries(&src, entries, &*quiet().task("t")).unwrap();
         let tree = hash::tree_hash(&hashed);
         let manifest = Manifest::new(&src, "c1", "verl", &tree, None, &hashed);
@@ -668,13 +831,15 @@ mod tests {
         std::fs::write(&path, "W = 9\n").unwrap();
         let dir = code_root.join("verl");
         std::fs::create_dir_all(&dir).unwrap();
+        let family = Dir::root(&dir).unwrap();
         let mut stale = hashed.clone();
         for entry in &mut stale {
             if entry.rel == "pkg/model.py" {
                 entry.stamp = walk::Stamp::of(&std::fs::metadata(&path).unwrap());
             }
         }
-        let err = publish::publish(&dir, "c1", &stale, &manifest, &*quiet().task("t")).unwrap_err();
+        let err =
+            publish::publish(&family, "c1", &stale, &manifest, &*quiet().task("t")).unwrap_err();
         assert!(
             matches!(&err, Error::Changed { path } if path.ends_with("pkg/model.py")),
             "{err}"
@@ -751,6 +916,7 @@ mod tests {
             mode,
             sha256: Some("00".into()),
             link: None,
+            dir: false,
         };
         for executable in [false, true] {
             let new = if executable { 0o555 } else { 0o444 };
@@ -809,11 +975,20 @@ mod tests {
         for result in [
             find(&code_root, "c1").map(drop),
             find(&code_root, "verl/c1").map(drop),
-            list(&code_root).map(drop),
             snapshot(&code_root, &options(&src), &quiet()).map(drop),
         ] {
             assert!(matches!(result, Err(Error::Unsafe(_))), "{result:?}");
         }
+        // Listed as unreadable, saying why; nothing behind it read.
+        let listed = list(&code_root).unwrap();
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        assert!(
+            listed[0]
+                .unreadable
+                .as_deref()
+                .is_some_and(|why| why.contains("symbolic link")),
+            "{listed:?}"
+        );
 
         // common/code itself a link.
         std::fs::remove_file(code_root.join("verl")).unwrap();
@@ -865,6 +1040,7 @@ mod tests {
         let path = first.path.join(manifest::MANIFEST);
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
         std::fs::write(&path, serde_json::to_vec(&manifest).unwrap()).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
         let report = verify::verify(&first.path).unwrap();
         assert!(report.changed.is_empty() && !report.ok(), "{report:?}");
         let err = snapshot(&code_root, &options(&src), &quiet()).unwrap_err();
@@ -872,5 +1048,281 @@ mod tests {
             matches!(&err, Error::Corrupt { what, .. } if what.contains("tree hash")),
             "{err}"
         );
+    }
+
+    /// Every entry below `dir` (links not followed), relative, sorted.
+    fn everything_under(dir: &Path) -> Vec<String> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                let path = entry.path();
+                out.push(path.strip_prefix(dir).unwrap().display().to_string());
+                if entry.file_type().unwrap().is_dir() {
+                    stack.push(path);
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// `<name>/` swapped for a link to an outside directory after argus opened it (the
+    /// race a writer of the storage can win at any moment): nothing is written outside,
+    /// and the snapshot lands in the real directory, now moved away.
+    #[test]
+    fn a_family_directory_swapped_for_a_link_mid_snapshot_is_never_followed() {
+        let (dir, src, code_root) = setup();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::create_dir_all(code_root.join("verl")).unwrap();
+        let moved = dir.path().join("moved");
+        let (family, away, out) = (code_root.join("verl"), moved.clone(), outside.clone());
+        BEFORE_COPY.with(|hook| {
+            *hook.borrow_mut() = Some(Box::new(move || {
+                std::fs::rename(&family, &away).unwrap();
+                std::os::unix::fs::symlink(&out, &family).unwrap();
+            }))
+        });
+        let result = snapshot(&code_root, &options(&src), &quiet());
+        assert!(
+            BEFORE_COPY.with(|hook| hook.borrow().is_none()),
+            "the swap happened"
+        );
+        assert!(
+            everything_under(&outside).is_empty(),
+            "written outside: {:?}",
+            everything_under(&outside)
+        );
+        result.unwrap();
+        let published = moved.join("c1");
+        assert_eq!(
+            std::fs::read_to_string(published.join("pkg/model.py")).unwrap(),
+            "W = 1\n"
+        );
+        assert!(
+            verify::verify_in(&Dir::root(&published).unwrap())
+                .unwrap()
+                .ok()
+        );
+        assert!(
+            !everything_under(&moved)
+                .iter()
+                .any(|n| n.starts_with(".tmp-")),
+            "{:?}",
+            everything_under(&moved)
+        );
+    }
+
+    /// The same at the level of `publish`: the handle of `<name>/` is what it writes into.
+    #[test]
+    fn publish_writes_through_the_handle_it_was_given() {
+        let (dir, src, code_root) = setup();
+        let entries = walk::collect(&src, &[], walk::Links::Keep).unwrap();
+        let hashed = hash::hash_entries(&src, entries, &*quiet().task("t")).unwrap();
+        let tree = hash::tree_hash(&hashed);
+        let manifest = Manifest::new(&src, "c1", "verl", &tree, None, &hashed);
+        std::fs::create_dir_all(code_root.join("verl")).unwrap();
+        let family = Dir::root(&code_root).unwrap().open_dir("verl").unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::rename(code_root.join("verl"), dir.path().join("moved")).unwrap();
+        std::os::unix::fs::symlink(&outside, code_root.join("verl")).unwrap();
+        publish::publish(&family, "c1", &hashed, &manifest, &*quiet().task("t")).unwrap();
+        publish::remove_leftovers(&family, "c1");
+        assert!(everything_under(&outside).is_empty());
+        assert!(dir.path().join("moved/c1/.argus/manifest.json").is_file());
+        assert!(already_published(&family, "c1").unwrap());
+        reuse(&family, "verl", "c1", &tree, &*quiet().task("t")).unwrap();
+        publish::remove(&family, "c1").unwrap();
+        assert!(everything_under(&dir.path().join("moved")).is_empty());
+    }
+
+    /// With --follow-links, a link to the shared storage, to a directory holding it, or to
+    /// something inside it is refused (exit 2), naming the link and where it leads; nothing
+    /// is written.
+    #[test]
+    fn followed_links_never_lead_to_the_shared_storage() {
+        let (dir, src, code_root) = setup();
+        let shared = dir.path().join("shared");
+        std::fs::create_dir_all(shared.join("user/code")).unwrap();
+        for (target, relation) in [
+            (shared.clone(), "is"),
+            (shared.join("user/code"), "is inside"),
+            (dir.path().to_path_buf(), "holds"),
+        ] {
+            let link = src.join("pkg/storage");
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&target, &link).unwrap();
+            let mut follow = options(&src);
+            follow.follow_links = true;
+            let err = snapshot(&code_root, &follow, &quiet()).unwrap_err();
+            assert!(
+                matches!(&err, Error::LinkToShared { link, target: t, relation: r, .. }
+                    if link == "pkg/storage" && *t == std::fs::canonicalize(&target).unwrap() && *r == relation),
+                "{err}"
+            );
+            assert!(err.to_string().contains("pkg/storage"), "{err}");
+            assert_eq!(err.exit(), Exit::Usage);
+            assert!(!shared.join("common").exists(), "nothing written");
+        }
+        // Another outside directory is still followed.
+        let other = dir.path().join("other");
+        write(&other.join("x.py"), "X = 1\n");
+        let link = src.join("pkg/storage");
+        std::fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink(&other, &link).unwrap();
+        let mut follow = options(&src);
+        follow.follow_links = true;
+        let made = snapshot(&code_root, &follow, &quiet()).unwrap();
+        assert!(made.path.join("pkg/storage/x.py").is_file());
+    }
+
+    /// The hint to pass --follow-links only where it was not passed; an unreadable source
+    /// file is not blamed on the storage.
+    #[test]
+    fn hints_fit_what_happened() {
+        let (dir, src, _) = setup();
+        std::os::unix::fs::symlink(dir.path().join("nowhere"), src.join("gone")).unwrap();
+        let kept = walk::collect(&src, &[], walk::Links::Keep).unwrap_err();
+        assert!(kept.hint().unwrap().contains("--follow-links"), "{kept}");
+        let shared = dir.path().join("shared");
+        let followed =
+            walk::collect(&src, &[], walk::Links::Follow { shared: &shared }).unwrap_err();
+        assert!(
+            matches!(followed, Error::LinkUnfollowable { .. }),
+            "{followed}"
+        );
+        assert!(
+            !followed.hint().unwrap().contains("--follow-links"),
+            "{followed}"
+        );
+        assert!(
+            followed.to_string().contains("does not exist"),
+            "{followed}"
+        );
+
+        let denied = || std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        let unreadable = source_io("cannot read", &src.join("run.sh"))(denied());
+        let hint = unreadable.hint().unwrap();
+        assert!(
+            hint.contains("source tree") && !hint.contains("storage"),
+            "{hint}"
+        );
+        assert_eq!(unreadable.exit(), Exit::Failed);
+        let unwritable = io("cannot create", &shared)(denied());
+        assert!(unwritable.hint().unwrap().contains("not writable"));
+    }
+
+    /// One bad entry under `common/code` (a planted link, a corrupt manifest, a file where
+    /// a snapshot belongs) does not hide the others: each is listed as unreadable, saying why.
+    #[test]
+    fn list_shows_the_others_and_says_why_one_is_unreadable() {
+        let (dir, src, code_root) = setup();
+        snapshot(&code_root, &options(&src), &quiet()).unwrap();
+        let mut second = options(&src);
+        second.code_id = Some("c2".into());
+        write(&src.join("pkg/model.py"), "W = 2\n");
+        snapshot(&code_root, &second, &quiet()).unwrap();
+        let manifest = code_root.join("verl/c2").join(manifest::MANIFEST);
+        std::fs::set_permissions(&manifest, std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::write(&manifest, "{not json").unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(outside.join(".argus")).unwrap();
+        std::os::unix::fs::symlink(&outside, code_root.join("verl/evil")).unwrap();
+        std::fs::write(code_root.join("verl/stray"), "x").unwrap();
+        let listed = list(&code_root).unwrap();
+        let shown: Vec<(&str, Option<&str>)> = listed
+            .iter()
+            .map(|l| (l.code_id.as_str(), l.unreadable.as_deref()))
+            .collect();
+        assert_eq!(shown.len(), 4, "{listed:#?}");
+        let why = |id: &str| {
+            shown
+                .iter()
+                .find(|(c, _)| *c == id)
+                .and_then(|(_, why)| why.map(str::to_string))
+        };
+        assert_eq!(why("c1"), None);
+        assert!(why("c2").unwrap().contains("corrupt manifest"), "{shown:?}");
+        assert!(why("evil").unwrap().contains("symbolic link"), "{shown:?}");
+        assert!(
+            why("stray").unwrap().contains("not a directory"),
+            "{shown:?}"
+        );
+        assert!(everything_under(&outside) == [".argus"]);
+    }
+
+    /// Directory modes are kept (a private directory stays private) and are part of the id
+    /// only when they are not 0755, so an ordinary tree has the id it always had.
+    #[test]
+    fn directory_modes_are_kept_and_ordinary_ids_do_not_move() {
+        let (_dir, src, code_root) = setup();
+        let set = |path: &Path, mode| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap()
+        };
+        set(&src, 0o775);
+        set(&src.join("pkg"), 0o755);
+        let entries = walk::collect(&src, &[], walk::Links::Keep).unwrap();
+        let hashed = hash::hash_entries(&src, entries, &*quiet().task("t")).unwrap();
+        // The id of this tree before directory modes were kept, spelled out.
+        assert_eq!(
+            hash::tree_hash(&hashed),
+            "98c89739d1d9b2f7b7bfc9b62bacebd38aa563ba386eed052138bf8abdcbe161"
+        );
+        let ordinary = snapshot(&code_root, &options(&src), &quiet()).unwrap();
+        let manifest = Manifest::read(&ordinary.path).unwrap();
+        assert!(
+            manifest.files.iter().all(|f| !f.dir),
+            "{:?}",
+            manifest.files
+        );
+        let mode = |path: &Path| std::fs::metadata(path).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode(&ordinary.path), 0o755);
+        assert_eq!(mode(&ordinary.path.join("pkg")), 0o755);
+        assert_eq!(mode(&ordinary.path.join(".argus")), 0o755);
+
+        set(&src.join("pkg"), 0o700);
+        let mut private = options(&src);
+        private.code_id = Some("c2".into());
+        let made = snapshot(&code_root, &private, &quiet()).unwrap();
+        assert_ne!(made.tree_hash, ordinary.tree_hash);
+        assert_eq!(mode(&made.path.join("pkg")), 0o700, "not widened");
+        assert_eq!(mode(&made.path), 0o755);
+        let manifest = Manifest::read(&made.path).unwrap();
+        let record = manifest.files.iter().find(|f| f.dir).unwrap();
+        assert_eq!((record.path.as_str(), record.mode()), ("pkg", 0o700));
+        assert!(verify::verify(&made.path).unwrap().ok());
+        // Widened afterwards: a difference.
+        set(&made.path.join("pkg"), 0o755);
+        let report = verify::verify(&made.path).unwrap();
+        assert_eq!(report.changed, ["pkg/"], "{report:?}");
+    }
+
+    /// The snapshot's root, `.argus/` and the manifest made writable or readable by more,
+    /// and anything added to `.argus/`: each is a difference.
+    #[test]
+    fn verify_sees_widened_modes_and_extra_files_of_the_snapshot_itself() {
+        let (_dir, src, code_root) = setup();
+        let made = snapshot(&code_root, &options(&src), &quiet()).unwrap();
+        let set = |rel: &str, mode| {
+            std::fs::set_permissions(made.path.join(rel), std::fs::Permissions::from_mode(mode))
+                .unwrap()
+        };
+        assert!(verify::verify(&made.path).unwrap().ok());
+        set("", 0o777);
+        set(".argus", 0o777);
+        set(manifest::MANIFEST, 0o666);
+        std::fs::write(made.path.join(".argus/extra"), "x").unwrap();
+        let report = verify::verify(&made.path).unwrap();
+        assert_eq!(
+            report.changed,
+            ["./", ".argus/", ".argus/manifest.json"],
+            "{report:?}"
+        );
+        assert_eq!(report.added, [".argus/extra"], "{report:?}");
+        // Not reused either.
+        let err = snapshot(&code_root, &options(&src), &quiet()).unwrap_err();
+        assert!(matches!(err, Error::Corrupt { .. }), "{err}");
     }
 }

@@ -13,7 +13,7 @@ use std::process::Command;
 use ignore::WalkBuilder;
 use ignore::overrides::OverrideBuilder;
 
-use super::{Error, io};
+use super::{Error, source_io};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Kind {
@@ -25,6 +25,21 @@ pub enum Kind {
     Symlink {
         target: String,
     },
+    /// `mode`: the permission bits the snapshot gives the directory ([`snapshot_dir_mode`]).
+    /// The tree's root is the directory `"."`.
+    Dir {
+        mode: u32,
+    },
+}
+
+/// What links in the tree become.
+#[derive(Debug, Clone, Copy)]
+pub enum Links<'a> {
+    /// A link inside the tree stays a link; one pointing outside is refused.
+    Keep,
+    /// A link pointing outside the tree is replaced by what it points to, unless that is
+    /// the shared storage `shared` (resolved), something inside it, or a directory holding it.
+    Follow { shared: &'a Path },
 }
 
 /// Python's byte-code cache: written by running the code (jobs import from the snapshot),
@@ -40,6 +55,19 @@ pub(super) fn is_python_bytecode(name: &[u8]) -> bool {
 /// execute bits, write and special bits dropped (snapshots are immutable).
 pub fn snapshot_mode(mode: u32) -> u32 {
     mode & 0o555
+}
+
+/// The mode of every directory of every snapshot made before directory modes were kept,
+/// and of most directories since: it is left out of the tree hash and the manifest, so the
+/// ids of ordinary trees did not change when directory modes began to be kept.
+pub const DEFAULT_DIR_MODE: u32 = 0o755;
+
+/// The permission bits a snapshot gives a directory whose source has `mode`: its group's
+/// and others' read and execute bits (a private 0700 directory stays private), and all of
+/// the owner's (the owner must be able to remove the snapshot). 0775 and 0755 both give
+/// [`DEFAULT_DIR_MODE`].
+pub fn snapshot_dir_mode(mode: u32) -> u32 {
+    0o700 | (mode & 0o055)
 }
 
 /// What the walk saw of a file: if any of it differs when the file is read, the file
@@ -85,12 +113,48 @@ impl Entry {
     pub fn is_file(&self) -> bool {
         matches!(self.kind, Kind::File { .. })
     }
+
+    fn dir(rel: String, path: &Path) -> Result<Entry, Error> {
+        use std::os::unix::fs::PermissionsExt;
+        let meta = std::fs::metadata(path).map_err(source_io("cannot read", path))?;
+        Ok(Entry {
+            rel,
+            source: path.to_path_buf(),
+            kind: Kind::Dir {
+                mode: snapshot_dir_mode(meta.permissions().mode()),
+            },
+            size: 0,
+            stamp: Stamp::default(),
+            sha256: String::new(),
+        })
+    }
 }
 
-/// Every entry of the tree at `root`, sorted by path; each path is there once.
-pub fn collect(root: &Path, excludes: &[String], follow_links: bool) -> Result<Vec<Entry>, Error> {
-    let mut entries = Vec::new();
-    collect_under(root, root, "", excludes, follow_links, 0, &mut entries)?;
+/// The path of the tree's root among the entries.
+pub const ROOT: &str = ".";
+
+/// Every entry of the tree at `root`, sorted by path; each path is there once. The
+/// directories are those that hold a file or link (and the root, `"."`).
+pub fn collect(root: &Path, excludes: &[String], links: Links<'_>) -> Result<Vec<Entry>, Error> {
+    let mut entries = vec![Entry::dir(ROOT.to_string(), root)?];
+    collect_under(root, root, "", excludes, links, 0, &mut entries)?;
+    // Only the directories on the way to something copied.
+    let mut holding = std::collections::HashSet::new();
+    for entry in entries
+        .iter()
+        .filter(|e| !matches!(e.kind, Kind::Dir { .. }))
+    {
+        let mut rel = entry.rel.as_str();
+        while let Some((parent, _)) = rel.rsplit_once('/') {
+            if !holding.insert(parent.to_string()) {
+                break;
+            }
+            rel = parent;
+        }
+    }
+    entries.retain(|e| {
+        !matches!(e.kind, Kind::Dir { .. }) || e.rel == ROOT || holding.contains(&e.rel)
+    });
     entries.sort_by(|a, b| a.rel.cmp(&b.rel));
     // Two entries under one path would leave one of them silently lost in the copy.
     if let Some(pair) = entries.windows(2).find(|w| w[0].rel == w[1].rel) {
@@ -135,14 +199,18 @@ fn collect_under(
     dir: &Path,
     prefix: &str,
     excludes: &[String],
-    follow_links: bool,
+    links: Links<'_>,
     depth: usize,
     out: &mut Vec<Entry>,
 ) -> Result<(), Error> {
     let walker = walker(dir, excludes)?;
     for item in walker {
-        let item =
-            item.map_err(|e| io("cannot read", dir)(std::io::Error::other(e.to_string())))?;
+        let item = item.map_err(|e| {
+            let kind = e
+                .io_error()
+                .map_or(std::io::ErrorKind::Other, std::io::Error::kind);
+            source_io("cannot read", dir)(std::io::Error::new(kind, e.to_string()))
+        })?;
         let path = item.path();
         let Ok(rel_here) = path.strip_prefix(dir) else {
             continue;
@@ -153,13 +221,20 @@ fn collect_under(
         let Some(file_type) = item.file_type() else {
             continue;
         };
-        // Only what is copied needs a name the manifest can hold.
-        if file_type.is_dir() || is_python_bytecode(path.as_os_str().as_encoded_bytes()) {
+        // Only what is copied needs a name the manifest can hold (a directory that is not
+        // copied, because nothing in it is, may have any name).
+        if file_type.is_dir() {
+            if let Ok(rel) = join_rel(prefix, rel_here, path) {
+                out.push(Entry::dir(rel, path)?);
+            }
+            continue;
+        }
+        if is_python_bytecode(path.as_os_str().as_encoded_bytes()) {
             continue;
         }
         let rel = join_rel(prefix, rel_here, path)?;
         if file_type.is_symlink() {
-            let target = std::fs::read_link(path).map_err(io("cannot read link", path))?;
+            let target = std::fs::read_link(path).map_err(source_io("cannot read link", path))?;
             let parent = path.parent().unwrap_or(dir);
             let resolved = normalize(&parent.join(&target));
             let canonical = std::fs::canonicalize(&resolved).unwrap_or(resolved.clone());
@@ -185,28 +260,45 @@ fn collect_under(
                 });
                 continue;
             }
-            if !follow_links || !canonical.exists() {
+            let Links::Follow { shared } = links else {
                 return Err(Error::LinkOutside {
                     link: rel,
                     target: target.display().to_string(),
                 });
+            };
+            if !canonical.exists() {
+                return Err(Error::LinkUnfollowable {
+                    link: rel,
+                    why: format!("it points to {}, which does not exist", target.display()),
+                });
+            }
+            // Following it would copy the storage (the snapshots among it) into itself.
+            let relation = if canonical == shared {
+                Some("is")
+            } else if canonical.starts_with(shared) {
+                Some("is inside")
+            } else if shared.starts_with(&canonical) {
+                Some("holds")
+            } else {
+                None
+            };
+            if let Some(relation) = relation {
+                return Err(Error::LinkToShared {
+                    link: rel,
+                    target: canonical,
+                    relation,
+                    shared: shared.to_path_buf(),
+                });
             }
             if canonical.is_dir() {
                 if depth > 16 {
-                    return Err(Error::LinkOutside {
+                    return Err(Error::LinkUnfollowable {
                         link: rel,
-                        target: "a chain of more than 16 followed directory links".into(),
+                        why: "it starts a chain of more than 16 followed directory links".into(),
                     });
                 }
-                collect_under(
-                    root,
-                    &canonical,
-                    &rel,
-                    excludes,
-                    follow_links,
-                    depth + 1,
-                    out,
-                )?;
+                out.push(Entry::dir(rel.clone(), &canonical)?);
+                collect_under(root, &canonical, &rel, excludes, links, depth + 1, out)?;
             } else {
                 out.push(file_entry(rel, &canonical)?);
             }
@@ -219,7 +311,7 @@ fn collect_under(
 
 fn file_entry(rel: String, path: &Path) -> Result<Entry, Error> {
     use std::os::unix::fs::PermissionsExt;
-    let meta = std::fs::metadata(path).map_err(io("cannot read", path))?;
+    let meta = std::fs::metadata(path).map_err(source_io("cannot read", path))?;
     // A FIFO would block the copy forever, a socket or device cannot be copied: each is
     // refused by name before anything is written.
     if let Some(kind) = crate::fsx::special_kind(meta.file_type()) {

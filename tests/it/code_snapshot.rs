@@ -852,8 +852,16 @@ fn a_link_planted_at_common_code_is_refused_never_followed() {
         .code(0);
     std::fs::rename(code.join("verl"), outside.join("verl")).expect("move away");
     std::os::unix::fs::symlink(outside.join("verl"), code.join("verl")).expect("plant");
+    // Listed as unreadable (exit 0, with a warning that says why), never read through.
+    let listed = ctx
+        .argus()
+        .profile(&profile)
+        .args(["snapshot", "list", "--json"])
+        .run()
+        .code(0)
+        .stderr_has("is a symbolic link");
+    assert_eq!(listed.json()[0]["code_id"], "-", "{}", listed.stdout);
     for args in [
-        vec!["snapshot", "list"],
         vec!["snapshot", "verify", "l1"],
         vec!["snapshot", "verify", "verl/l1"],
         vec!["snapshot", "rm", "l1"],
@@ -890,4 +898,178 @@ fn a_link_planted_at_common_code_is_refused_never_followed() {
         !outside.join("verl/l2").exists(),
         "nothing written through the link"
     );
+}
+
+/// `common/code/verl` swapped for a link to a directory outside the storage while argus
+/// holds it open (paused at a test point after it opened the directory and took the lock,
+/// before the copy): nothing is written outside; the snapshot lands in the real directory,
+/// now moved away, or the command fails and leaves nothing.
+#[test]
+fn a_family_directory_swapped_for_a_link_mid_snapshot_writes_nothing_outside() {
+    let (ctx, shared, profile) = context("snapswap");
+    let src = ctx.path("src");
+    sample_tree(&src);
+    let family = shared.join("common/code/verl");
+    let moved = ctx.path("moved");
+    let outside = ctx.path("outside");
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    let tp = ctx.path("testpoint");
+    let child = ctx
+        .argus()
+        .profile(&profile)
+        .env("ARGUS_TESTPOINT", "snapshot:before-copy")
+        .env("ARGUS_TESTPOINT_FILE", &tp)
+        .args(["snapshot", "--code-id", "s1"])
+        .arg_path(&src)
+        .spawn_to(&ctx.path("1.out"), &ctx.path("1.err"));
+    crate::harness::poll(
+        "the snapshot to pause before its copy",
+        std::time::Duration::from_secs(60),
+        || tp.exists().then_some(()),
+    );
+    std::fs::rename(&family, &moved).expect("move the real directory away");
+    std::os::unix::fs::symlink(&outside, &family).expect("plant the link");
+    std::fs::remove_file(&tp).expect("let it go on");
+    let status = child.wait_with_output().expect("wait").status;
+    let stderr = std::fs::read_to_string(ctx.path("1.err")).unwrap_or_default();
+    assert!(
+        everything_under(&outside).is_empty(),
+        "written outside the storage: {:?}\n{stderr}",
+        everything_under(&outside)
+    );
+    let temps: Vec<String> = everything_under(&moved)
+        .into_iter()
+        .filter(|n| n.starts_with(".tmp-"))
+        .collect();
+    assert!(temps.is_empty(), "leftovers: {temps:?}");
+    if status.success() {
+        assert_eq!(
+            std::fs::read_to_string(moved.join("s1/pkg/core/model.py")).expect("published"),
+            "W = 1\n"
+        );
+        // Put back, it verifies.
+        std::fs::remove_file(&family).expect("unplant");
+        std::fs::rename(&moved, &family).expect("move back");
+        ctx.argus()
+            .profile(&profile)
+            .args(["snapshot", "verify", "s1"])
+            .run()
+            .code(0);
+    } else {
+        assert!(!moved.join("s1").exists(), "{stderr}");
+        assert!(stderr.contains("error"), "{stderr}");
+    }
+}
+
+/// With --follow-links, a link in the tree that resolves to the shared storage, to a
+/// directory holding it, or to a directory inside it is refused: exit 2, one error naming
+/// the link and where it leads, nothing written.
+#[test]
+fn a_followed_link_to_the_shared_storage_is_refused() {
+    let (ctx, shared, profile) = context("snapfollowroot");
+    let src = ctx.path("src");
+    sample_tree(&src);
+    std::fs::create_dir_all(shared.join("user/code")).expect("mkdir");
+    for target in [
+        shared.clone(),
+        shared.join("user/code"),
+        ctx.dir.path().to_path_buf(),
+    ] {
+        let link = src.join("pkg/data");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&target, &link).expect("symlink");
+        let resolved = std::fs::canonicalize(&target).expect("canonical");
+        let run = ctx
+            .argus()
+            .profile(&profile)
+            .args(["snapshot", "--follow-links"])
+            .arg_path(&src)
+            .run()
+            .code(2)
+            .stderr_has("symlink pkg/data resolves to")
+            .stderr_has(&resolved.display().to_string())
+            .stderr_has("the shared storage");
+        assert!(
+            !run.stderr.contains("pass --follow-links"),
+            "{}",
+            run.stderr
+        );
+        assert!(
+            everything_under(&shared.join("common")).is_empty(),
+            "nothing written: {:?}",
+            everything_under(&shared.join("common"))
+        );
+    }
+}
+
+/// A link that leads nowhere, with --follow-links given: the error says so, and does not
+/// suggest the flag that was passed.
+#[test]
+fn a_dangling_link_with_follow_links_does_not_suggest_follow_links() {
+    let (ctx, _shared, profile) = context("snapdangling");
+    let src = ctx.path("src");
+    write(&src.join("a.py"), "A = 1\n");
+    std::os::unix::fs::symlink(ctx.path("nowhere"), src.join("gone")).expect("symlink");
+    let run = ctx
+        .argus()
+        .profile(&profile)
+        .args(["snapshot", "--follow-links"])
+        .arg_path(&src)
+        .run()
+        .code(2)
+        .stderr_has("does not exist")
+        .stderr_has("--exclude");
+    assert!(
+        !run.stderr.contains("pass --follow-links"),
+        "{}",
+        run.stderr
+    );
+}
+
+/// `snapshot list` with one snapshot's manifest corrupt and a link planted beside it: the
+/// readable one is listed, the others are listed as UNREADABLE with a warning each.
+#[test]
+fn list_shows_unreadable_entries_beside_the_others() {
+    let (ctx, shared, profile) = context("snaplistbad");
+    let src = ctx.path("src");
+    sample_tree(&src);
+    for id in ["good", "bad"] {
+        ctx.argus()
+            .profile(&profile)
+            .args(["snapshot", "--code-id", id])
+            .arg_path(&src)
+            .run()
+            .code(0);
+    }
+    let family = shared.join("common/code/verl");
+    let manifest = family.join("bad/.argus/manifest.json");
+    std::fs::set_permissions(&manifest, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+    std::fs::write(&manifest, "{").expect("corrupt");
+    std::os::unix::fs::symlink(ctx.path("outside"), family.join("planted")).expect("plant");
+    let run = ctx
+        .argus()
+        .profile(&profile)
+        .args(["snapshot", "list"])
+        .run()
+        .code(0)
+        .stderr_has("verl/bad is unreadable")
+        .stderr_has("corrupt manifest")
+        .stderr_has("verl/planted is unreadable")
+        .stderr_has("is a symbolic link");
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "{}", run.stdout);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("good") && !l.contains("UNREADABLE"))
+    );
+    for id in ["bad", "planted"] {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with(id) && l.contains("UNREADABLE")),
+            "{}",
+            run.stdout
+        );
+    }
 }
