@@ -248,6 +248,9 @@ pub async fn resume(
     let point = crate::submit::live::resume_point(target, old)
         .await
         .with_context(|| format!("cannot resume job {old}"))?;
+    for (step, why) in &point.skipped {
+        printer.warn(format!("global_step_{step} is not used: {why}"));
+    }
     printer.info(format!(
         "resuming {old} from global_step_{} in {}",
         point.step, point.checkpoint_dir

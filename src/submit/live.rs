@@ -186,7 +186,17 @@ pub async fn resume_point(target: &Target, old_id: &str) -> Result<ResumePoint, 
             .into());
         }
     };
-    let step = resume::latest_checkpoint(&held).ok_or_else(no_checkpoint)?;
+    // The newest checkpoint every rank of which is there (verl's tracker can name one a
+    // dead host never finished writing).
+    let choice =
+        crate::training::checkpoint::choose(&held, None).map_err(|source| TrainingError::Read {
+            path: host_dir.clone(),
+            source,
+        })?;
+    let chosen = choice.chosen.as_ref().ok_or_else(no_checkpoint)?;
+    let step = chosen.step;
+    let from_step = (!choice.tracker_agrees())
+        .then(|| format!("{}/global_step_{step}", container_dir.trim_end_matches('/')));
     let recorded_jobspec = recorded("config/jobspec.yaml")?
         .and_then(|bytes| String::from_utf8(bytes).ok())
         .and_then(|t| serde_yaml::from_str(&t).ok());
@@ -194,6 +204,8 @@ pub async fn resume_point(target: &Target, old_id: &str) -> Result<ResumePoint, 
         old_id: old_id.to_string(),
         checkpoint_dir: container_dir,
         step,
+        from_step,
+        skipped: choice.skipped,
         recorded_jobspec,
     })
 }

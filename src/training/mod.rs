@@ -15,6 +15,7 @@
 //! `jobs/<id>/metrics.csv`, written when a job ends. The readers that ask a live cluster
 //! (a running job's log, whether a job still runs) live with submit.
 
+pub mod checkpoint;
 pub mod figure;
 pub mod log;
 pub mod metrics;
@@ -233,12 +234,17 @@ pub fn save_metrics(records: &Records, id: &str) -> Result<Option<PathBuf>, Erro
 }
 
 /// What a resumed submission needs: the old job, its checkpoint directory (as the
-/// containers see it) and the newest checkpoint's step.
+/// containers see it) and the newest complete checkpoint's step.
 #[derive(Debug, Clone)]
 pub struct ResumePoint {
     pub old_id: String,
     pub checkpoint_dir: String,
     pub step: u64,
+    /// `<checkpoint_dir>/global_step_<step>` when verl's tracker names another (newer,
+    /// incomplete) step: the checkpoint is then named (`resume_mode=resume_path`).
+    pub from_step: Option<String>,
+    /// The newer steps passed over, with why.
+    pub skipped: Vec<(u64, String)>,
     /// The old job's JobSpec as recorded (secrets redacted), as YAML.
     pub recorded_jobspec: Option<serde_yaml::Value>,
 }
@@ -290,9 +296,13 @@ pub fn resumed_jobspec(
                 })?,
         ),
     };
-    let value = resume::resumed_jobspec(base, &point.old_id, &point.checkpoint_dir, |name| {
-        std::env::var(name).ok()
-    })
+    let value = resume::resumed_jobspec(
+        base,
+        &point.old_id,
+        &point.checkpoint_dir,
+        point.from_step.as_deref(),
+        |name| std::env::var(name).ok(),
+    )
     .map_err(|e| Error::ResumeSpec {
         id: point.old_id.clone(),
         reason: e.to_string(),

@@ -1,19 +1,17 @@
 //! Continuing a job from its checkpoints: a new submission whose
-//! `trainer.default_local_dir` is the old job's checkpoint directory, with
-//! `trainer.resume_mode=auto`, built from the old job's JobSpec as recorded (or one the
-//! user gives) so the code snapshot, datasets and model stay the same unless overridden.
+//! `trainer.default_local_dir` is the old job's checkpoint directory, built from the old
+//! job's JobSpec as recorded (or one the user gives) so the code snapshot, datasets and
+//! model stay the same unless overridden.
 //!
 //! verl saves `global_step_<n>/` directories in `trainer.default_local_dir` and names the
 //! last one in `latest_checkpointed_iteration.txt`; `resume_mode: auto` resumes from it.
-//! A custom workload gets the same directory as `ARGUS_CHECKPOINT_DIR`. Every resumed job
-//! gets `ARGUS_RESUMES=<old id>` and `metadata.resumes`, and its record names the job it
+//! When that one is incomplete ([`super::checkpoint::choose`]), the newest complete one is
+//! named instead (`resume_mode: resume_path`, `resume_from_path`). A custom workload gets
+//! the same directory as `ARGUS_CHECKPOINT_DIR`. Every resumed job gets
+//! `ARGUS_RESUMES=<old id>` and `metadata.resumes`, and its record names the job it
 //! continues, which is how `job metrics` and `job plot` join the chain.
 //!
-//! Pure except [`latest_checkpoint`] (reads a directory held open, following no link).
-
-use std::io::Read as _;
-
-use crate::fsx::{Dir, Kind};
+//! Pure.
 
 use serde_yaml::{Mapping, Value};
 
@@ -33,65 +31,17 @@ pub fn checkpoint_dir(entrypoint: &str, env_dir: Option<&str>, default: &str) ->
         .unwrap_or_else(|| default.to_string())
 }
 
-/// What verl writes next to its `global_step_<n>/` directories: the last one saved.
-const MARKER: &str = "latest_checkpointed_iteration.txt";
-
-/// The step of the newest checkpoint in the directory `dir` (held open on this host):
-/// what `latest_checkpointed_iteration.txt` says, else the highest `global_step_<n>/`.
-/// Nothing is followed through a link (the directory is on storage others write): a
-/// marker or a `global_step_<n>` that is a link is left out, and a warning names it.
-pub fn latest_checkpoint(dir: &Dir) -> Option<u64> {
-    match dir.open_file(MARKER) {
-        Ok(file) => {
-            let mut text = String::new();
-            if file.take(4096).read_to_string(&mut text).is_ok()
-                && let Ok(step) = text.trim().parse::<u64>()
-            {
-                return Some(step);
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => tracing::warn!(
-            "cannot read {}, looking for global_step_<n>/ instead: {e}",
-            dir.display(MARKER).display()
-        ),
-    }
-    let entries = match dir.entries() {
-        Ok(entries) => entries,
-        Err(e) => {
-            tracing::warn!("cannot list {}: {e}", dir.path().display());
-            return None;
-        }
-    };
-    let mut newest = None;
-    for (name, kind) in entries {
-        let Some(step) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix("global_step_"))
-            .and_then(|n| n.parse::<u64>().ok())
-        else {
-            continue;
-        };
-        match kind {
-            Kind::Dir => newest = newest.max(Some(step)),
-            Kind::Link => tracing::warn!(
-                "{} is a symbolic link, not taken as a checkpoint: argus does not follow links on the shared storage",
-                dir.display(&name).display()
-            ),
-            Kind::File | Kind::Special => {}
-        }
-    }
-    newest
-}
-
 /// The JobSpec of the resumed job, as YAML: `base` (the old job's recorded JobSpec, or the
 /// user's) without its submission id, with redacted secrets taken back from the
-/// environment (`env`), and the resume settings added. The user's `--set` flags are
-/// applied after this, so they still win.
+/// environment (`env`), and the resume settings added: verl's `resume_mode=auto` when the
+/// checkpoint to load is the one verl's tracker names (`from_step` None), else
+/// `resume_mode=resume_path` with `resume_from_path` naming it (the newer ones are
+/// incomplete). The user's `--set` flags are applied after this, so they still win.
 pub fn resumed_jobspec(
     mut base: Value,
     old_id: &str,
     checkpoint_dir: &str,
+    from_step: Option<&str>,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<Value, ResumeSpecError> {
     let map = base.as_mapping_mut().ok_or(ResumeSpecError::NotAMapping)?;
@@ -111,15 +61,28 @@ pub fn resumed_jobspec(
     entry_mapping(map, "metadata")?.insert("resumes".into(), old_id.into());
 
     if verl {
-        let ours = [
-            ("trainer.default_local_dir", checkpoint_dir.to_string()),
-            ("trainer.resume_mode", "auto".to_string()),
+        let mut ours = vec![("trainer.default_local_dir", checkpoint_dir.to_string())];
+        match from_step {
+            None => ours.push(("trainer.resume_mode", "auto".to_string())),
+            Some(path) => {
+                ours.push(("trainer.resume_mode", "resume_path".to_string()));
+                ours.push(("trainer.resume_from_path", path.to_string()));
+            }
+        }
+        // A stale resume_from_path of the base goes in either case.
+        const REPLACED: [&str; 3] = [
+            "trainer.default_local_dir",
+            "trainer.resume_mode",
+            "trainer.resume_from_path",
         ];
         match map.get_mut("overrides") {
             Some(Value::Mapping(overrides)) => {
+                for key in REPLACED {
+                    for prefix in ["", "+", "++"] {
+                        overrides.remove(format!("{prefix}{key}"));
+                    }
+                }
                 for (key, value) in &ours {
-                    overrides.remove(format!("+{key}"));
-                    overrides.remove(format!("++{key}"));
                     overrides.insert(key.to_string().into(), value.clone().into());
                 }
             }
@@ -130,7 +93,7 @@ pub fn resumed_jobspec(
                         .and_then(|s| s.split_once('='))
                         .map(|(k, _)| k.trim_start_matches('+'))
                         .unwrap_or_default();
-                    !ours.iter().any(|(k, _)| *k == key)
+                    !REPLACED.contains(&key)
                 });
                 for (key, value) in &ours {
                     list.push(format!("{key}={}", hydra_quoted(value)).into());
@@ -198,75 +161,17 @@ mod tests {
     }
 
     #[test]
-    fn latest_checkpoint_reads_verls_marker_then_the_directories() {
-        let dir = tempfile::tempdir().unwrap();
-        let held = Dir::root(dir.path()).unwrap();
-        assert_eq!(latest_checkpoint(&held), None);
-        std::fs::create_dir(dir.path().join("global_step_2")).unwrap();
-        std::fs::create_dir(dir.path().join("global_step_10")).unwrap();
-        std::fs::write(
-            dir.path().join("global_step_99"),
-            "a file, not a checkpoint",
-        )
-        .unwrap();
-        assert_eq!(latest_checkpoint(&held), Some(10));
-        std::fs::write(dir.path().join(MARKER), "4").unwrap();
-        assert_eq!(latest_checkpoint(&held), Some(4));
-    }
-
-    #[test]
-    fn links_among_the_checkpoints_are_left_out_with_a_warning_that_names_them() {
-        let dir = tempfile::tempdir().unwrap();
-        let ckpt = dir.path().join("checkpoints");
-        let outside = dir.path().join("outside");
-        std::fs::create_dir_all(ckpt.join("global_step_3")).unwrap();
-        std::fs::create_dir_all(outside.join("global_step_900")).unwrap();
-        std::fs::write(outside.join(MARKER), "900").unwrap();
-        std::os::unix::fs::symlink(
-            outside.join("global_step_900"),
-            ckpt.join("global_step_900"),
-        )
-        .unwrap();
-        std::os::unix::fs::symlink(outside.join(MARKER), ckpt.join(MARKER)).unwrap();
-        let held = Dir::root(&ckpt).unwrap();
-        let mut step = None;
-        let warnings = crate::training::warnings_of(|| step = latest_checkpoint(&held));
-        assert_eq!(step, Some(3));
-        let link = ckpt.join("global_step_900").display().to_string();
-        assert!(
-            warnings.contains(&format!(
-                "{link} is a symbolic link, not taken as a checkpoint"
-            )),
-            "{warnings}"
-        );
-        assert!(
-            warnings.contains(&ckpt.join(MARKER).display().to_string()),
-            "{warnings}"
-        );
-    }
-
-    #[test]
-    fn a_checkpoint_directory_swapped_after_it_was_opened_is_read_where_it_was() {
-        let dir = tempfile::tempdir().unwrap();
-        let ckpt = dir.path().join("checkpoints");
-        let outside = dir.path().join("outside");
-        std::fs::create_dir_all(ckpt.join("global_step_3")).unwrap();
-        std::fs::create_dir_all(&outside).unwrap();
-        std::fs::write(outside.join(MARKER), "900").unwrap();
-        let held = Dir::root(&ckpt).unwrap();
-        std::fs::rename(&ckpt, dir.path().join("moved")).unwrap();
-        std::os::unix::fs::symlink(&outside, &ckpt).unwrap();
-        assert_eq!(latest_checkpoint(&held), Some(3));
-    }
-
-    #[test]
     fn a_recorded_verl_jobspec_becomes_the_resumed_one() {
         let base = yaml(
             "workload: ppo\nsubmission_id: old-1\ncode_id: abc\noverrides:\n- trainer.default_local_dir=/elsewhere\n- trainer.logger=[console]\nenv_vars:\n  API_TOKEN: <redacted>\n  NCCL_DEBUG: WARN\n",
         );
-        let out = resumed_jobspec(base, "old-1", "/mnt/shared/jobs/old-1/checkpoints", |k| {
-            (k == "API_TOKEN").then(|| "t0k".to_string())
-        })
+        let out = resumed_jobspec(
+            base,
+            "old-1",
+            "/mnt/shared/jobs/old-1/checkpoints",
+            None,
+            |k| (k == "API_TOKEN").then(|| "t0k".to_string()),
+        )
         .unwrap();
         assert!(out.get("submission_id").is_none());
         assert_eq!(out["code_id"], "abc");
@@ -283,10 +188,39 @@ mod tests {
             yaml("workload: ppo\ncode_id: a\nenv_vars: {HF_TOKEN: <redacted>}\n"),
             "o",
             "/d",
+            None,
             |_| None,
         )
         .unwrap_err();
         assert_eq!(err, ResumeSpecError::MissingSecret("HF_TOKEN".into()));
+    }
+
+    #[test]
+    fn a_checkpoint_the_tracker_does_not_name_is_named_by_path() {
+        let base = yaml(
+            "workload: ppo\ncode_id: a\noverrides:\n- trainer.resume_mode=auto\n- +trainer.resume_from_path=/old\n- trainer.logger=[console]\n",
+        );
+        let out = resumed_jobspec(base, "o", "/d", Some("/d/global_step_2"), |_| None).unwrap();
+        assert_eq!(
+            out["overrides"],
+            yaml(
+                "['trainer.logger=[console]', 'trainer.default_local_dir=/d', 'trainer.resume_mode=resume_path', 'trainer.resume_from_path=/d/global_step_2']"
+            )
+        );
+        let out = resumed_jobspec(
+            yaml("workload: grpo\ncode_id: a\noverrides: {++trainer.resume_from_path: /x}\n"),
+            "o",
+            "/d",
+            Some("/d/global_step_2"),
+            |_| None,
+        )
+        .unwrap();
+        assert_eq!(
+            out["overrides"],
+            yaml(
+                "{trainer.default_local_dir: /d, trainer.resume_mode: resume_path, trainer.resume_from_path: /d/global_step_2}"
+            )
+        );
     }
 
     #[test]
@@ -295,6 +229,7 @@ mod tests {
             yaml("workload: grpo\ncode_id: a\noverrides: {trainer.resume_mode: disable, +trainer.default_local_dir: /x}\n"),
             "o",
             "/d",
+            None,
             |_| None,
         )
         .unwrap();
@@ -306,6 +241,7 @@ mod tests {
             yaml("workload: custom\ncode_id: a\nentrypoint: python3 t.py\n"),
             "o",
             "/d",
+            None,
             |_| None,
         )
         .unwrap();
