@@ -483,7 +483,9 @@ pub struct SnapshotArgs {
     #[arg(long = "exclude", value_name = "GLOB")]
     pub excludes: Vec<String>,
 
-    /// Copy what symlinks pointing outside the tree point to (default: refuse them).
+    /// Copy what symlinks pointing outside the tree point to (default: refuse them). A
+    /// link that leads to the shared storage (or to a directory holding it) is refused
+    /// even then.
     #[arg(long)]
     pub follow_links: bool,
 }
