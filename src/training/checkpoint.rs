@@ -76,7 +76,7 @@ pub fn choose(dir: &Dir, world_size: Option<u32>) -> std::io::Result<Choice> {
             Some((step, name, kind))
         })
         .collect();
-    steps.sort_by(|a, b| b.0.cmp(&a.0));
+    steps.sort_by_key(|s| std::cmp::Reverse(s.0));
     let mut choice = Choice {
         tracker,
         ..Choice::default()

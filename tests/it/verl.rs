@@ -208,6 +208,58 @@ fn verl_grpo_trains_on_cpu_and_resumes_from_its_own_checkpoints() {
         .collect();
     assert_eq!(joined_steps, [1, 2, 3, 4], "{joined:#}");
 
+    // A checkpoint a rank never finished (its optimizer shard gone, the tracker naming it
+    // all the same): the resume passes it over, says why, and names the complete one
+    // before it, which verl loads (`resume_mode=resume_path`); steps 3 and 4 run again.
+    std::fs::remove_file(checkpoints.join("global_step_4/actor/optim_world_size_2_rank_1.pt"))
+        .expect("break global_step_4");
+    let run = ctx
+        .argus()
+        .profile(&profile)
+        .args([
+            "submit",
+            "--resume",
+            &new_id,
+            "--set",
+            "total_training_steps=4",
+            "--wait",
+            "--json",
+        ])
+        .run()
+        .code(0);
+    assert!(
+        run.stderr
+            .contains("global_step_4 is not used: actor/optim_world_size_2_rank_1.pt is missing"),
+        "{}",
+        run.stderr
+    );
+    let third = run.json();
+    let third_id = third["submission_id"].as_str().expect("submission_id");
+    let record: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(shared.join(format!("jobs/{third_id}/job.json")))
+            .expect("job.json"),
+    )
+    .expect("record");
+    let entrypoint = record["entrypoint"].as_str().expect("entrypoint");
+    assert!(
+        entrypoint.contains(" trainer.resume_mode=resume_path ")
+            && entrypoint.contains(&format!(
+                "trainer.resume_from_path=/mnt/shared/jobs/{id}/checkpoints/global_step_2"
+            )),
+        "{entrypoint}"
+    );
+    let log4 = std::fs::read_to_string(shared.join(format!("jobs/{third_id}/logs/driver.log")))
+        .expect("driver.log of the third job");
+    assert!(
+        log4.contains(&format!("/mnt/shared/jobs/{id}/checkpoints/global_step_2")),
+        "verl loads the complete checkpoint: {log4}"
+    );
+    assert_eq!(
+        verl_step_lines(&log4).keys().copied().collect::<Vec<_>>(),
+        [3, 4],
+        "{log4}"
+    );
+
     // The run replays from its lock: the same image, code, data and model, verl again.
     let lock = report["lock"].as_str().expect("lock").to_string();
     let replay = ctx
