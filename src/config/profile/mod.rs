@@ -796,12 +796,6 @@ workers:
             "no single node has all the driver asks for (CPU: 8, worker_node: 1)",
         ),
         (
-            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nsubmit: {entrypoint_resources: {node:10.0.0.2: 1}}\nworkers: [{name: g, count: 1}]\n",
-            4,
-            48,
-            "node:10.0.0.2: a node's address changes with each `argus up`",
-        ),
-        (
             "name: t\nimage: i\nshared: {host_path: /tmp/x}\nworkers: [{name: g, count: 1, resources: {\"gpu h20\": 1}}]\n",
             4,
             54,

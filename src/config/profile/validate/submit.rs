@@ -233,14 +233,6 @@ pub fn check_entrypoint_resources(
                 .error_at(&path, format!("{name:?}: {problem}"))
                 .with_hint("a resource name a node of the profile has, such as worker_node"));
         }
-        if name.starts_with("node:") {
-            return Err(src
-                .error_at(
-                    &path,
-                    format!("{name}: a node's address changes with each `argus up`, so the driver could wait forever for one that is gone"),
-                )
-                .with_hint("mark a worker group with a resource of your own (resources: {driver_host: 1}) and ask for that"));
-        }
         if !value.is_finite() || *value <= 0.0 || *value > MAX_RESOURCE {
             return Err(src
                 .error_at(
