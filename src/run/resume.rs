@@ -150,7 +150,11 @@ mod tests {
         ] {
             let dir = root.path().join(&r.run_id);
             std::fs::create_dir(&dir).unwrap();
-            std::fs::write(dir.join(crate::run::record::REPORT), serde_json::to_vec(&r).unwrap()).unwrap();
+            std::fs::write(
+                dir.join(crate::run::record::REPORT),
+                serde_json::to_vec(&r).unwrap(),
+            )
+            .unwrap();
         }
         std::fs::create_dir(root.path().join(".tmp-run-d")).unwrap();
         let found = newest(root.path(), &key).unwrap();
