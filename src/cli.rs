@@ -155,8 +155,9 @@ pub enum Commands {
 
 #[derive(Debug, Subcommand)]
 pub enum SlurmCommand {
-    /// From a login node: prepare the JobSpec's inputs as `argus run` does, write
-    /// `<shared>/runs/<run_id>/slurm.sbatch` and submit it with `sbatch`.
+    /// From a login node: prepare the JobSpec's inputs as `argus run` does, write the
+    /// batch script (kept as `<shared>/runs/<run_id>/slurm.sbatch`) and submit it with
+    /// `sbatch`, which reads it from argus on stdin.
     ///
     /// The allocation's defaults come from the profile's `slurm:` section; flags win.
     /// Argus's binary must be on a path every node sees (checked with one `srun` first).

@@ -168,7 +168,7 @@ pub async fn attach(loaded: &LoadedProfile, run_id: &str) -> Result<Attached, Er
         node: head.clone(),
         port,
         argus: relay_binary(&record)?,
-        profile: files.profile(),
+        profile: files.profile_path(),
     };
     let tunnel = SrunTunnel::listen(live.then_some(relay)).await?;
     let via = if live {
@@ -502,7 +502,7 @@ pub async fn containers(
             .arg(format!("--nodelist={}", node.name))
             .arg(&argus)
             .args(["--no-progress", "-q", "--json", "-p"])
-            .arg(attached.files.profile())
+            .arg(attached.files.profile_path())
             .args(["slurm", "containers", &attached.record.run_id])
             .stdin(Stdio::null())
             .kill_on_drop(true)
@@ -549,7 +549,11 @@ pub async fn node_containers(
     run_id: &str,
 ) -> Result<NodeContainers, Error> {
     let layout = loaded.host_layout()?;
-    let files = RunFiles::new(&layout, run_id);
+    let files = RunFiles::open(&layout, run_id).map_err(|source| Error::Io {
+        path: RunFiles::new(&layout, run_id).path(),
+        source,
+    })?;
+    files.check_profile(loaded)?;
     let alloc: Alloc = super::read_json(&files.alloc())?;
     let cluster = cluster_profile(loaded, &alloc)?;
     let engine = super::node::connect(&cluster).await?;

@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 use crate::config::profile::{GpuMode, HostCounts, HostSpec, NetworkMode, NodeSpec, WorkerGroup};
 use crate::config::{Layout, LoadedProfile};
 use crate::exit::{Classify, Exit};
+use crate::fsx::Dir;
 
 /// The default engine socket on a node.
 pub const DEFAULT_ENGINE_SOCKET: &str = "unix:///var/run/docker.sock";
@@ -91,7 +92,7 @@ impl Classify for Error {
             Error::Spawn { .. } => Exit::Unreachable,
             Error::Command { .. } | Error::Allocation(_) | Error::NoPortSlot { .. } => Exit::Failed,
             Error::NoCluster { .. } => Exit::Unreachable,
-            Error::Io { .. } => Exit::Failed,
+            Error::Io { source, .. } => crate::fsx::io_exit(source),
             Error::BinaryNotVisible { .. } | Error::Invalid(_) | Error::UnknownRun { .. } => {
                 Exit::Usage
             }
@@ -118,6 +119,7 @@ impl Classify for Error {
                     .into(),
             ),
             Error::UnknownRun { .. } => Some("`ls <shared>/runs` shows the runs".into()),
+            Error::Io { source, .. } => crate::fsx::io_hint(source),
             Error::Inputs(e) => e.hint(),
             Error::Image(e) => e.hint(),
             Error::Cluster(e) => e.hint(),
@@ -139,15 +141,38 @@ pub fn slurm_command_with(
     args: &[&str],
     env: &[(String, String)],
 ) -> Result<String, Error> {
-    let output = std::process::Command::new(program)
+    slurm_command_input(program, args, env, None)
+}
+
+/// `slurm_command_with`, `input` written to its stdin (`sbatch` reads the script there:
+/// given a path on the shared storage, it would read whatever a link there leads to).
+pub fn slurm_command_input(
+    program: &str,
+    args: &[&str],
+    env: &[(String, String)],
+    input: Option<&[u8]>,
+) -> Result<String, Error> {
+    use std::io::Write;
+    let spawn = |source| Error::Spawn {
+        program: program.into(),
+        source,
+    };
+    let mut child = std::process::Command::new(program)
         .args(args)
         .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|source| Error::Spawn {
-            program: program.into(),
-            source,
-        })?;
+        .stdin(match input {
+            Some(_) => std::process::Stdio::piped(),
+            None => std::process::Stdio::null(),
+        })
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(spawn)?;
+    if let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
+        // A program that exits without reading it all says why on stderr.
+        let _ = stdin.write_all(bytes);
+    }
+    let output = child.wait_with_output().map_err(spawn)?;
     if !output.status.success() {
         return Err(Error::Command {
             command: format!("{program} {}", args.join(" ")),
@@ -180,64 +205,282 @@ pub fn srun() -> tokio::process::Command {
     srun
 }
 
-/// The files of one Slurm run, under `<shared>/runs/<run_id>/`.
-#[derive(Debug, Clone)]
+/// The most argus reads of a run's JSON or YAML file: they are on storage others write.
+pub const FILE_CAP: u64 = 16 << 20;
+
+/// Where image archives live on the shared storage, relative to its root.
+pub const IMAGES: &str = "common/images";
+
+/// Where port-slot claims live on the shared storage, relative to its root.
+pub const SLOTS_DIR: &str = ".argus/slurm-slots";
+
+/// The files of one Slurm run, under `<shared>/runs/<run_id>/`, read and written through
+/// the handles of that directory and of its `slurm/` subdirectory (held once reached:
+/// a directory on the way swapped for a link afterwards does not move the run's reads or
+/// writes), never by path. Its paths are for messages, and for the few that another
+/// program must be given (see [`RunFiles::profile_path`]).
+#[derive(Debug)]
 pub struct RunFiles {
-    pub dir: PathBuf,
+    /// `<shared>`: the profile's mount, the one path opened as named.
+    shared: PathBuf,
+    run_id: String,
+    run: Option<Dir>,
+    slurm: Option<Dir>,
 }
 
+/// The subdirectory of a run's directory with the files only argus reads.
+const SLURM: &str = "slurm";
+
 impl RunFiles {
+    /// The run's files, nothing opened yet (a dry run names them only): what is read or
+    /// written through it reaches the run's directory afresh from the shared root.
     pub fn new(layout: &Layout, run_id: &str) -> RunFiles {
         RunFiles {
-            dir: layout.runs().join(run_id),
+            shared: layout.root().to_path_buf(),
+            run_id: run_id.to_string(),
+            run: None,
+            slurm: None,
         }
     }
+
+    /// The run's existing directory, reached from the shared root through handles and
+    /// held (its `slurm/` too when it is there).
+    pub fn open(layout: &Layout, run_id: &str) -> std::io::Result<RunFiles> {
+        let mut files = RunFiles::new(layout, run_id);
+        let run = files.reach()?;
+        files.slurm = match run.open_dir(SLURM) {
+            Ok(dir) => Some(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(e),
+        };
+        files.run = Some(run);
+        Ok(files)
+    }
+
+    /// The run's directory and its `slurm/`, made (with `runs/`) when missing, held.
+    pub fn create(layout: &Layout, run_id: &str) -> std::io::Result<RunFiles> {
+        let mut files = RunFiles::new(layout, run_id);
+        let id = files.checked_id()?;
+        let run = layout.create_dirs("runs")?.create_dirs(id, &mut |_| {})?;
+        files.slurm = Some(run.create_dirs(SLURM, &mut |_| {})?);
+        files.run = Some(run);
+        Ok(files)
+    }
+
+    /// The run id, refused unless it is a plain id (`../x` would lead elsewhere).
+    fn checked_id(&self) -> std::io::Result<&str> {
+        if crate::ids::is_valid_id(&self.run_id) {
+            Ok(&self.run_id)
+        } else {
+            Err(crate::fsx::Unsafe::Escapes {
+                root: self.shared.join("runs"),
+                rel: PathBuf::from(&self.run_id),
+            }
+            .into())
+        }
+    }
+
+    /// The run's directory reached afresh from the shared root.
+    fn reach(&self) -> std::io::Result<Dir> {
+        let id = self.checked_id()?;
+        Dir::root(&self.shared)?.open_dir("runs")?.open_dir(id)
+    }
+
+    /// A handle on the run's directory (the held one when there is one).
+    pub fn run_dir(&self) -> std::io::Result<Dir> {
+        match &self.run {
+            Some(dir) => dir.try_clone(),
+            None => self.reach(),
+        }
+    }
+
+    /// A handle on the run's `slurm/` (the held one when there is one).
+    fn slurm_dir(&self) -> std::io::Result<Dir> {
+        match &self.slurm {
+            Some(dir) => dir.try_clone(),
+            None => self.run_dir()?.open_dir(SLURM),
+        }
+    }
+
+    /// `<shared>/runs/<run_id>`, for messages.
+    pub fn path(&self) -> PathBuf {
+        self.shared.join("runs").join(&self.run_id)
+    }
+
+    fn file(&self, in_slurm: bool, name: impl Into<String>) -> RunFile<'_> {
+        let name = name.into();
+        let mut shown = self.path();
+        if in_slurm {
+            shown.push(SLURM);
+        }
+        shown.push(&name);
+        RunFile {
+            files: self,
+            in_slurm,
+            name,
+            shown,
+        }
+    }
+
     /// The profile as submitted (the nodes read this copy).
-    pub fn profile(&self) -> PathBuf {
-        self.dir.join("slurm/profile.yaml")
+    pub fn profile(&self) -> RunFile<'_> {
+        self.file(true, "profile.yaml")
     }
     /// The JobSpec as resolved on the login node (code pinned), secrets redacted.
-    pub fn jobspec(&self) -> PathBuf {
-        self.dir.join("slurm/jobspec.yaml")
+    pub fn jobspec(&self) -> RunFile<'_> {
+        self.file(true, "jobspec.yaml")
     }
-    pub fn script(&self) -> PathBuf {
-        self.dir.join("slurm.sbatch")
+    /// The batch script.
+    pub fn script(&self) -> RunFile<'_> {
+        self.file(false, "slurm.sbatch")
     }
     /// What submit recorded, and how the Slurm job ended.
-    pub fn record(&self) -> PathBuf {
-        self.dir.join("slurm.json")
+    pub fn record(&self) -> RunFile<'_> {
+        self.file(false, "slurm.json")
     }
     /// The allocation as the batch step read it (the node steps plan from it).
-    pub fn alloc(&self) -> PathBuf {
-        self.dir.join("slurm/alloc.json")
+    pub fn alloc(&self) -> RunFile<'_> {
+        self.file(true, "alloc.json")
     }
     /// The batch step's report: stages, the job's end.
-    pub fn batch(&self) -> PathBuf {
-        self.dir.join("slurm/batch.json")
+    pub fn batch(&self) -> RunFile<'_> {
+        self.file(true, "batch.json")
     }
     /// Written by the batch step when the node steps are to end (srun, told SIGTERM,
     /// kills its tasks outright: they would leave their containers).
-    pub fn stop(&self) -> PathBuf {
-        self.dir.join("slurm/stop")
+    pub fn stop(&self) -> RunFile<'_> {
+        self.file(true, "stop")
     }
-    /// The batch step's output (`%j`: the job id).
-    pub fn output(&self) -> PathBuf {
-        self.dir.join("slurm-%j.out")
+    /// The batch step's output of Slurm job `job_id`, as Slurm writes it
+    /// ([`RunFiles::output_pattern`]).
+    pub fn output(&self, job_id: u64) -> RunFile<'_> {
+        self.file(false, format!("slurm-{job_id}.out"))
+    }
+
+    /// Checks that `loaded` (this step's `-p`) is the run's profile as submitted: loaded
+    /// from [`RunFiles::profile_path`] and holding what that file holds when read
+    /// through the run's handles. The config loader reads `-p` by path: had a directory
+    /// on the way been swapped for a link while it read, the step would run a profile
+    /// the run was not submitted with (another engine, other mounts); it refuses to.
+    pub fn check_profile(&self, loaded: &LoadedProfile) -> Result<(), Error> {
+        let file = self.profile();
+        let bytes = file.read(FILE_CAP).map_err(file.io())?;
+        let held = crate::config::yaml::Source::new(file.path(), String::from_utf8_lossy(&bytes));
+        if loaded.source.origin != file.path() || loaded.source.text != held.text {
+            return Err(Error::Invalid(format!(
+                "the profile {} is not run {}'s as submitted ({}): run the step with -p {}",
+                loaded.source.origin.display(),
+                self.run_id,
+                file.display(),
+                file.display()
+            )));
+        }
+        Ok(())
+    }
+
+    // The paths below are given to other programs (sbatch, srun, argus on the nodes):
+    // they open them by path on other machines, where no handle of this process reaches.
+
+    /// The profile's path, for `argus -p <path>` on the nodes.
+    pub fn profile_path(&self) -> PathBuf {
+        self.profile().shown
+    }
+    /// The batch script's path, for `sbatch`.
+    pub fn script_path(&self) -> PathBuf {
+        self.script().shown
+    }
+    /// The batch step's output, for `sbatch --output` (`%j`: the job id).
+    pub fn output_pattern(&self) -> PathBuf {
+        self.path().join("slurm-%j.out")
     }
 }
 
-/// Where port-slot claims live on the shared storage.
-pub fn slots_dir(layout: &Layout) -> PathBuf {
-    layout.root().join(".argus/slurm-slots")
+/// One file of a run, reached through the run's handles ([`RunFiles`]); its path is for
+/// messages.
+#[derive(Debug)]
+pub struct RunFile<'a> {
+    files: &'a RunFiles,
+    in_slurm: bool,
+    name: String,
+    shown: PathBuf,
 }
 
-/// The image archive on the shared storage, named by the image id.
+impl RunFile<'_> {
+    fn dir(&self) -> std::io::Result<Dir> {
+        if self.in_slurm {
+            self.files.slurm_dir()
+        } else {
+            self.files.run_dir()
+        }
+    }
+
+    /// The file's path, for messages.
+    pub fn path(&self) -> &Path {
+        &self.shown
+    }
+
+    /// The file's path, for messages.
+    pub fn display(&self) -> std::path::Display<'_> {
+        self.shown.display()
+    }
+
+    /// Whether anything is at the file's name (a link there counts: it is refused when
+    /// read).
+    pub fn exists(&self) -> bool {
+        self.dir()
+            .and_then(|dir| dir.kind(&self.name))
+            .is_ok_and(|kind| kind.is_some())
+    }
+
+    /// Opens the file for reading (a regular file, no link: see [`Dir::open_file`]).
+    pub fn open(&self) -> std::io::Result<std::fs::File> {
+        self.dir()?.open_file(&self.name)
+    }
+
+    /// The file whole, refused over `cap` bytes (see [`Dir::read`]).
+    pub fn read(&self, cap: u64) -> std::io::Result<Vec<u8>> {
+        self.dir()?.read(&self.name, cap)
+    }
+
+    /// Writes the file atomically in its directory (a link at its name is replaced,
+    /// never followed).
+    pub fn write_atomic(&self, bytes: &[u8]) -> std::io::Result<()> {
+        self.dir()?.write_atomic(&self.name, bytes)
+    }
+
+    /// Removes the file (not what a link there points to); nothing there is fine.
+    pub fn remove(&self) -> std::io::Result<()> {
+        match self.dir()?.remove_file(&self.name) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            result => result,
+        }
+    }
+
+    /// An I/O error on this file.
+    pub fn io(&self) -> impl FnOnce(std::io::Error) -> Error + '_ {
+        move |source| Error::Io {
+            path: self.shown.clone(),
+            source,
+        }
+    }
+}
+
+/// The name of image `image_id`'s archive in [`IMAGES`]; an id that is not a digest is
+/// refused (the id comes from a record on the shared storage).
+pub fn image_archive_name(image_id: &str) -> Result<String, Error> {
+    let hex = image_id.trim_start_matches("sha256:");
+    if hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(Error::Invalid(format!(
+            "image id {image_id:?} is not a sha256 digest"
+        )));
+    }
+    Ok(format!("{hex}.tar"))
+}
+
+/// The image archive on the shared storage, named by the image id, for messages.
 pub fn image_archive(layout: &Layout, image_id: &str) -> PathBuf {
     let hex = image_id.trim_start_matches("sha256:");
-    layout
-        .root()
-        .join("common/images")
-        .join(format!("{hex}.tar"))
+    layout.root().join(IMAGES).join(format!("{hex}.tar"))
 }
 
 /// The cluster of Slurm job `job_id`: one per job, so names never clash between jobs.
@@ -345,26 +588,16 @@ pub fn plan_inputs(
     }
 }
 
-/// Reads a JSON file.
-pub fn read_json<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, Error> {
-    let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    serde_json::from_str(&text).map_err(|e| Error::Invalid(format!("{}: {e}", path.display())))
+/// Reads a run's JSON file (at most [`FILE_CAP`] bytes).
+pub fn read_json<T: serde::de::DeserializeOwned>(file: &RunFile) -> Result<T, Error> {
+    let bytes = file.read(FILE_CAP).map_err(file.io())?;
+    serde_json::from_slice(&bytes).map_err(|e| Error::Invalid(format!("{}: {e}", file.display())))
 }
 
-/// Writes a JSON file atomically.
-pub fn write_json<T: serde::Serialize>(path: &Path, value: &T) -> Result<(), Error> {
-    let io = |source| Error::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(io)?;
-    }
+/// Writes a run's JSON file atomically.
+pub fn write_json<T: serde::Serialize>(file: &RunFile, value: &T) -> Result<(), Error> {
     let bytes = serde_json::to_vec_pretty(value).unwrap_or_default();
-    crate::fsx::write_atomic(path, &bytes).map_err(io)
+    file.write_atomic(&bytes).map_err(file.io())
 }
 
 #[cfg(test)]
@@ -479,5 +712,152 @@ mod tests {
                 .iter()
                 .all(|c| b.containers.iter().all(|d| d.name != c.name))
         );
+    }
+
+    /// A shared root with `runs/<id>/slurm`, a run's files opened in it, and an outside
+    /// directory.
+    fn opened_run(dir: &Path, id: &str) -> (Layout, RunFiles, PathBuf) {
+        let outside = dir.join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        let layout = Layout::new(dir.join("shared"));
+        RunFiles::create(&layout, id).unwrap();
+        let files = RunFiles::open(&layout, id).unwrap();
+        (layout, files, outside)
+    }
+
+    fn swap_for_link(real: &Path, moved: &Path, outside: &Path) {
+        std::fs::rename(real, moved).unwrap();
+        std::os::unix::fs::symlink(outside, real).unwrap();
+    }
+
+    #[test]
+    fn a_run_directory_swapped_for_a_link_keeps_the_runs_files_inside() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = "20260101-000000-abcd";
+        let (layout, files, outside) = opened_run(dir.path(), id);
+        write_json(&files.record(), &serde_json::json!({"run": 1})).unwrap();
+        // Swapped after the run's directory was opened (the batch step holds it).
+        let moved = dir.path().join("moved");
+        swap_for_link(&layout.runs().join(id), &moved, &outside);
+        write_json(&files.alloc(), &serde_json::json!({"a": 1})).unwrap();
+        write_json(&files.batch(), &serde_json::json!({"b": 2})).unwrap();
+        files.stop().write_atomic(b"stop\n").unwrap();
+        write_json(&files.record(), &serde_json::json!({"run": 2})).unwrap();
+        assert!(moved.join("slurm/alloc.json").is_file());
+        assert!(moved.join("slurm/batch.json").is_file());
+        assert!(files.stop().exists());
+        assert!(moved.join("slurm/stop").is_file());
+        let back: serde_json::Value = read_json(&files.record()).unwrap();
+        assert_eq!(back["run"], 2);
+        files.stop().remove().unwrap();
+        assert!(!moved.join("slurm/stop").exists());
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+        // Opened again now, the link is refused (exit 2), nothing read through it.
+        let err = RunFiles::open(&layout, id).unwrap_err();
+        assert!(
+            matches!(
+                crate::fsx::Unsafe::of(&err),
+                Some(crate::fsx::Unsafe::Link { .. })
+            ),
+            "{err}"
+        );
+        let err = read_json::<serde_json::Value>(&RunFiles::new(&layout, id).record()).unwrap_err();
+        assert_eq!(err.exit(), Exit::Usage, "{err}");
+    }
+
+    #[test]
+    fn a_slurm_directory_swapped_for_a_link_keeps_the_node_files_inside() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = "20260101-000000-abce";
+        let (layout, files, outside) = opened_run(dir.path(), id);
+        let moved = dir.path().join("moved");
+        swap_for_link(&layout.runs().join(id).join("slurm"), &moved, &outside);
+        files.profile().write_atomic(b"name: p\n").unwrap();
+        files.jobspec().write_atomic(b"job: x\n").unwrap();
+        write_json(&files.batch(), &serde_json::json!({"b": 1})).unwrap();
+        assert_eq!(files.profile().read(FILE_CAP).unwrap(), b"name: p\n");
+        assert!(moved.join("profile.yaml").is_file() && moved.join("jobspec.yaml").is_file());
+        assert!(moved.join("batch.json").is_file());
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+        // The paths given to other programs still name the run's own.
+        assert_eq!(
+            files.profile_path(),
+            layout.runs().join(id).join("slurm/profile.yaml")
+        );
+        assert_eq!(
+            files.output_pattern(),
+            layout.runs().join(id).join("slurm-%j.out")
+        );
+    }
+
+    #[test]
+    fn a_planted_link_at_a_run_file_is_refused_or_replaced_never_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = "20260101-000000-abcf";
+        let (layout, files, outside) = opened_run(dir.path(), id);
+        let secret = outside.join("secret.json");
+        std::fs::write(&secret, br#"{"stolen": true}"#).unwrap();
+        let run = layout.runs().join(id);
+        std::os::unix::fs::symlink(&secret, run.join("slurm/batch.json")).unwrap();
+        std::os::unix::fs::symlink(&secret, run.join("slurm.json")).unwrap();
+        let err = read_json::<serde_json::Value>(&files.batch()).unwrap_err();
+        assert_eq!(err.exit(), Exit::Usage, "{err}");
+        assert!(err.hint().is_some());
+        // A write replaces the link; the file it pointed at is untouched.
+        write_json(&files.record(), &serde_json::json!({"run": 1})).unwrap();
+        assert!(run.join("slurm.json").is_file());
+        assert_eq!(std::fs::read(&secret).unwrap(), br#"{"stolen": true}"#);
+        // An id that is not a plain id names nothing.
+        let err = RunFiles::open(&layout, "../outside").unwrap_err();
+        assert!(
+            matches!(
+                crate::fsx::Unsafe::of(&err),
+                Some(crate::fsx::Unsafe::Escapes { .. })
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn image_archive_names_are_digests_only() {
+        assert_eq!(image_archive_name("sha256:ab12").unwrap(), "ab12.tar");
+        for bad in ["sha256:../../etc/x", "", "sha256:", "ab/cd"] {
+            assert!(image_archive_name(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_step_runs_only_the_profile_the_run_was_submitted_with() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = "20260101-000000-abd0";
+        let (layout, files, outside) = opened_run(dir.path(), id);
+        let text = profile("nvidia").source.text;
+        files.profile().write_atomic(text.as_bytes()).unwrap();
+        let loaded = |origin: &Path, text: &str| {
+            LoadedProfile::from_source(Source::new(origin, text.to_string())).unwrap()
+        };
+        files
+            .check_profile(&loaded(&files.profile_path(), &text))
+            .unwrap();
+        // Another file, or what a link swapped in on the way led the loader to: refused.
+        let other = outside.join("profile.yaml");
+        let err = files.check_profile(&loaded(&other, &text)).unwrap_err();
+        assert_eq!(err.exit(), Exit::Usage, "{err}");
+        let hostile = text.replace("unix:///run/e.sock", "tcp://evil:2375");
+        assert_ne!(hostile, text);
+        let err = files
+            .check_profile(&loaded(&files.profile_path(), &hostile))
+            .unwrap_err();
+        assert!(err.to_string().contains("not run"), "{err}");
+        // The run's slurm/ now a link: its copy is not read through it.
+        let moved = dir.path().join("moved");
+        swap_for_link(&layout.runs().join(id).join("slurm"), &moved, &outside);
+        std::fs::write(&other, &hostile).unwrap();
+        assert!(RunFiles::open(&layout, id).is_err());
+        let fresh = RunFiles::new(&layout, id);
+        let err = fresh
+            .check_profile(&loaded(&fresh.profile_path(), &hostile))
+            .unwrap_err();
+        assert_eq!(err.exit(), Exit::Usage, "{err}");
     }
 }

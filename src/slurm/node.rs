@@ -4,6 +4,8 @@
 //! node's containers of the job's plan, then waits for Slurm to end the step (SIGTERM or
 //! SIGINT: scancel, the time limit, the batch script's end) and removes them.
 
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use super::alloc::{self, Alloc};
@@ -11,6 +13,7 @@ use super::record::SlurmRecord;
 use super::{Error, RunFiles, cluster_profile, plan_inputs};
 use crate::cluster::NodeEngine;
 use crate::config::{Layout, LoadedProfile};
+use crate::fsx::Dir;
 use crate::ui::Reporter;
 
 /// This node's name in Slurm.
@@ -71,15 +74,52 @@ pub enum ImageSource {
 /// names a registry and the pull gives that very id; else loaded from `archive`. A pull
 /// that fails, or brings another image under the tag (it moved since the login node
 /// archived it), falls back to the archive, which retags the reference to `id`.
+///
+/// `archive` is a path of the caller's own (its directory opened as named); the node step
+/// loads the run's archive from the shared storage with [`bring_image_at`].
 pub async fn bring_image(
     engine: impl Into<NodeEngine>,
     me: &str,
     reference: &str,
     id: &str,
-    archive: &std::path::Path,
+    archive: &Path,
     reporter: &dyn Reporter,
 ) -> Result<ImageSource, Error> {
-    let engine = engine.into();
+    let open = || {
+        let dir = archive.parent().filter(|d| !d.as_os_str().is_empty());
+        let name = archive.file_name().unwrap_or_default();
+        Dir::root(dir.unwrap_or(Path::new(".")))?.open_file(name)
+    };
+    bring(engine.into(), me, reference, id, &open, archive, reporter).await
+}
+
+/// [`bring_image`] with the run's archive on the shared storage of `layout`
+/// (`common/images/<hex>.tar`, [`super::image_archive`]): reached, only when it is
+/// loaded, through handles from the shared root, a regular file with one link, never
+/// through a link.
+pub async fn bring_image_at(
+    engine: impl Into<NodeEngine>,
+    me: &str,
+    reference: &str,
+    id: &str,
+    layout: &Layout,
+    reporter: &dyn Reporter,
+) -> Result<ImageSource, Error> {
+    let name = super::image_archive_name(id)?;
+    let open = || layout.open(super::IMAGES)?.open_file(&name);
+    let shown = super::image_archive(layout, id);
+    bring(engine.into(), me, reference, id, &open, &shown, reporter).await
+}
+
+async fn bring(
+    engine: NodeEngine,
+    me: &str,
+    reference: &str,
+    id: &str,
+    open: &(dyn Fn() -> std::io::Result<std::fs::File> + Sync),
+    archive: &Path,
+    reporter: &dyn Reporter,
+) -> Result<ImageSource, Error> {
     if engine.has_image(id).await {
         return Ok(ImageSource::Present);
     }
@@ -97,7 +137,38 @@ pub async fn bring_image(
             )),
         }
     }
-    engine.load_archive(reference, id, archive).await?;
+    let file = open().map_err(|source| Error::Io {
+        path: archive.to_path_buf(),
+        source,
+    })?;
+    // `load_archive` reads by path: it is given the `/proc/self/fd` path of the file just
+    // opened (and checked), which names that very file whatever is renamed or swapped on
+    // the way meanwhile. Its messages name the archive's own path.
+    let opened = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    let loaded = engine.load_archive(reference, id, &opened).await;
+    drop(file);
+    let fd = opened.display().to_string();
+    let shown = archive.display().to_string();
+    match loaded {
+        Ok(_) => {}
+        Err(crate::cluster::Error::SharedStorage { source, .. }) => {
+            return Err(Error::Io {
+                path: archive.to_path_buf(),
+                source,
+            });
+        }
+        Err(crate::cluster::Error::Docker { action, source }) => {
+            return Err(crate::cluster::Error::Docker {
+                action: action.replace(&fd, &shown),
+                source,
+            }
+            .into());
+        }
+        Err(crate::cluster::Error::BadEndpoint(why)) => {
+            return Err(crate::cluster::Error::BadEndpoint(why.replace(&fd, &shown)).into());
+        }
+        Err(e) => return Err(e.into()),
+    }
     reporter.note(&format!("{me}: image loaded from {}", archive.display()));
     Ok(ImageSource::Loaded)
 }
@@ -110,7 +181,11 @@ pub async fn run(
 ) -> Result<(), Error> {
     let started = Instant::now();
     let layout = loaded.host_layout()?;
-    let files = RunFiles::new(&layout, run_id);
+    let files = RunFiles::open(&layout, run_id).map_err(|source| Error::Io {
+        path: RunFiles::new(&layout, run_id).path(),
+        source,
+    })?;
+    files.check_profile(loaded)?;
     let alloc: Alloc = super::read_json(&files.alloc())?;
     let record: SlurmRecord = super::read_json(&files.record())?;
     let me = node_name()?;
@@ -132,13 +207,12 @@ pub async fn run(
                 removed.join(", ")
             ));
         }
-        let archive = super::image_archive(&Layout::new(layout.root()), &record.image_id);
-        bring_image(
+        bring_image_at(
             &engine,
             &me,
             &loaded.profile.image,
             &record.image_id,
-            &archive,
+            &layout,
             reporter,
         )
         .await?;

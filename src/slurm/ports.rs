@@ -10,11 +10,12 @@
 //! Files and renames only: no `flock`, which NFS does not honour.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use super::Error;
 use crate::cluster::plan::block_base;
 use crate::config::profile::MAX_HOST_MODE_NODES;
+use crate::fsx::{Dir, Kind};
 
 /// Slots per node: two port blocks each.
 pub const SLOTS: u32 = MAX_HOST_MODE_NODES / 2;
@@ -45,38 +46,44 @@ pub fn must_yield(me: u64, slot: u32, others: &[(u64, u32)]) -> bool {
     others.iter().any(|&(job, s)| s == slot && job < me)
 }
 
-fn node_dir(root: &Path, node: &str) -> PathBuf {
-    root.join(node)
+/// What a claim file is named.
+fn claim_name(job: u64) -> String {
+    format!("job-{job}")
 }
 
-fn claim_file(root: &Path, node: &str, job: u64) -> PathBuf {
-    node_dir(root, node).join(format!("job-{job}"))
-}
+/// The most a claim file is read of (it holds a slot number).
+const CLAIM_CAP: u64 = 64;
 
-/// The claims of other jobs on `node` that are still alive (dead ones are removed).
+/// The claims of other jobs on `node` that are still alive (dead ones are removed), read
+/// through the handle of the node's directory.
 fn live_claims(
-    root: &Path,
+    slots: &Dir,
     node: &str,
     me: u64,
     alive: &mut dyn FnMut(u64) -> bool,
 ) -> Vec<(u64, u32)> {
-    let Ok(entries) = std::fs::read_dir(node_dir(root, node)) else {
+    let Ok(dir) = slots.open_dir(node) else {
+        return Vec::new();
+    };
+    let Ok(entries) = dir.entries() else {
         return Vec::new();
     };
     let mut out = Vec::new();
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
+    for (name, kind) in entries {
         let Some(job) = name
-            .strip_prefix("job-")
+            .to_str()
+            .and_then(|n| n.strip_prefix("job-"))
             .and_then(|j| j.parse::<u64>().ok())
         else {
             continue;
         };
-        if job == me {
+        if job == me || kind != Kind::File {
             continue;
         }
-        let Some(slot) = std::fs::read_to_string(entry.path())
+        let Some(slot) = dir
+            .read(&name, CLAIM_CAP)
             .ok()
+            .and_then(|b| String::from_utf8(b).ok())
             .and_then(|t| t.trim().parse::<u32>().ok())
         else {
             continue;
@@ -84,15 +91,16 @@ fn live_claims(
         if alive(job) {
             out.push((job, slot));
         } else {
-            let _ = std::fs::remove_file(entry.path());
+            let _ = dir.remove_file(&name);
         }
     }
     out
 }
 
-/// Claims a slot for job `me` on every node in `nodes`.
+/// Claims a slot for job `me` on every node in `nodes`; `slots` is the held handle of
+/// `<shared>/.argus/slurm-slots`.
 pub fn claim(
-    root: &Path,
+    slots: &Dir,
     me: u64,
     nodes: &[String],
     alive: &mut dyn FnMut(u64) -> bool,
@@ -102,7 +110,7 @@ pub fn claim(
     for _ in 0..=SLOTS {
         let mut others = Vec::new();
         for node in nodes {
-            others.extend(live_claims(root, node, me, alive));
+            others.extend(live_claims(slots, node, me, alive));
         }
         let mut taken: BTreeSet<u32> = others.iter().map(|&(_, s)| s).collect();
         taken.extend(refused.iter().copied());
@@ -110,16 +118,17 @@ pub fn claim(
             nodes: nodes.join(","),
         })?;
         for node in nodes {
-            let dir = node_dir(root, node);
-            std::fs::create_dir_all(&dir).map_err(io(dir.clone()))?;
-            let file = claim_file(root, node, me);
-            crate::fsx::write_atomic(&file, format!("{slot}\n").as_bytes())
-                .map_err(io(file.clone()))?;
+            let dir = slots
+                .create_dirs(node, &mut |_| {})
+                .map_err(io(slots.display(node)))?;
+            let name = claim_name(me);
+            dir.write_atomic(&name, format!("{slot}\n").as_bytes())
+                .map_err(io(dir.display(&name)))?;
         }
         // Read back: a smaller job id that chose the same slot at the same time wins.
         let mut after = Vec::new();
         for node in nodes {
-            after.extend(live_claims(root, node, me, alive));
+            after.extend(live_claims(slots, node, me, alive));
         }
         if !must_yield(me, slot, &after) {
             return Ok(slot);
@@ -132,9 +141,11 @@ pub fn claim(
 }
 
 /// Removes job `me`'s claims.
-pub fn release(root: &Path, me: u64, nodes: &[String]) {
+pub fn release(slots: &Dir, me: u64, nodes: &[String]) {
     for node in nodes {
-        let _ = std::fs::remove_file(claim_file(root, node, me));
+        if let Ok(dir) = slots.open_dir(node) {
+            let _ = dir.remove_file(claim_name(me));
+        }
     }
 }
 
@@ -165,18 +176,19 @@ mod tests {
     #[test]
     fn two_jobs_on_shared_nodes_get_different_slots_and_dead_claims_are_reused() {
         let dir = tempfile::tempdir().unwrap();
+        let slots = Dir::root(dir.path()).unwrap();
         let nodes_a = vec!["a".to_string(), "b".to_string()];
         let nodes_b = vec!["b".to_string(), "c".to_string()];
         let mut all_alive = |_| true;
-        let first = claim(dir.path(), 10, &nodes_a, &mut all_alive).unwrap();
-        let second = claim(dir.path(), 11, &nodes_b, &mut all_alive).unwrap();
+        let first = claim(&slots, 10, &nodes_a, &mut all_alive).unwrap();
+        let second = claim(&slots, 11, &nodes_b, &mut all_alive).unwrap();
         assert_eq!((first, second), (0, 1));
         // Job 10 has ended: its slot is free again, and its claim files are removed.
         let mut only_11 = |job| job == 11;
-        let third = claim(dir.path(), 12, &nodes_a, &mut only_11).unwrap();
+        let third = claim(&slots, 12, &nodes_a, &mut only_11).unwrap();
         assert_eq!(third, 0);
         assert!(!dir.path().join("a/job-10").exists());
-        release(dir.path(), 12, &nodes_a);
+        release(&slots, 12, &nodes_a);
         assert!(!dir.path().join("a/job-12").exists());
     }
 
@@ -187,7 +199,65 @@ mod tests {
         // Job 5 wrote slot 0 on `a` at the same moment job 8 did.
         std::fs::create_dir_all(dir.path().join("a")).unwrap();
         std::fs::write(dir.path().join("a/job-5"), "0\n").unwrap();
+        let slots = Dir::root(dir.path()).unwrap();
         let mut alive = |_| true;
-        assert_eq!(claim(dir.path(), 8, &nodes, &mut alive).unwrap(), 1);
+        assert_eq!(claim(&slots, 8, &nodes, &mut alive).unwrap(), 1);
+    }
+
+    #[test]
+    fn a_slots_directory_swapped_for_a_link_keeps_the_claims_inside() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(outside.join("a")).unwrap();
+        let real = dir.path().join("shared/.argus/slurm-slots");
+        std::fs::create_dir_all(real.join("a")).unwrap();
+        std::fs::write(real.join("a/job-5"), "0\n").unwrap();
+        let slots = Dir::root(&dir.path().join("shared"))
+            .unwrap()
+            .open_dir(".argus/slurm-slots")
+            .unwrap();
+        // Swapped after the batch step opened it: the claims still go where it was.
+        let moved = dir.path().join("moved");
+        std::fs::rename(&real, &moved).unwrap();
+        std::os::unix::fs::symlink(&outside, &real).unwrap();
+        let nodes = vec!["a".to_string(), "b".to_string()];
+        let mut alive = |job| job != 5;
+        assert_eq!(claim(&slots, 8, &nodes, &mut alive).unwrap(), 0);
+        assert_eq!(
+            std::fs::read_to_string(moved.join("a/job-8")).unwrap(),
+            "0\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(moved.join("b/job-8")).unwrap(),
+            "0\n"
+        );
+        assert!(!moved.join("a/job-5").exists(), "the dead claim is removed");
+        release(&slots, 8, &nodes);
+        assert!(!moved.join("a/job-8").exists() && !moved.join("b/job-8").exists());
+        // Nothing was made, read or removed outside.
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1);
+        assert_eq!(std::fs::read_dir(outside.join("a")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_node_directory_that_is_a_link_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("job-5"), "0\n").unwrap();
+        let root = dir.path().join("slots");
+        std::fs::create_dir_all(&root).unwrap();
+        std::os::unix::fs::symlink(&outside, root.join("a")).unwrap();
+        let slots = Dir::root(&root).unwrap();
+        let mut dead = |_| false;
+        let err = claim(&slots, 8, &["a".to_string()], &mut dead).unwrap_err();
+        assert!(
+            matches!(&err, Error::Io { source, .. } if crate::fsx::Unsafe::of(source).is_some()),
+            "{err}"
+        );
+        assert_eq!(crate::exit::Classify::exit(&err), crate::exit::Exit::Usage);
+        // The dead claim behind the link is neither read as ours nor removed.
+        assert!(outside.join("job-5").exists());
+        assert!(!outside.join("job-8").exists());
     }
 }

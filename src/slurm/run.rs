@@ -14,12 +14,17 @@ use std::time::{Duration, Instant};
 use super::alloc::{self, Alloc};
 use super::record::{BatchReport, SlurmRecord};
 use super::{Error, RunFiles, cluster_profile, plan_inputs, ports};
-use crate::config::LoadedProfile;
+use crate::config::{Layout, LoadedProfile};
 use crate::exit::Exit;
 use crate::ray::RayClient;
 use crate::ray::jobs::JobStatus;
+use crate::records::Records;
 use crate::submit::watch::WaitOptions;
 use crate::submit::{self, Target};
+
+/// Where a job's records keep its driver log.
+const LOGS: &str = "logs";
+const DRIVER_LOG: &str = "driver.log";
 
 /// How long the node steps get to remove their containers once told to end.
 const NODE_STOP_GRACE: Duration = Duration::from_secs(60);
@@ -32,7 +37,11 @@ pub async fn run(
 ) -> Result<Exit, Error> {
     let started = Instant::now();
     let layout = loaded.host_layout()?;
-    let files = RunFiles::new(&layout, run_id);
+    let files = RunFiles::open(&layout, run_id).map_err(|source| Error::Io {
+        path: RunFiles::new(&layout, run_id).path(),
+        source,
+    })?;
+    files.check_profile(loaded)?;
     let record: SlurmRecord = super::read_json(&files.record())?;
     // `ray.auth: token`: the token came with the batch step's environment, looked up as the
     // node steps and the login node look it up (by the profile's name, not the cluster's),
@@ -43,9 +52,18 @@ pub async fn run(
         .await
         .map_err(|e| Error::Allocation(e.to_string()))??;
     let names: Vec<String> = alloc.nodes.iter().map(|n| n.name.clone()).collect();
-    let slots = super::slots_dir(&layout);
+    let slots = layout
+        .create_dirs(super::SLOTS_DIR)
+        .map_err(|source| Error::Io {
+            path: layout.root().join(super::SLOTS_DIR),
+            source,
+        })?;
     alloc.slot = {
-        let (slots, names) = (slots.clone(), names.clone());
+        let names = names.clone();
+        let slots = slots.try_clone().map_err(|source| Error::Io {
+            path: slots.path().to_path_buf(),
+            source,
+        })?;
         tokio::task::spawn_blocking(move || {
             ports::claim(&slots, job_id, &names, &mut |job| {
                 alloc::job_state(job)
@@ -56,7 +74,8 @@ pub async fn run(
         .await
         .map_err(|e| Error::Allocation(e.to_string()))??
     };
-    let _ = std::fs::remove_file(files.stop());
+    let stop = files.stop();
+    stop.remove().map_err(stop.io())?;
     super::write_json(&files.alloc(), &alloc)?;
     let cluster = cluster_profile(loaded, &alloc)?;
     let mut report = BatchReport {
@@ -82,7 +101,7 @@ pub async fn run(
             source,
         })?;
     let outcome = tokio::select! {
-        r = stages(&cluster, token, &alloc, &record, &files, &mut report, started, &mut nodes, on_log) => r,
+        r = stages(&cluster, &layout, token, &alloc, &record, &files, &mut report, started, &mut nodes, on_log) => r,
         _ = term.recv() => Err(Error::Allocation("Slurm ended the batch step (scancel or the time limit)".into())),
     };
     if outcome.is_err() {
@@ -163,7 +182,7 @@ async fn stop_node_steps(files: &RunFiles, child: &mut tokio::process::Child) {
     if let Ok(Some(_)) = child.try_wait() {
         return;
     }
-    if let Err(e) = crate::fsx::write_atomic(&files.stop(), b"stop\n") {
+    if let Err(e) = files.stop().write_atomic(b"stop\n") {
         eprintln!("argus: cannot tell the node steps to stop: {e}");
     }
     if tokio::time::timeout(NODE_STOP_GRACE, child.wait())
@@ -177,6 +196,7 @@ async fn stop_node_steps(files: &RunFiles, child: &mut tokio::process::Child) {
 #[allow(clippy::too_many_arguments)]
 async fn stages(
     cluster: &LoadedProfile,
+    layout: &Layout,
     token: Option<String>,
     alloc: &Alloc,
     record: &SlurmRecord,
@@ -230,23 +250,25 @@ async fn stages(
     );
 
     // Submit: the JobSpec as the login node resolved it, through `submit::prepare`.
-    let text = std::fs::read_to_string(files.jobspec()).map_err(|source| Error::Io {
-        path: files.jobspec(),
-        source,
-    })?;
-    let mut job =
-        crate::inputs::recorded::from_text(&text, &files.jobspec().display().to_string())?;
+    let jobspec = files.jobspec();
+    let bytes = jobspec.read(super::FILE_CAP).map_err(jobspec.io())?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| Error::Invalid(format!("{}: {e}", jobspec.display())))?;
+    let mut job = crate::inputs::recorded::from_text(&text, &jobspec.display().to_string())?;
     job.spec.submission_id = Some(record.submission_id.parse()?);
     let target = Target::from_profile(cluster, ray);
     let prepared = submit::prepare(&target, &job, true)?;
     submit::submit(&target, &prepared).await?;
     report.stage = "wait".into();
-    report.driver_log = target
-        .host_path_of(&format!(
-            "{}/jobs/{}/logs/driver.log",
-            target.mount, record.submission_id
-        ))
-        .map(|p| p.display().to_string());
+    let records = Records::new(layout.jobs());
+    report.driver_log = Some(
+        records
+            .dir(&record.submission_id)
+            .join(LOGS)
+            .join(DRIVER_LOG)
+            .display()
+            .to_string(),
+    );
     super::write_json(&files.batch(), report)?;
 
     let options = WaitOptions {
@@ -257,13 +279,7 @@ async fn stages(
     // The log as it streams goes to the job's records too: if Slurm ends the allocation
     // before the job, `argus job logs` still has what it printed (at its end, the whole log
     // from Ray replaces it).
-    let mut saved = report.driver_log.as_ref().and_then(|path| {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .ok()
-    });
+    let mut saved = open_saved_log(&records, &record.submission_id);
     let secrets = crate::secrets::known();
     let info = crate::submit::watch::wait(&target, &record.submission_id, &options, |text| {
         on_log(text);
@@ -274,4 +290,63 @@ async fn stages(
     .await?;
     report.job_message = info.message.clone();
     Ok((info.status, info.message))
+}
+
+/// The job's saved driver log, `jobs/<id>/logs/driver.log`, opened to append through the
+/// handles of the job's records (made when missing; a link or a hard-linked file there is
+/// refused, never written through). None when it cannot be: the log still streams.
+fn open_saved_log(records: &Records, submission_id: &str) -> Option<std::fs::File> {
+    let logs = records.job(submission_id).ok()??.open_dir(LOGS).ok()?;
+    match logs.open_append(DRIVER_LOG) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => logs
+            .create_new(DRIVER_LOG, 0o644)
+            .or_else(|_| logs.open_append(DRIVER_LOG))
+            .ok(),
+        opened => opened.ok(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_saved_driver_log_is_appended_through_the_jobs_handles_never_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        let layout = Layout::new(dir.path().join("shared"));
+        let jobs = layout.jobs();
+        std::fs::create_dir_all(jobs.join("j1/logs")).unwrap();
+        let records = Records::new(&jobs);
+        let mut file = open_saved_log(&records, "j1").unwrap();
+        // Its directory swapped for a link after the log was opened: it stays inside.
+        let moved = dir.path().join("moved");
+        std::fs::rename(jobs.join("j1"), &moved).unwrap();
+        std::os::unix::fs::symlink(&outside, jobs.join("j1")).unwrap();
+        std::io::Write::write_all(&mut file, b"a\n").unwrap();
+        assert_eq!(
+            std::fs::read(moved.join("logs/driver.log")).unwrap(),
+            b"a\n"
+        );
+        // Opened again: the link is refused, nothing made outside.
+        assert!(open_saved_log(&records, "j1").is_none());
+        // A link planted at the log's name is not appended to.
+        std::fs::create_dir_all(jobs.join("j2/logs")).unwrap();
+        let target = outside.join("target");
+        std::fs::write(&target, b"x").unwrap();
+        std::os::unix::fs::symlink(&target, jobs.join("j2/logs/driver.log")).unwrap();
+        assert!(open_saved_log(&records, "j2").is_none());
+        assert_eq!(std::fs::read(&target).unwrap(), b"x");
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1);
+        // An existing log is appended to.
+        std::fs::create_dir_all(jobs.join("j3/logs")).unwrap();
+        std::fs::write(jobs.join("j3/logs/driver.log"), b"1\n").unwrap();
+        let mut file = open_saved_log(&records, "j3").unwrap();
+        std::io::Write::write_all(&mut file, b"2\n").unwrap();
+        assert_eq!(
+            std::fs::read(jobs.join("j3/logs/driver.log")).unwrap(),
+            b"1\n2\n"
+        );
+    }
 }

@@ -15,7 +15,7 @@ use serde::Serialize;
 use super::alloc;
 use super::record::{BatchReport, SlurmRecord};
 use super::script::{self, Allocation, AllocationFlags, ScriptInputs};
-use super::{Error, RunFiles, slurm_command, slurm_command_with};
+use super::{Error, RunFile, RunFiles, slurm_command, slurm_command_input};
 use crate::config::LoadedProfile;
 use crate::config::jobspec::LoadedJobSpec;
 use crate::exit::Exit;
@@ -108,9 +108,13 @@ pub async fn submit(
     if options.dry_run {
         return Ok(submitted);
     }
-    let script = files.script().display().to_string();
-    let out =
-        blocking(move || slurm_command_with("sbatch", &["--parsable", &script], &env)).await?;
+    // The script goes to sbatch on its stdin, as it was written (the copy in the run's
+    // directory is the record): a path would be read through whatever is on the way.
+    let script = submitted.script.clone();
+    let out = blocking(move || {
+        slurm_command_input("sbatch", &["--parsable"], &env, Some(script.as_bytes()))
+    })
+    .await?;
     let job_id: u64 = out
         .trim()
         .split(';')
@@ -151,8 +155,8 @@ pub async fn stage(
         run_id: run_id.clone(),
         allocation: allocation.clone(),
         argus: argus.clone(),
-        profile: files.profile(),
-        output: files.output(),
+        profile: files.profile_path(),
+        output: files.output_pattern(),
     };
     let text = script::script(&inputs)?;
     let submission_id = match &job.spec.submission_id {
@@ -162,7 +166,7 @@ pub async fn stage(
     let mut submitted = Submitted {
         run_id: run_id.clone(),
         slurm_job_id: None,
-        script_path: files.script().display().to_string(),
+        script_path: files.script_path().display().to_string(),
         script: text.clone(),
         dry_run: options.dry_run,
         submission_id: submission_id.clone(),
@@ -191,27 +195,35 @@ pub async fn stage(
     let image_id = crate::cluster::node::image_id(&docker, &p.image)
         .await
         .ok_or_else(|| Error::Invalid(format!("image {} is not on this host's engine", p.image)))?;
-    let archive = super::image_archive(&layout, &image_id);
-    if crate::cluster::node::save_archive(&docker, &p.image, &archive).await? {
+    let save =
+        async |path: &Path| crate::cluster::node::save_archive(&docker, &p.image, path).await;
+    if let Some(archive) = archive_image(&layout, &image_id, save).await? {
         reporter.note(&format!("image archived at {}", archive.display()));
     }
 
-    let io = |path: PathBuf| move |source| Error::Io { path, source };
-    let slurm_dir = files.dir.join("slurm");
-    std::fs::create_dir_all(&slurm_dir).map_err(io(slurm_dir.clone()))?;
-    crate::fsx::write_atomic(&files.profile(), loaded.source.text.as_bytes())
-        .map_err(io(files.profile()))?;
+    let files = RunFiles::create(&layout, &run_id).map_err(|source| Error::Io {
+        path: files.path(),
+        source,
+    })?;
+    crate::testpoint::reach("slurm:run-created");
+    let profile = files.profile();
+    profile
+        .write_atomic(loaded.source.text.as_bytes())
+        .map_err(profile.io())?;
     let mut spec = job.spec.clone();
     spec.submission_id = None;
-    let jobspec = crate::inputs::recorded::to_text(&spec);
-    crate::fsx::write_atomic(&files.jobspec(), jobspec.as_bytes()).map_err(io(files.jobspec()))?;
+    let text_of_spec = crate::inputs::recorded::to_text(&spec);
+    let jobspec = files.jobspec();
+    jobspec
+        .write_atomic(text_of_spec.as_bytes())
+        .map_err(jobspec.io())?;
     let mut record = SlurmRecord {
         run_id: run_id.clone(),
         slurm_job_id: None,
         submitted_at: now_rfc3339(),
         allocation,
-        script: files.script().display().to_string(),
-        output: files.output().display().to_string(),
+        script: files.script_path().display().to_string(),
+        output: files.output_pattern().display().to_string(),
         submission_id,
         image_id,
         argus: Some(argus.display().to_string()),
@@ -219,7 +231,8 @@ pub async fn stage(
     };
     super::write_json(&files.record(), &record)?;
     if inside.is_none() {
-        crate::fsx::write_atomic(&files.script(), text.as_bytes()).map_err(io(files.script()))?;
+        let script = files.script();
+        script.write_atomic(text.as_bytes()).map_err(script.io())?;
     }
 
     if let Some(job_id) = inside {
@@ -235,6 +248,46 @@ pub async fn stage(
         submitted,
         env,
     })
+}
+
+/// Archives image `image_id` as `<shared>/common/images/<hex>.tar` unless an archive of it
+/// is there; its path when it was written. `save` writes the archive at the path it is
+/// given (`cluster::node::save_archive`, which works by path): it is given a path in a
+/// fresh 0700 directory made in the held `common/images` handle, which only this process
+/// writes (its `/proc/self/fd` path); the archive is then renamed into `common/images`
+/// relative to the two handles. A directory on the way swapped for a link meanwhile does
+/// not move it.
+async fn archive_image(
+    layout: &crate::config::Layout,
+    image_id: &str,
+    save: impl AsyncFnOnce(&Path) -> Result<bool, crate::cluster::Error>,
+) -> Result<Option<PathBuf>, Error> {
+    let name = super::image_archive_name(image_id)?;
+    let images = layout
+        .create_dirs(super::IMAGES)
+        .map_err(|source| Error::Io {
+            path: layout.root().join(super::IMAGES),
+            source,
+        })?;
+    let shown = images.display(&name);
+    let io = |source| Error::Io {
+        path: shown.clone(),
+        source,
+    };
+    if images.kind(&name).map_err(io)?.is_some() {
+        return Ok(None);
+    }
+    let staging_name = crate::fsx::temp_name(&name);
+    let staging = images.create_dir(&staging_name, 0o700).map_err(io)?;
+    let inside = staging.fd_path().join(&name);
+    let result = match save(&inside).await {
+        Ok(_) => staging.rename(&name, &images, &name).map_err(io),
+        // Its messages would name the `/proc/self/fd` path: the archive's is shown.
+        Err(crate::cluster::Error::SharedStorage { source, .. }) => Err(io(source)),
+        Err(e) => Err(e.into()),
+    };
+    let _ = images.remove_all(&staging_name);
+    result.map(|()| Some(shown.clone()))
 }
 
 /// A Slurm job as `scontrol` shows it.
@@ -276,15 +329,27 @@ pub fn is_final(state: &str) -> bool {
 pub fn read_run(loaded: &LoadedProfile, run_id: &str) -> Result<(RunFiles, SlurmRecord), Error> {
     let layout = loaded.host_layout()?;
     run_id.parse::<crate::ids::RunId>()?;
-    let files = RunFiles::new(&layout, run_id);
-    if !files.record().exists() {
-        return Err(Error::UnknownRun {
-            run_id: run_id.into(),
-            dir: layout.runs(),
-        });
+    let unknown = || Error::UnknownRun {
+        run_id: run_id.into(),
+        dir: layout.runs(),
+    };
+    let files = match RunFiles::open(&layout, run_id) {
+        Ok(files) => files,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(unknown()),
+        Err(source) => {
+            return Err(Error::Io {
+                path: RunFiles::new(&layout, run_id).path(),
+                source,
+            });
+        }
+    };
+    match super::read_json(&files.record()) {
+        Ok(record) => Ok((files, record)),
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            Err(unknown())
+        }
+        Err(e) => Err(e),
     }
-    let record = super::read_json(&files.record())?;
-    Ok((files, record))
 }
 
 /// The exit code of a run that ended: the job's, else from the Slurm state.
@@ -317,7 +382,10 @@ pub async fn follow(
             "the run was never submitted to Slurm".into(),
         ));
     };
-    let output = PathBuf::from(&record.output);
+    // The output Slurm writes for the job (`slurm-<id>.out` in the run's directory), read
+    // through the run's handle: never the path the record names (others can write it).
+    // A run inside an allocation has none (its batch step's output is this terminal's).
+    let output = (!record.output.is_empty()).then(|| files.output(job_id));
     let mut offset = 0u64;
     let mut last_state = SlurmState::default();
     let mut last_stage = String::new();
@@ -350,7 +418,7 @@ pub async fn follow(
             on_line(&format!("batch step: {}", batch.stage));
             last_stage = batch.stage;
         }
-        offset = tail(&output, offset, &mut on_log);
+        offset = tail(output.as_ref(), offset, &mut on_log);
         match &now.state {
             None => Poll::Ready(Ok(None)),
             Some(state) if is_final(state) => Poll::Ready(Ok(Some(state.clone()))),
@@ -362,24 +430,28 @@ pub async fn follow(
         Ok(result) => result?,
         Err(()) => None,
     };
-    tail(&output, offset, &mut on_log);
+    tail(output.as_ref(), offset, &mut on_log);
     record.slurm_state = final_state.clone().or(record.slurm_state);
     super::write_json(&files.record(), &record)?;
     let batch = super::read_json::<BatchReport>(&files.batch()).ok();
     Ok(exit_of(batch.as_ref(), record.slurm_state.as_deref()))
 }
 
-/// What was appended to `path` since `offset`, passed on; the new offset.
-fn tail(path: &Path, offset: u64, on_log: &mut impl FnMut(&str)) -> u64 {
+/// The most of the batch output passed on per look at it (the rest, at the next).
+const TAIL_CAP: u64 = 16 << 20;
+
+/// What was appended to the batch output since `offset` (opened through the run's
+/// handle: a regular file, no link), passed on; the new offset.
+fn tail(output: Option<&RunFile>, offset: u64, on_log: &mut impl FnMut(&str)) -> u64 {
     use std::io::{Read, Seek, SeekFrom};
-    let Ok(mut file) = std::fs::File::open(path) else {
+    let Some(Ok(mut file)) = output.map(RunFile::open) else {
         return offset;
     };
     if file.seek(SeekFrom::Start(offset)).is_err() {
         return offset;
     }
     let mut bytes = Vec::new();
-    let _ = file.read_to_end(&mut bytes);
+    let _ = file.take(TAIL_CAP).read_to_end(&mut bytes);
     if !bytes.is_empty() {
         on_log(&String::from_utf8_lossy(&bytes));
     }
@@ -427,7 +499,7 @@ pub async fn run_inside(
         .arg(argus)
         .arg("--no-progress")
         .arg("-p")
-        .arg(staged.files.profile())
+        .arg(staged.files.profile_path())
         .args(["slurm", "run", &staged.submitted.run_id])
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true)
@@ -464,5 +536,87 @@ mod tests {
         assert!(is_final("CANCELLED"));
         assert!(!is_final("COMPLETING"));
         assert!(!is_final("PENDING"));
+    }
+
+    #[tokio::test]
+    async fn an_images_directory_swapped_for_a_link_while_archiving_keeps_the_archive_inside() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        let layout = crate::config::Layout::new(dir.path().join("shared"));
+        let images = layout.root().join("common/images");
+        let moved = dir.path().join("moved");
+        let (images_c, moved_c, outside_c) = (images.clone(), moved.clone(), outside.clone());
+        // The swap happens while the image is being saved (after the directory was made).
+        let save = async move |path: &Path| {
+            std::fs::rename(&images_c, &moved_c).unwrap();
+            std::os::unix::fs::symlink(&outside_c, &images_c).unwrap();
+            std::fs::write(path, b"tar").unwrap();
+            Ok(true)
+        };
+        let written = archive_image(&layout, "sha256:abcd", save).await.unwrap();
+        assert_eq!(written, Some(images.join("abcd.tar")));
+        assert_eq!(std::fs::read(moved.join("abcd.tar")).unwrap(), b"tar");
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+        // Only the archive is left in the moved directory (the staging directory is gone).
+        assert_eq!(std::fs::read_dir(&moved).unwrap().count(), 1);
+        // Now that it is a link, it is refused, nothing saved through it.
+        let never = async |_: &Path| -> Result<bool, crate::cluster::Error> { unreachable!() };
+        let err = archive_image(&layout, "sha256:ef01", never)
+            .await
+            .unwrap_err();
+        assert_eq!(crate::exit::Classify::exit(&err), Exit::Usage, "{err}");
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_archive_already_there_is_kept_and_a_failed_save_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = crate::config::Layout::new(dir.path().join("shared"));
+        let images = layout.root().join("common/images");
+        std::fs::create_dir_all(&images).unwrap();
+        std::fs::write(images.join("abcd.tar"), b"old").unwrap();
+        let never = async |_: &Path| -> Result<bool, crate::cluster::Error> { unreachable!() };
+        assert_eq!(
+            archive_image(&layout, "sha256:abcd", never).await.unwrap(),
+            None
+        );
+        let fails = async |_: &Path| -> Result<bool, crate::cluster::Error> {
+            Err(crate::cluster::Error::SharedStorage {
+                path: "/proc/self/fd/9/x".into(),
+                source: std::io::Error::other("disk full"),
+            })
+        };
+        let err = archive_image(&layout, "sha256:ef01", fails)
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("common/images/ef01.tar"), "{err}");
+        let left: Vec<_> = std::fs::read_dir(&images).unwrap().flatten().collect();
+        assert_eq!(left.len(), 1, "{left:?}");
+    }
+
+    #[test]
+    fn the_batch_output_is_read_through_the_runs_directory_never_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = crate::config::Layout::new(dir.path().join("shared"));
+        let files = RunFiles::create(&layout, "20260101-000000-abcd").unwrap();
+        let run = files.path();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, b"root's secret").unwrap();
+        std::os::unix::fs::symlink(&secret, run.join("slurm-7.out")).unwrap();
+        let mut got = String::new();
+        assert_eq!(tail(Some(&files.output(7)), 0, &mut |t| got.push_str(t)), 0);
+        assert_eq!(got, "");
+        std::fs::write(run.join("slurm-8.out"), b"line 1\n").unwrap();
+        let offset = tail(Some(&files.output(8)), 0, &mut |t| got.push_str(t));
+        assert_eq!((offset, got.as_str()), (7, "line 1\n"));
+        // Its directory swapped for a link: what is read is still the run's own output.
+        let moved = dir.path().join("moved");
+        std::fs::rename(&run, &moved).unwrap();
+        std::os::unix::fs::symlink(dir.path(), &run).unwrap();
+        std::fs::write(moved.join("slurm-8.out"), b"line 1\nline 2\n").unwrap();
+        std::fs::write(dir.path().join("slurm-8.out"), b"outside outside").unwrap();
+        let offset = tail(Some(&files.output(8)), offset, &mut |t| got.push_str(t));
+        assert_eq!((offset, got.as_str()), (14, "line 1\nline 2\n"));
     }
 }

@@ -564,6 +564,72 @@ fn a_binary_the_nodes_cannot_see_is_refused_before_anything_starts() {
     assert!(!queued.contains("argus"), "{queued}");
 }
 
+/// The run's directory swapped for a link to another directory while `submit` writes the
+/// run's files (paused at `slurm:run-created`, after it made the directory): every file
+/// lands in the directory it made, none through the link, and sbatch is given the script
+/// as written (on its stdin, never read back through the link).
+#[test]
+fn a_run_directory_swapped_while_submitting_keeps_the_runs_files_inside() {
+    let Some(mut ctx) = TestContext::docker_engine() else {
+        return;
+    };
+    let slurm = Slurm::up_with_kill_wait(&ctx, &["a"], 1, KILL_WAIT_S);
+    let (profile, shared) = profile(&mut ctx);
+    let spec = jobspec(&ctx, "probe", "");
+    let tp = ctx.path("testpoint");
+    let outside = ctx.path("outside");
+    std::fs::create_dir_all(&outside).expect("outside");
+    let (out, err) = (ctx.path("submit.out"), ctx.path("submit.err"));
+    let mut child = argus(&ctx, &slurm, &profile)
+        .env("ARGUS_TESTPOINT", "slurm:run-created")
+        .env("ARGUS_TESTPOINT_FILE", &tp)
+        .args(["slurm", "submit", "--nodes", "1", "--sbatch-arg", "--hold"])
+        .arg_path(&spec)
+        .spawn_to(&out, &err);
+    crate::harness::poll(
+        "submit to make the run's directory",
+        Duration::from_secs(300),
+        || tp.exists().then_some(()),
+    );
+    let run_dir = std::fs::read_dir(shared.join("runs"))
+        .expect("runs")
+        .flatten()
+        .map(|e| e.path())
+        .next()
+        .expect("the run's directory");
+    let moved = ctx.path("moved");
+    std::fs::rename(&run_dir, &moved).expect("move the run's directory");
+    std::os::unix::fs::symlink(&outside, &run_dir).expect("link");
+    std::fs::remove_file(&tp).expect("let submit go on");
+    let status = child.wait().expect("submit");
+    let stderr = std::fs::read_to_string(&err).unwrap_or_default();
+    assert!(status.success(), "{stderr}");
+    let stdout = std::fs::read_to_string(&out).unwrap_or_default();
+    let (_, job) = stdout.trim().split_once(' ').expect("run id and job id");
+    for file in [
+        "slurm.json",
+        "slurm.sbatch",
+        "slurm/profile.yaml",
+        "slurm/jobspec.yaml",
+    ] {
+        assert!(moved.join(file).is_file(), "{file} in {}", moved.display());
+    }
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(moved.join("slurm.json")).expect("record"))
+            .expect("record JSON");
+    assert_eq!(record["slurm_job_id"].to_string(), job);
+    let leaked: Vec<_> = std::fs::read_dir(&outside)
+        .expect("outside")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(leaked.is_empty(), "written through the link: {leaked:?}");
+    // Slurm queued the script argus wrote (held: it never runs here).
+    let shown = slurm.run_ok(&["scontrol", "show", "job", job]);
+    assert!(shown.contains("JobState=PENDING"), "{shown}");
+    slurm.run_ok(&["scancel", job]);
+}
+
 #[test]
 fn a_run_past_its_time_limit_leaves_nothing_and_says_timeout() {
     let Some(mut ctx) = TestContext::docker() else {
