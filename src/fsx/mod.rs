@@ -1,5 +1,6 @@
 //! Files on storage that other processes and other hosts read: atomic writes, temporary
-//! names that say who is writing them, and paths below a root that others can write into.
+//! names that say who is writing them, and [`Dir`], the one way below a root that others
+//! can write into (a directory held open; see `dir.rs`).
 //!
 //! A write that must survive a crash goes to a temporary name in the same directory, is
 //! fsynced, renamed over the final name, and the directory is fsynced. A temporary name
@@ -157,46 +158,6 @@ fn remove_temps_where(dir: &Dir, doomed: impl Fn(&str, &Owner) -> bool) -> Vec<P
     removed
 }
 
-/// Removes a file, a link or a whole tree (making read-only directories writable first).
-pub fn remove_any(path: &Path) -> std::io::Result<()> {
-    let meta = std::fs::symlink_metadata(path)?;
-    if meta.is_dir() {
-        make_dirs_writable(path);
-        std::fs::remove_dir_all(path)
-    } else {
-        std::fs::remove_file(path)
-    }
-}
-
-fn make_dirs_writable(path: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    for entry in walk_dirs(path) {
-        if let Ok(meta) = std::fs::symlink_metadata(&entry) {
-            let mut perms = meta.permissions();
-            if perms.mode() & 0o200 == 0 {
-                perms.set_mode(perms.mode() | 0o700);
-                let _ = std::fs::set_permissions(&entry, perms);
-            }
-        }
-    }
-}
-
-fn walk_dirs(root: &Path) -> Vec<PathBuf> {
-    let mut out = vec![root.to_path_buf()];
-    let mut i = 0;
-    while i < out.len() {
-        if let Ok(entries) = std::fs::read_dir(&out[i]) {
-            for entry in entries.flatten() {
-                if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    out.push(entry.path());
-                }
-            }
-        }
-        i += 1;
-    }
-    out
-}
-
 /// fsync of a directory: makes a rename or a new entry in it durable.
 pub fn fsync_dir(dir: &Path) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
@@ -205,7 +166,8 @@ pub fn fsync_dir(dir: &Path) -> std::io::Result<()> {
 /// Writes `bytes` to `path` atomically and durably: a temporary name in the same
 /// directory, fsync, rename, fsync of the directory. Readers see the old content or the
 /// new one, never a part; a crash leaves at most a temporary file that
-/// [`remove_dead_temps`] recognises.
+/// [`remove_dead_temps`] recognises. By path: for a file of the caller's own (an output
+/// it named, its state directory); on the shared storage use [`Dir::write_atomic`].
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
@@ -229,23 +191,6 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let _ = std::fs::remove_file(&tmp);
     }
     result
-}
-
-/// fsyncs every file of a tree, then every directory, deepest first: before the tree is
-/// renamed into a place where readers take it for whole.
-pub fn fsync_tree(root: &Path) -> std::io::Result<()> {
-    let dirs = walk_dirs(root);
-    for dir in &dirs {
-        for entry in std::fs::read_dir(dir)?.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_file()) {
-                std::fs::File::open(entry.path())?.sync_all()?;
-            }
-        }
-    }
-    for dir in dirs.iter().rev() {
-        fsync_dir(dir)?;
-    }
-    Ok(())
 }
 
 /// The directories one operation created, so that a failed operation can take the empty
@@ -444,24 +389,6 @@ impl Unsafe {
     }
 }
 
-/// A top-level directory of a shared root given as one path (`<shared>/jobs`) as the root
-/// and the name below it (`<shared>`, `jobs`): so that the directory itself is checked
-/// like everything below it, and only the root (a mount) may be a link.
-pub fn root_and_name(dir: &Path) -> (PathBuf, PathBuf) {
-    match (dir.parent(), dir.file_name()) {
-        (Some(parent), Some(name)) => (parent.to_path_buf(), PathBuf::from(name)),
-        _ => (dir.to_path_buf(), PathBuf::new()),
-    }
-}
-
-/// Creates `path` and writes `bytes` into it: a new file only (`O_EXCL`), so a name
-/// planted in the meantime, a link included, is never written through.
-pub fn write_new(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut file = std::fs::File::create_new(path)?;
-    file.write_all(bytes)?;
-    file.sync_all()
-}
-
 /// The plain names of `rel`, or [`Unsafe::Escapes`] when it is absolute or has `..`.
 fn plain_names<'a>(root: &Path, rel: &'a Path) -> Result<Vec<&'a std::ffi::OsStr>, Unsafe> {
     use std::path::Component;
@@ -479,70 +406,6 @@ fn plain_names<'a>(root: &Path, rel: &'a Path) -> Result<Vec<&'a std::ffi::OsStr
         }
     }
     Ok(names)
-}
-
-/// `root/rel`, checked one component at a time without following links: every existing
-/// component below `root` must be a real directory (the last one anything but a link).
-/// A component that does not exist ends the check (nothing below it exists either). The
-/// root itself is the caller's (a profile's mount) and may be a link.
-pub fn under(root: &Path, rel: impl AsRef<Path>) -> std::io::Result<PathBuf> {
-    let rel = rel.as_ref();
-    let names = plain_names(root, rel)?;
-    let mut path = root.to_path_buf();
-    for (i, name) in names.iter().enumerate() {
-        path.push(name);
-        match std::fs::symlink_metadata(&path) {
-            Ok(meta) if meta.file_type().is_symlink() => return Err(Unsafe::Link { path }.into()),
-            Ok(meta) if i + 1 < names.len() && !meta.is_dir() => {
-                return Err(Unsafe::NotDir { path }.into());
-            }
-            Ok(_) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                for rest in &names[i + 1..] {
-                    path.push(rest);
-                }
-                return Ok(path);
-            }
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(path)
-}
-
-/// Like `create_dir_all(root/rel)`, one component at a time, each one checked to be a real
-/// directory after it is made (or found): a link planted anywhere below `root` is refused,
-/// never followed. The root itself is the caller's (a profile's mount) and is made as it
-/// is named when missing.
-pub fn create_dirs_under(root: &Path, rel: impl AsRef<Path>) -> std::io::Result<PathBuf> {
-    let rel = rel.as_ref();
-    let names = plain_names(root, rel)?;
-    std::fs::create_dir_all(root)?;
-    let mut path = root.to_path_buf();
-    for name in names {
-        path.push(name);
-        make_dir_checked(&path, || {})?;
-    }
-    Ok(path)
-}
-
-/// Makes one directory unless it exists (calling `made` when this call made it), then
-/// checks that what is there is a real directory: a planted link is refused, never
-/// followed.
-fn make_dir_checked(path: &Path, made: impl FnOnce()) -> std::io::Result<()> {
-    match std::fs::create_dir(path) {
-        Ok(()) => made(),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e),
-    }
-    let meta = std::fs::symlink_metadata(path)?;
-    let path = path.to_path_buf();
-    if meta.file_type().is_symlink() {
-        return Err(Unsafe::Link { path }.into());
-    }
-    if !meta.is_dir() {
-        return Err(Unsafe::NotDir { path }.into());
-    }
-    Ok(())
 }
 
 /// What a file is when it is a FIFO, socket or device node: the kinds that reading or
@@ -564,7 +427,8 @@ pub fn special_kind(file_type: std::fs::FileType) -> Option<&'static str> {
 
 /// Opens a regular file for reading without following a link at its last component
 /// (`O_NOFOLLOW`) and without blocking on a FIFO (`O_NONBLOCK`); anything but a regular
-/// file is refused. Check the directories above it with [`under`] first.
+/// file is refused. By path: for a file of the caller's own (a source tree, a file the
+/// user named); on the shared storage use [`Dir::open_file`].
 pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     let file = std::fs::OpenOptions::new()
@@ -588,23 +452,6 @@ pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
         .into());
     }
     Ok(file)
-}
-
-/// Reads `root/rel` whole, checked as [`under`] and opened as [`open_regular`], refusing
-/// a file longer than `cap` bytes (a record others can write must not eat the memory).
-pub fn read_under(root: &Path, rel: impl AsRef<Path>, cap: u64) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let path = under(root, rel)?;
-    let file = open_regular(&path)?;
-    let mut bytes = Vec::new();
-    file.take(cap + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > cap {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            format!("{} is larger than {cap} bytes", path.display()),
-        ));
-    }
-    Ok(bytes)
 }
 
 #[cfg(test)]
@@ -692,65 +539,5 @@ mod tests {
         write_atomic(&path, b"two").unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"two");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
-    }
-
-    #[test]
-    fn paths_under_a_root_never_follow_a_planted_link() {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("shared");
-        let outside = dir.path().join("outside");
-        std::fs::create_dir_all(root.join("jobs/a")).unwrap();
-        std::fs::create_dir_all(&outside).unwrap();
-        std::fs::write(outside.join("secret"), b"s").unwrap();
-        std::os::unix::fs::symlink(&outside, root.join("runs")).unwrap();
-        std::os::unix::fs::symlink(outside.join("secret"), root.join("jobs/a/job.json")).unwrap();
-
-        assert_eq!(under(&root, "jobs/a/x/y").unwrap(), root.join("jobs/a/x/y"));
-        for (rel, link) in [
-            ("runs/r1", "runs"),
-            ("runs", "runs"),
-            ("jobs/a/job.json", "jobs/a/job.json"),
-        ] {
-            let err = under(&root, rel).unwrap_err();
-            assert!(
-                matches!(Unsafe::of(&err), Some(Unsafe::Link { path }) if *path == root.join(link)),
-                "{rel}: {err}"
-            );
-        }
-        for rel in ["../outside", "/etc", "jobs/../../outside"] {
-            let err = under(&root, rel).unwrap_err();
-            assert!(
-                matches!(Unsafe::of(&err), Some(Unsafe::Escapes { .. })),
-                "{rel}: {err}"
-            );
-        }
-        let err = create_dirs_under(&root, "runs/new").unwrap_err();
-        assert!(
-            matches!(Unsafe::of(&err), Some(Unsafe::Link { .. })),
-            "{err}"
-        );
-        assert_eq!(
-            std::fs::read_dir(&outside).unwrap().count(),
-            1,
-            "nothing made outside"
-        );
-        assert!(create_dirs_under(&root, "jobs/b/logs").unwrap().is_dir());
-
-        let err = read_under(&root, "jobs/a/job.json", 1024).unwrap_err();
-        assert!(
-            matches!(Unsafe::of(&err), Some(Unsafe::Link { .. })),
-            "{err}"
-        );
-        std::fs::write(root.join("jobs/b/big"), vec![b'x'; 2048]).unwrap();
-        assert!(read_under(&root, "jobs/b/big", 1024).is_err());
-        assert_eq!(read_under(&root, "jobs/b/big", 4096).unwrap().len(), 2048);
-        let fifo = root.join("jobs/b/fifo");
-        let c = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).unwrap();
-        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-        let err = read_under(&root, "jobs/b/fifo", 1024).unwrap_err();
-        assert!(
-            matches!(Unsafe::of(&err), Some(Unsafe::NotFile { .. })),
-            "{err}"
-        );
     }
 }
