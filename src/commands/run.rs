@@ -84,10 +84,10 @@ pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
         .clone()
         .unwrap_or_else(|| JobStatus::Unknown("not ended".into()));
     // A FAILED job's own last words (Ray's message is often generic), from its saved log.
+    let saved = SavedLog::of(&loaded, &report);
     let tail = (status == JobStatus::Failed)
-        .then_some(report.driver_log.as_ref())
+        .then(|| saved.tail())
         .flatten()
-        .and_then(|path| std::fs::read_to_string(path).ok())
         .map(|log| crate::submit::watch::driver_tail(&log))
         .filter(|tail| !tail.is_empty());
     if printer.json {
@@ -100,7 +100,7 @@ pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
             printer.info(super::job::tail_text(tail));
         }
         if summarize && let Some(id) = &report.submission_id {
-            training_summary(cli, &report, id, printer).await;
+            training_summary(cli, &report, id, &saved, printer).await;
         }
     }
     if finished_before {
@@ -116,7 +116,13 @@ pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
 
 /// `argus job status` of the run's job (steps, the last metrics) and its `job plot`,
 /// written beside the run's report. Best effort: the run's outcome is already decided.
-async fn training_summary(cli: &Cli, report: &RunReport, id: &str, printer: &Printer) {
+async fn training_summary(
+    cli: &Cli,
+    report: &RunReport,
+    id: &str,
+    saved: &SavedLog,
+    printer: &Printer,
+) {
     use crate::cli::JobCommand;
     let status = JobCommand::Status { id: id.to_string() };
     if let Err(e) = super::job::run(cli, &status, printer).await {
@@ -124,18 +130,12 @@ async fn training_summary(cli: &Cli, report: &RunReport, id: &str, printer: &Pri
     }
     let Some(lock) = &report.lock else { return };
     // A job that ended before its first step has nothing to draw (its status said why).
-    let stepped = report
-        .driver_log
-        .as_ref()
-        .and_then(|path| std::fs::read_to_string(path).ok())
-        .is_some_and(|log| {
-            log.lines().any(|l| {
-                matches!(
-                    crate::training::log::parse_line(l),
-                    crate::training::log::Line::Step { .. }
-                )
-            })
-        });
+    let stepped = saved.any_line(|l| {
+        matches!(
+            crate::training::log::parse_line(l),
+            crate::training::log::Line::Step { .. }
+        )
+    });
     if !stepped {
         return;
     }
@@ -186,5 +186,77 @@ fn print_stages(printer: &Printer, report: &RunReport, status: &JobStatus) {
     }
     if let Some(lock) = &report.lock {
         printer.info(format!("lock:   {lock}\nreport: {}", report_path(report)));
+    }
+}
+
+/// The run's job's saved driver log (`jobs/<id>/logs/driver.log`), reached through the
+/// job directory's handle like every read of a record (no link followed, no FIFO opened,
+/// a hard link refused), and read in bounded pieces: others can write the storage.
+struct SavedLog {
+    records: Option<crate::records::Records>,
+    id: Option<String>,
+}
+
+impl SavedLog {
+    /// The last bytes of a log that hold its last lines.
+    const TAIL_BYTES: u64 = 256 << 10;
+
+    fn of(loaded: &crate::config::LoadedProfile, report: &RunReport) -> SavedLog {
+        SavedLog {
+            records: loaded
+                .host_layout()
+                .ok()
+                .map(|layout| crate::records::Records::new(layout.jobs())),
+            id: report.submission_id.clone(),
+        }
+    }
+
+    fn open(&self) -> Option<std::fs::File> {
+        let id = self.id.as_deref()?;
+        match crate::training::saved_log(self.records.as_ref(), id) {
+            Ok(found) => found.map(|(_, file)| file),
+            Err(e) => {
+                tracing::warn!("{}", crate::exit::one_line(&e));
+                None
+            }
+        }
+    }
+
+    /// The log's end (at most [`Self::TAIL_BYTES`]), as text.
+    fn tail(&self) -> Option<String> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut file = self.open()?;
+        let len = file.metadata().ok()?.len();
+        file.seek(SeekFrom::Start(len.saturating_sub(Self::TAIL_BYTES)))
+            .ok()?;
+        let mut bytes = Vec::new();
+        file.take(Self::TAIL_BYTES).read_to_end(&mut bytes).ok()?;
+        Some(String::from_utf8_lossy(&bytes).into_owned())
+    }
+
+    /// Whether some line of the log satisfies `pred` (read a line at a time, each at
+    /// most 4 MiB).
+    fn any_line(&self, pred: impl Fn(&str) -> bool) -> bool {
+        use std::io::{BufRead, Read};
+        let Some(file) = self.open() else {
+            return false;
+        };
+        let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match (&mut reader).take(4 << 20).read_until(b'\n', &mut line) {
+                Ok(0) | Err(_) => return false,
+                Ok(_) => {
+                    if pred(&String::from_utf8_lossy(&line)) {
+                        return true;
+                    }
+                    // A line over the cap: the rest of it skipped, never held.
+                    if !line.ends_with(b"\n") && reader.skip_until(b'\n').is_err() {
+                        return false;
+                    }
+                }
+            }
+        }
     }
 }

@@ -9,28 +9,26 @@ use crate::config::jobspec::{Code, JobSpec};
 use crate::data;
 use crate::inputs::model_dir_on_host;
 
+/// The sha256 of a dataset's file on the shared storage, read through handles (a link
+/// planted in the dataset is never hashed through, a FIFO never opened).
+fn dataset_file_sha(ctx: &Ctx<'_>, dataset: &str, file: &str) -> std::io::Result<String> {
+    ctx.host
+        .open(Path::new("common/datasets").join(dataset))
+        .and_then(|dir| dir.open_file(file))
+        .and_then(crate::digest::reader_sha256)
+}
+
 /// A replay looks before `prepare` and `snapshot` run, since they would repair drift:
 /// each pinned dataset file's sha256, the model's cached ref, the code source's tree hash.
 pub fn observe_before(ctx: &Ctx<'_>, spec: &JobSpec, lock: &RunLock) -> Result<Observed, Error> {
     let mut observed = Observed::default();
     for pin in &lock.datasets {
         for file in &pin.files {
-            // Through handles: a link planted in the dataset is not hashed through.
-            let opened = ctx
-                .host
-                .open(Path::new("common/datasets").join(&pin.name))
-                .and_then(|dir| dir.open_file(&file.file));
-            match opened {
-                Ok(f) => {
-                    let sha = crate::digest::reader_sha256(f).ok();
-                    observed
-                        .dataset_files
-                        .push((pin.name.clone(), file.file.clone(), sha));
-                }
+            match dataset_file_sha(ctx, &pin.name, &file.file) {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(_) => observed
+                sha => observed
                     .dataset_files
-                    .push((pin.name.clone(), file.file.clone(), None)),
+                    .push((pin.name.clone(), file.file.clone(), sha.ok())),
             }
         }
     }
@@ -73,10 +71,7 @@ pub fn drift(
                 .iter()
                 .any(|(d, f, _)| d == &pin.name && f == &file.file)
             {
-                let sha = crate::digest::file_sha256(
-                    &ctx.host.datasets().join(&pin.name).join(&file.file),
-                )
-                .ok();
+                let sha = dataset_file_sha(ctx, &pin.name, &file.file).ok();
                 observed
                     .dataset_files
                     .push((pin.name.clone(), file.file.clone(), sha));
