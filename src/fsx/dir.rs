@@ -51,6 +51,10 @@ fn kind_of(file_type: FileType) -> Kind {
     }
 }
 
+/// The deepest tree [`Dir::remove_all`] walks (argus's own trees are a few levels deep; a
+/// snapshot of a deep source tree stays far below this).
+pub const MAX_DEPTH: usize = 512;
+
 const DIR_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::DIRECTORY)
     .union(OFlags::NOFOLLOW)
@@ -367,13 +371,37 @@ impl Dir {
     }
 
     /// Removes `name` whatever it is: a file, a link (not what it points to) or a whole
-    /// tree, walked through handles (read-only directories made writable first).
+    /// tree, walked through handles (read-only directories made writable first). A tree
+    /// deeper than [`MAX_DEPTH`] is refused ([`Unsafe::TooDeep`]: built to exhaust the
+    /// walk, not by argus); what vanishes meanwhile counts as removed.
     pub fn remove_all(&self, name: impl AsRef<OsStr>) -> std::io::Result<()> {
         let name = self.name(name.as_ref())?;
-        if self.kind(name)? != Some(Kind::Dir) {
-            return self.remove_file(name);
+        match self.remove_tree(name, 0) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            other => other,
         }
-        let dir = self.child(name)?;
+    }
+
+    fn remove_tree(&self, name: &OsStr, depth: usize) -> std::io::Result<()> {
+        if depth > MAX_DEPTH {
+            return Err(Unsafe::TooDeep {
+                path: self.display(name),
+            }
+            .into());
+        }
+        let gone = |e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::NotFound => Ok(()),
+            _ => Err(e),
+        };
+        match self.kind(name)? {
+            None => return Ok(()),
+            Some(Kind::Dir) => {}
+            Some(_) => return self.remove_file(name).or_else(gone),
+        }
+        let dir = match self.child(name) {
+            Ok(dir) => dir,
+            Err(e) => return gone(e),
+        };
         let stat = rustix::fs::fstat(&dir.fd)?;
         if stat.st_mode & 0o700 != 0o700 {
             rustix::fs::fchmod(
@@ -382,9 +410,18 @@ impl Dir {
             )?;
         }
         for (entry, _) in dir.entries()? {
-            dir.remove_all(&entry)?;
+            dir.remove_tree(&entry, depth + 1)?;
         }
-        Ok(rustix::fs::unlinkat(self.fd(), name, AtFlags::REMOVEDIR)?)
+        match rustix::fs::unlinkat(self.fd(), name, AtFlags::REMOVEDIR) {
+            Err(e) if e == rustix::io::Errno::NOENT => Ok(()),
+            other => Ok(other?),
+        }
+    }
+
+    /// The owner (uid) of `name` in this directory, not following a link.
+    pub fn owner(&self, name: impl AsRef<OsStr>) -> std::io::Result<u32> {
+        let name = self.name(name.as_ref())?;
+        Ok(rustix::fs::statat(self.fd(), name, AtFlags::SYMLINK_NOFOLLOW)?.st_uid)
     }
 
     /// Removes the directory `name` if it is empty.
@@ -542,6 +579,21 @@ mod tests {
             top.open_file("jobs/none").unwrap_err().kind(),
             std::io::ErrorKind::NotFound
         );
+    }
+
+    #[test]
+    fn a_tree_built_to_exhaust_the_walk_is_refused_and_a_vanished_one_is_removed() {
+        let (_dir, root, _outside) = world();
+        let top = Dir::root(&root).unwrap();
+        let deep = "d/".repeat(MAX_DEPTH + 2);
+        top.create_dirs(deep.trim_end_matches('/'), &mut |_| {})
+            .unwrap();
+        let err = top.remove_all("d").unwrap_err();
+        assert!(
+            matches!(Unsafe::of(&err), Some(Unsafe::TooDeep { .. })),
+            "{err}"
+        );
+        top.remove_all("never-there").unwrap();
     }
 
     #[test]

@@ -100,6 +100,12 @@ fn process_start(pid: u32) -> Option<u64> {
     fields.nth(18)?.parse().ok()
 }
 
+/// The user this process acts as.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
 /// A temporary name for `stem` owned by this process, unique within it.
 pub fn temp_name(stem: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -144,6 +150,16 @@ fn remove_temps_where(dir: &Dir, doomed: impl Fn(&str, &Owner) -> bool) -> Vec<P
             continue;
         };
         if !doomed(&stem, &owner) {
+            continue;
+        }
+        // A name says nothing of who made the entry (anyone who can write the directory
+        // can rename a tree of theirs, or of someone else's, to a temporary name): only
+        // what this user owns is taken away.
+        if dir.owner(&name).ok() != Some(effective_uid()) {
+            tracing::debug!(
+                "{} has a temporary name but is not ours: left alone",
+                dir.display(&name).display()
+            );
             continue;
         }
         let path = dir.display(&name);
@@ -309,6 +325,11 @@ pub enum Unsafe {
     #[error("{} is larger than {cap} bytes: not a file argus wrote", .path.display())]
     TooLarge { path: PathBuf, cap: u64 },
     #[error(
+        "{} is a tree deeper than {} levels: not one argus made",
+        .path.display(), dir::MAX_DEPTH
+    )]
+    TooDeep { path: PathBuf },
+    #[error(
         "{:?} does not stay below {}: only plain names are allowed there",
         .rel, .root.display()
     )]
@@ -378,7 +399,7 @@ impl Unsafe {
                     path.display()
                 )
             }
-            Unsafe::TooLarge { path, .. } => format!(
+            Unsafe::TooLarge { path, .. } | Unsafe::TooDeep { path } => format!(
                 "check what {} is (someone with write access to the shared storage may have replaced it), remove it, and run the command again",
                 path.display()
             ),
@@ -505,9 +526,23 @@ mod tests {
             me.start + 7
         ));
         std::fs::write(&foreign, b"x").unwrap();
+        // Someone else's tree renamed to a dead writer's temporary name is not ours.
+        let renamed = dir.path().join(format!(
+            ".tmp-theirs.{}.{}.{}.0",
+            me.host,
+            me.pid,
+            me.start + 7
+        ));
+        std::fs::create_dir(&renamed).unwrap();
+        let other_uid = if effective_uid() == 65534 {
+            65533
+        } else {
+            65534
+        };
+        std::os::unix::fs::lchown(&renamed, Some(other_uid), None).unwrap();
         let removed = remove_dead_temps(&Dir::root(dir.path()).unwrap());
         assert_eq!(removed, vec![dead.clone()]);
-        assert!(mine.exists() && foreign.exists() && !dead.exists());
+        assert!(mine.exists() && foreign.exists() && !dead.exists() && renamed.exists());
     }
 
     #[test]

@@ -231,8 +231,7 @@ fn relay_binary(record: &SlurmRecord) -> Result<PathBuf, Error> {
     if meta.file_type().is_symlink() {
         return Err(refuse("is a symbolic link".into()));
     }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
+    let me = crate::fsx::effective_uid();
     if !meta.is_file() {
         return Err(refuse("is not a regular file".into()));
     }
@@ -340,8 +339,7 @@ impl Drop for SrunTunnel {
 /// Removes the forward directories that a killed argus of this user left (Ctrl-C, SIGKILL):
 /// older than a minute, and nothing listens on their socket any more.
 fn remove_dead_dirs(base: &Path) {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { libc::geteuid() };
+    let me = crate::fsx::effective_uid();
     for entry in std::fs::read_dir(base).into_iter().flatten().flatten() {
         if !entry
             .file_name()
