@@ -290,8 +290,12 @@ fn acquire_in(
         let nonce = nonce();
         let created = match try_create(&parent, name, &nonce) {
             // The parent was emptied and removed (by another lock's release) since it was
-            // opened: make it again, through handles from the root as before.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            // opened: make it again, through handles from the root as before. On NFS a
+            // handle on a directory another host removed answers ESTALE, not ENOENT.
+            Err(e)
+                if e.kind() == std::io::ErrorKind::NotFound
+                    || e.raw_os_error() == Some(libc::ESTALE) =>
+            {
                 parent = open_parent(&mut made).map_err(io)?;
                 try_create(&parent, name, &nonce)
             }
