@@ -53,10 +53,12 @@ fn incomplete_tail(text: &str) -> usize {
     if text.ends_with('\r') {
         return 1;
     }
+    // Bytes, not chars: `len - MAX_HELD` may fall inside a character (ESC is ASCII, so
+    // the byte found is always a char boundary).
     let from = text.len().saturating_sub(MAX_HELD);
-    let Some(esc) = text
-        .get(from..)
-        .and_then(|t| t.rfind('\x1b'))
+    let Some(esc) = text.as_bytes()[from..]
+        .iter()
+        .rposition(|&b| b == 0x1b)
         .map(|i| from + i)
     else {
         return 0;
@@ -125,6 +127,12 @@ mod tests {
             out.push_str(&text.finish());
             assert_eq!(out, whole, "cut at {cut}");
         }
+        // A cut where the last 32 bytes start inside a character.
+        let mut text = LogText::new();
+        let mut out = text.push(&format!("{}\x1b[3", "é".repeat(20)));
+        out.push_str(&text.push("6mx"));
+        out.push_str(&text.finish());
+        assert_eq!(out, format!("{}x", "é".repeat(20)));
         // Nothing is held back without bound.
         let mut text = LogText::new();
         let long = format!("\x1b[{}", "1;".repeat(40));
