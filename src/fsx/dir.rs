@@ -274,8 +274,17 @@ impl Dir {
         let name = self.name(name.as_ref())?;
         let flags =
             OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = rustix::fs::openat(self.fd(), name, flags, Mode::from_raw_mode(mode))?;
-        Ok(std::fs::File::from(fd))
+        match rustix::fs::openat(self.fd(), name, flags, Mode::from_raw_mode(mode)) {
+            Ok(fd) => Ok(std::fs::File::from(fd)),
+            // A link planted at the name is named as one (exit 2), not "file exists".
+            Err(e) if e == rustix::io::Errno::EXIST && self.kind(name)? == Some(Kind::Link) => {
+                Err(Unsafe::Link {
+                    path: self.display(name),
+                }
+                .into())
+            }
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Creates the new file `name` holding `bytes`, synced (see [`Dir::create_new`]).
@@ -520,8 +529,11 @@ mod tests {
         ));
         assert!(refused_as_link(&top.open_file("runs/secret").unwrap_err()));
         let jobs_a = top.open_dir("jobs/a").unwrap();
-        // A new file at a planted link's name is refused; an atomic write replaces the link.
-        assert!(jobs_a.create_new("job.json", 0o644).is_err());
+        // A new file at a planted link's name is refused as a link; an atomic write
+        // replaces the link.
+        assert!(refused_as_link(
+            &jobs_a.create_new("job.json", 0o644).unwrap_err()
+        ));
         jobs_a.write_atomic("job.json", b"mine").unwrap();
         assert_eq!(std::fs::read(outside.join("secret")).unwrap(), b"s");
         for rel in ["../outside", "/etc", "jobs/../../outside"] {
