@@ -82,7 +82,9 @@ fn who(implied: bool) -> &'static str {
 impl Classify for Error {
     fn exit(&self) -> Exit {
         match self {
-            Error::Unreadable { .. } => Exit::Failed,
+            // A file refused on the shared storage (a planted link, a FIFO, an oversized
+            // file) is bad input (2); any other failure to read is a failure (1).
+            Error::Unreadable { source, .. } => crate::fsx::io_exit(source),
             _ => Exit::Usage,
         }
     }
@@ -99,6 +101,11 @@ impl Classify for Error {
                 "this verl snapshot lacks a key argus sets: is code_id a verl checkout of a supported version? (--no-check skips the check)"
                     .into(),
             );
+        }
+        if let Error::Unreadable { source, .. } = self
+            && let Some(hint) = crate::fsx::io_hint(source)
+        {
+            return Some(hint);
         }
         match self {
             Error::Unreadable { .. } | Error::Invalid(_) | Error::Composition { .. } => Some(
@@ -124,11 +131,10 @@ pub fn check(
     first_user: usize,
 ) -> Result<Outcome, Error> {
     let parsed = parse_all(overrides, first_user)?;
-    let dir = code_root.join(CONFIG_DIR);
-    let composer = Composer::new(&dir);
+    let composer = Composer::open(code_root, CONFIG_DIR).map_err(|f| config_error(f, ""))?;
     let Some(primary) = composer.primary_file(config_name) else {
         return Ok(Outcome::NotChecked {
-            reason: format!("no {config_name}.yaml under {}", dir.display()),
+            reason: format!("no {config_name}.yaml under {}", composer.path().display()),
         });
     };
     let origin = primary.display().to_string();
@@ -138,7 +144,7 @@ pub fn check(
     let (groups, keys): (Vec<_>, Vec<_>) = parsed.into_iter().partition(|(_, p, _)| {
         !matches!(p.value, Some(HydraValue::Dict(_))) && composer.group_exists(&p.key)
     });
-    let mut tree = match compose(&dir, config_name, &groups, &origin)? {
+    let mut tree = match compose(&composer, config_name, &groups, &origin)? {
         Ok(tree) => tree,
         Err(reason) => return Ok(Outcome::NotChecked { reason }),
     };
@@ -181,14 +187,15 @@ fn parse_all(overrides: &[Override], first_user: usize) -> Result<Vec<Parsed>, E
 /// The config composed with the group overrides; `Ok(Err(reason))` when argus does not
 /// model something it needs (the check is then skipped, saying why).
 fn compose(
-    dir: &Path,
+    composer: &Composer,
     config_name: &str,
     groups: &[Parsed],
     origin: &str,
 ) -> Result<Result<tree::Node, String>, Error> {
     let origin = origin.to_string();
     // The snapshot's own config first: if that fails, the snapshot is at fault.
-    let composed = match Composer::new(dir).compose(config_name, &[]) {
+    let fresh = || composer.fresh().map_err(|f| config_error(f, &origin));
+    let composed = match fresh()?.compose(config_name, &[]) {
         Ok(c) => c,
         Err(Fail::Unsupported(reason)) => return Ok(Err(reason)),
         Err(fail) => return Err(config_error(fail, &origin)),
@@ -198,7 +205,7 @@ fn compose(
     } else {
         let group_overrides: Vec<ParsedOverride> =
             groups.iter().map(|(_, p, _)| p.clone()).collect();
-        match Composer::new(dir).compose(config_name, &group_overrides) {
+        match fresh()?.compose(config_name, &group_overrides) {
             Ok(c) => c.tree,
             Err(Fail::Unsupported(reason)) => return Ok(Err(reason)),
             Err(Fail::Refused(reason)) => {

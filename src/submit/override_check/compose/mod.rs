@@ -17,6 +17,7 @@ use defaults::{
 
 use super::tree::{self, Node};
 use crate::config::yaml;
+use crate::fsx::{Dir, Kind as DirKind, Unsafe};
 use crate::hydra::{Action, HydraValue, ParsedOverride};
 
 /// Why a composition failed.
@@ -72,9 +73,21 @@ struct OverrideChoice {
     containing: Option<String>,
 }
 
+/// The most a config file may hold: verl's largest is a few KiB, and a file that anyone
+/// who can write the shared storage could swap must not eat the memory.
+const READ_CAP: u64 = 4 << 20;
+
 /// The composer: Hydra's config repository over one directory, plus the group overrides.
+///
+/// The directory sits in a code snapshot on the shared storage, which others can write:
+/// it is held open ([`Dir`]) and every group and file below it is opened through that
+/// handle, refusing a link, a FIFO or device, a second hard link or an oversized file
+/// ([`crate::fsx::Unsafe`], in [`Fail::Io`]), never checked by path and then read.
 pub struct Composer {
-    root: PathBuf,
+    /// None when the snapshot has no such directory (nothing is found in it).
+    dir: Option<Dir>,
+    /// What messages show for the directory.
+    shown: PathBuf,
     cache: HashMap<String, Option<Loaded>>,
     choices: BTreeMap<String, OverrideChoice>,
     deletions: BTreeMap<String, (Option<String>, bool)>,
@@ -88,10 +101,54 @@ pub struct Composed {
     pub tree: Node,
 }
 
+/// Whether `error` says nothing usable is there: missing, or a non-directory (not a link)
+/// where a directory was expected (a path Hydra would not find either).
+fn is_absent(error: &std::io::Error) -> bool {
+    error.kind() == std::io::ErrorKind::NotFound
+        || error.raw_os_error() == Some(libc::ENOTDIR)
+        || matches!(Unsafe::of(error), Some(Unsafe::NotDir { .. }))
+}
+
+/// The names of `rel` (`/`-separated, relative to the config directory) with `.` dropped
+/// and `..` taken back lexically, as Hydra's relative group paths (`../optim`) mean;
+/// None when it climbs above the directory.
+fn normalise(rel: &str) -> Option<Vec<&str>> {
+    let mut names = Vec::new();
+    for name in rel.split('/') {
+        match name {
+            "" | "." => {}
+            ".." => {
+                names.pop()?;
+            }
+            name => names.push(name),
+        }
+    }
+    Some(names)
+}
+
 impl Composer {
-    pub fn new(root: &Path) -> Composer {
+    /// The composer over the config directory `rel` of the code snapshot at `code_root`.
+    /// `code_root` is the caller's (opened by path, as given); `rel` is opened below it
+    /// through handles, a link on the way refused. A missing directory finds nothing.
+    pub fn open(code_root: &Path, rel: &str) -> Result<Composer, Fail> {
+        let shown = code_root.join(rel);
+        let dir = match Dir::root(code_root).and_then(|root| root.open_dir(rel)) {
+            Ok(dir) => Some(dir),
+            Err(e) if is_absent(&e) => None,
+            Err(source) => {
+                return Err(Fail::Io {
+                    path: shown,
+                    source,
+                });
+            }
+        };
+        Ok(Composer::over(dir, shown))
+    }
+
+    fn over(dir: Option<Dir>, shown: PathBuf) -> Composer {
         Composer {
-            root: root.to_path_buf(),
+            dir,
+            shown,
             cache: HashMap::new(),
             choices: BTreeMap::new(),
             deletions: BTreeMap::new(),
@@ -99,6 +156,23 @@ impl Composer {
             known: BTreeMap::new(),
             known_per_group: BTreeMap::new(),
         }
+    }
+
+    /// A new composer over the same directory (the same handle), with no overrides taken.
+    pub fn fresh(&self) -> Result<Composer, Fail> {
+        let dir = match &self.dir {
+            Some(dir) => Some(dir.try_clone().map_err(|source| Fail::Io {
+                path: self.shown.clone(),
+                source,
+            })?),
+            None => None,
+        };
+        Ok(Composer::over(dir, self.shown.clone()))
+    }
+
+    /// What messages show for the config directory.
+    pub fn path(&self) -> &Path {
+        &self.shown
     }
 
     /// Whether `group` names a config group (a folder of the config dir, or Hydra's own).
@@ -110,15 +184,14 @@ impl Composer {
         {
             return true;
         }
-        self.inside(&self.root.join(group))
-            .is_some_and(|p| p.is_dir())
+        self.group_dir(group).is_some()
     }
 
-    /// `path` resolved (symlinks, `..`) if it stays inside the config dir.
-    fn inside(&self, path: &Path) -> Option<PathBuf> {
-        let resolved = std::fs::canonicalize(path).ok()?;
-        let root = std::fs::canonicalize(&self.root).ok()?;
-        resolved.starts_with(&root).then_some(resolved)
+    /// The directory of `group`, opened through the handle (a link on the way refused);
+    /// None when it is not there or would leave the config dir.
+    fn group_dir(&self, group: &str) -> Option<Dir> {
+        let names = normalise(group)?;
+        self.dir.as_ref()?.open_dir(names.join("/")).ok()
     }
 
     fn options(&self, group: &str) -> Vec<String> {
@@ -126,14 +199,12 @@ impl Composer {
             return options.iter().map(|o| o.to_string()).collect();
         }
         let mut out: Vec<String> = self
-            .inside(&self.root.join(group))
-            .and_then(|dir| std::fs::read_dir(dir).ok())
+            .group_dir(group)
+            .and_then(|dir| dir.entries().ok())
             .into_iter()
             .flatten()
-            .flatten()
-            .filter_map(|e| {
-                e.file_name()
-                    .to_str()
+            .filter_map(|(name, _)| {
+                name.to_str()
                     .and_then(|n| n.strip_suffix(".yaml"))
                     .map(str::to_string)
             })
@@ -142,39 +213,67 @@ impl Composer {
         out
     }
 
-    /// The primary config's file, if the config dir has it.
+    /// The primary config's file (as messages show it), if the config dir has something
+    /// at its name (what is there is checked when it is read).
     pub fn primary_file(&self, name: &str) -> Option<PathBuf> {
-        self.file_of(name).filter(|p| p.is_file())
+        let file = yaml_file(name);
+        let (dir, leaf) = self.locate(&file).ok()??;
+        match dir.kind(leaf) {
+            Ok(Some(kind)) if kind != DirKind::Dir => Some(self.shown.join(file)),
+            _ => None,
+        }
     }
 
-    fn file_of(&self, config_path: &str) -> Option<PathBuf> {
-        let file = if config_path.ends_with(".yaml") {
-            config_path.to_string()
-        } else {
-            format!("{config_path}.yaml")
+    /// The directory holding the file `rel` (opened through the handle) and its last name;
+    /// None when nothing is there. A name that climbs out of the config dir is Hydra's
+    /// refusal; a link on the way is refused.
+    fn locate<'a>(&self, rel: &'a str) -> Result<Option<(Dir, &'a str)>, Fail> {
+        let Some(names) = normalise(rel) else {
+            return Err(Fail::Refused(format!(
+                "'{rel}' points outside the config directory {}",
+                self.shown.display()
+            )));
         };
-        self.inside(&self.root.join(file))
+        let (Some(dir), Some((leaf, parents))) = (&self.dir, names.split_last()) else {
+            return Ok(None);
+        };
+        match dir.open_dir(parents.join("/")) {
+            Ok(parent) => Ok(Some((parent, leaf))),
+            Err(e) if is_absent(&e) => Ok(None),
+            Err(source) => Err(Fail::Io {
+                path: self.shown.join(rel),
+                source,
+            }),
+        }
     }
 
     fn load(&mut self, config_path: &str) -> Result<Option<Loaded>, Fail> {
         if let Some(hit) = self.cache.get(config_path) {
             return Ok(hit.clone());
         }
-        let unresolved = self.root.join(config_path);
-        let Some(path) = self.file_of(config_path).filter(|p| p.is_file()) else {
-            if std::fs::symlink_metadata(format!("{}.yaml", unresolved.display())).is_ok() {
-                return Err(Fail::Refused(format!(
-                    "'{config_path}' points outside the config directory {}",
-                    self.root.display()
-                )));
+        let file = yaml_file(config_path);
+        let bytes = match self.locate(&file)? {
+            None => None,
+            Some((dir, leaf)) => {
+                let path = dir.display(leaf);
+                match dir.kind(leaf) {
+                    // Not a file Hydra would read (a directory), or nothing: not found.
+                    Ok(None | Some(DirKind::Dir)) => None,
+                    // Anything else is read through the handle, refused unless a regular
+                    // file of its own (no link, FIFO, device, hard link) within the cap.
+                    Ok(Some(_)) => match dir.read(leaf, READ_CAP) {
+                        Ok(bytes) => Some((path, bytes)),
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+                        Err(source) => return Err(Fail::Io { path, source }),
+                    },
+                    Err(source) => return Err(Fail::Io { path, source }),
+                }
             }
+        };
+        let Some((path, bytes)) = bytes else {
             self.cache.insert(config_path.to_string(), None);
             return Ok(None);
         };
-        let bytes = std::fs::read(&path).map_err(|source| Fail::Io {
-            path: path.clone(),
-            source,
-        })?;
         let text = String::from_utf8(bytes).map_err(|e| {
             Fail::Invalid(yaml::ConfigError {
                 origin: path.clone(),
@@ -665,10 +764,224 @@ impl Composer {
     }
 }
 
+/// The file of a config path: `name.yaml` (a path already ending in `.yaml` kept).
+fn yaml_file(config_path: &str) -> String {
+    if config_path.ends_with(".yaml") {
+        config_path.to_string()
+    } else {
+        format!("{config_path}.yaml")
+    }
+}
+
 fn not_found(group: &str, name: &str, options: &[String]) -> String {
     let mut msg = format!("Could not find '{group}/{name}'");
     if !options.is_empty() {
         msg.push_str(&format!(" (options in '{group}': {})", options.join(", ")));
     }
     msg
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::exit::{Classify, Exit};
+    use crate::submit::override_check::{self, CONFIG_DIR, Outcome};
+
+    /// A snapshot at `root` whose config dir has a primary config with a relative group
+    /// (`../optim@optim`), as verl's.
+    fn snapshot(root: &Path, marker: &str) {
+        let c = root.join(CONFIG_DIR);
+        for (path, text) in [
+            (
+                "ppo_trainer.yaml".to_string(),
+                "defaults:\n  - actor@actor_rollout_ref.actor: dp_actor\n  - _self_\ntrainer:\n  nnodes: 1\n".to_string(),
+            ),
+            (
+                "actor/dp_actor.yaml".into(),
+                "defaults:\n  - ../optim@optim: fsdp\n  - _self_\nstrategy: fsdp\n".into(),
+            ),
+            ("optim/fsdp.yaml".into(), format!("{marker}: 1\n")),
+        ] {
+            let file = c.join(path);
+            std::fs::create_dir_all(file.parent().expect("parent")).expect("mkdir");
+            std::fs::write(file, text).expect("write");
+        }
+    }
+
+    fn composed(root: &Path) -> Result<Node, Fail> {
+        Composer::open(root, CONFIG_DIR)?
+            .compose("ppo_trainer", &[])
+            .map(|c| c.tree)
+    }
+
+    fn has(tree: &Node, key: &str) -> bool {
+        let mut keys = Vec::new();
+        tree.keys("", &mut keys);
+        keys.iter().any(|k| k == key)
+    }
+
+    /// The I/O failure of a composition that must have failed on one.
+    fn io_failure(result: Result<Node, Fail>) -> std::io::Error {
+        match result {
+            Err(Fail::Io { source, .. }) => source,
+            Err(other) => panic!("not an I/O failure: {other:?}"),
+            Ok(_) => panic!("composed"),
+        }
+    }
+
+    #[test]
+    fn relative_groups_resolve_inside_the_config_dir() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        snapshot(dir.path(), "lr");
+        let tree = composed(dir.path()).expect("composes");
+        assert!(has(&tree, "actor_rollout_ref.actor.optim.lr"));
+        assert!(has(&tree, "actor_rollout_ref.actor.strategy"));
+        assert_eq!(
+            normalise("actor/../optim/fsdp"),
+            Some(vec!["optim", "fsdp"])
+        );
+        assert_eq!(normalise("./a//b"), Some(vec!["a", "b"]));
+        assert_eq!(normalise("actor/../../x"), None);
+    }
+
+    #[test]
+    fn a_defaults_entry_climbing_out_of_the_config_dir_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        snapshot(dir.path(), "lr");
+        let c = dir.path().join(CONFIG_DIR);
+        std::fs::write(dir.path().join("verl/trainer/secret.yaml"), "x: 1\n").expect("write");
+        std::fs::write(
+            c.join("ppo_trainer.yaml"),
+            "defaults:\n  - ../../trainer/secret\n  - _self_\n",
+        )
+        .expect("write");
+        match composed(dir.path()) {
+            Err(Fail::Refused(m)) => assert!(m.contains("points outside"), "{m}"),
+            Err(other) => panic!("{other:?}"),
+            Ok(_) => panic!("composed"),
+        }
+    }
+
+    #[test]
+    fn a_fifo_as_the_primary_config_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        snapshot(dir.path(), "lr");
+        let file = dir.path().join(CONFIG_DIR).join("ppo_trainer.yaml");
+        std::fs::remove_file(&file).expect("rm");
+        rustix::fs::mkfifoat(
+            rustix::fs::CWD,
+            &file,
+            rustix::fs::Mode::from_raw_mode(0o644),
+        )
+        .expect("mkfifo");
+        let root = dir.path().to_path_buf();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(io_failure(composed(&root)));
+        });
+        let refused = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the FIFO blocked the composition");
+        assert!(
+            matches!(Unsafe::of(&refused), Some(Unsafe::NotFile { .. })),
+            "{refused}"
+        );
+        // The whole check: bad input (2), not a hang, not a silent "not checked".
+        let root = dir.path().to_path_buf();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(override_check::check(&root, "ppo_trainer", &[], 0));
+        });
+        let e = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the FIFO blocked the check")
+            .expect_err("refused");
+        assert_eq!(e.exit(), Exit::Usage, "{e}");
+        assert!(e.to_string().contains("ppo_trainer.yaml"), "{e}");
+    }
+
+    #[test]
+    fn a_config_linked_to_a_file_outside_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        snapshot(dir.path(), "lr");
+        let outside = tempfile::tempdir().expect("tempdir");
+        std::fs::write(outside.path().join("fsdp.yaml"), "stolen: 1\n").expect("write");
+        let file = dir.path().join(CONFIG_DIR).join("optim/fsdp.yaml");
+        std::fs::remove_file(&file).expect("rm");
+        std::os::unix::fs::symlink(outside.path().join("fsdp.yaml"), &file).expect("symlink");
+        let refused = io_failure(composed(dir.path()));
+        assert!(
+            matches!(Unsafe::of(&refused), Some(Unsafe::Link { .. })),
+            "{refused}"
+        );
+        let e = override_check::check(dir.path(), "ppo_trainer", &[], 0).expect_err("refused");
+        assert_eq!(e.exit(), Exit::Usage, "{e}");
+    }
+
+    #[test]
+    fn a_group_dir_linked_outside_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        snapshot(dir.path(), "lr");
+        let outside = tempfile::tempdir().expect("tempdir");
+        std::fs::write(outside.path().join("fsdp.yaml"), "stolen: 1\n").expect("write");
+        let optim = dir.path().join(CONFIG_DIR).join("optim");
+        std::fs::remove_dir_all(&optim).expect("rm");
+        std::os::unix::fs::symlink(outside.path(), &optim).expect("symlink");
+        let refused = io_failure(composed(dir.path()));
+        assert!(
+            matches!(Unsafe::of(&refused), Some(Unsafe::Link { .. })),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn an_oversized_config_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        snapshot(dir.path(), "lr");
+        let file = dir.path().join(CONFIG_DIR).join("ppo_trainer.yaml");
+        let mut text = b"trainer:\n  nnodes: 1\n".to_vec();
+        text.resize(READ_CAP as usize + 1, b'\n');
+        std::fs::write(&file, text).expect("write");
+        let refused = io_failure(composed(dir.path()));
+        assert!(
+            matches!(Unsafe::of(&refused), Some(Unsafe::TooLarge { .. })),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn a_config_dir_swapped_after_it_was_opened_is_still_the_one_read() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        snapshot(dir.path(), "real");
+        let outside = tempfile::tempdir().expect("tempdir");
+        snapshot(outside.path(), "stolen");
+        let mut composer = Composer::open(dir.path(), CONFIG_DIR).expect("opens");
+        // Someone who can write the snapshot swaps its config dir for a link elsewhere.
+        let config = dir.path().join(CONFIG_DIR);
+        let moved = dir.path().join("verl/trainer/moved");
+        std::fs::rename(&config, &moved).expect("rename");
+        std::os::unix::fs::symlink(outside.path().join(CONFIG_DIR), &config).expect("symlink");
+        assert!(composer.primary_file("ppo_trainer").is_some());
+        assert!(composer.group_exists("optim"));
+        let tree = composer.compose("ppo_trainer", &[]).expect("composes").tree;
+        assert!(has(&tree, "actor_rollout_ref.actor.optim.real"));
+        assert!(!has(&tree, "actor_rollout_ref.actor.optim.stolen"));
+    }
+
+    #[test]
+    fn a_missing_config_dir_or_file_is_not_checked() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let outcome = override_check::check(dir.path(), "ppo_trainer", &[], 0).expect("ok");
+        assert!(matches!(outcome, Outcome::NotChecked { .. }), "{outcome:?}");
+        snapshot(dir.path(), "lr");
+        let composer = Composer::open(dir.path(), CONFIG_DIR).expect("opens");
+        assert!(composer.primary_file("nope").is_none());
+        assert!(!composer.group_exists("nope"));
+        assert!(!composer.group_exists("../../trainer"));
+        // A directory where a config file would be is not a config (as Hydra sees it).
+        std::fs::create_dir(dir.path().join(CONFIG_DIR).join("sft_trainer.yaml")).expect("mkdir");
+        assert!(composer.primary_file("sft_trainer").is_none());
+    }
 }
