@@ -237,18 +237,32 @@ impl Dir {
     fn open_checked(&self, rel: &Path, access: OFlags) -> std::io::Result<std::fs::File> {
         let (dir, name) = self.parent_of(rel)?;
         let path = self.display(rel);
-        let flags = access | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
-        let fd = match rustix::fs::openat(dir.fd(), name, flags | OFlags::NOCTTY, Mode::empty()) {
+        // First a handle that opens nothing (`O_PATH`: no device's open routine runs, no
+        // FIFO is waited on), checked; only then the file itself, through that handle's
+        // own `/proc/self/fd` entry, which names this very inode.
+        let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let handle = match rustix::fs::openat(dir.fd(), name, flags, Mode::empty()) {
             Ok(fd) => fd,
             Err(e) if e == rustix::io::Errno::LOOP => return Err(Unsafe::Link { path }.into()),
             Err(e) => return Err(e.into()),
         };
-        let stat = rustix::fs::fstat(&fd)?;
-        if FileType::from_raw_mode(stat.st_mode) != FileType::RegularFile {
-            return Err(Unsafe::NotFile { path }.into());
+        let stat = rustix::fs::fstat(&handle)?;
+        match FileType::from_raw_mode(stat.st_mode) {
+            FileType::RegularFile => {}
+            // O_PATH with O_NOFOLLOW opens a link itself rather than failing.
+            FileType::Symlink => return Err(Unsafe::Link { path }.into()),
+            _ => return Err(Unsafe::NotFile { path }.into()),
         }
         if stat.st_nlink > 1 {
             return Err(Unsafe::HardLink { path }.into());
+        }
+        let reopen = format!("/proc/self/fd/{}", handle.as_raw_fd());
+        let flags = access | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+        let fd = rustix::fs::open(reopen.as_str(), flags, Mode::empty())?;
+        // The same inode as checked (a /proc entry cannot be redirected, but say so).
+        let reopened = rustix::fs::fstat(&fd)?;
+        if (reopened.st_dev, reopened.st_ino) != (stat.st_dev, stat.st_ino) {
+            return Err(Unsafe::NotFile { path }.into());
         }
         Ok(std::fs::File::from(fd))
     }
@@ -583,6 +597,13 @@ mod tests {
         let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap();
         assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
         let err = top.open_file("jobs/fifo").unwrap_err();
+        assert!(
+            matches!(Unsafe::of(&err), Some(Unsafe::NotFile { .. })),
+            "{err}"
+        );
+        // A socket (which open(2) answers with ENXIO) is refused as one, not an I/O error.
+        let _socket = std::os::unix::net::UnixListener::bind(root.join("jobs/sock")).unwrap();
+        let err = top.open_file("jobs/sock").unwrap_err();
         assert!(
             matches!(Unsafe::of(&err), Some(Unsafe::NotFile { .. })),
             "{err}"
