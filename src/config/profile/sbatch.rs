@@ -124,10 +124,40 @@ pub const SHAPE: &[(&str, Option<char>, &str)] = &[
         None,
         "argus passes it itself and reads sbatch's answer in that form",
     ),
+    (
+        "clusters",
+        Some('M'),
+        "argus follows, cancels and cleans up its job on the cluster it submits to: another cluster's job of the same number is someone else's",
+    ),
+    (
+        "jobid",
+        None,
+        "Slurm numbers argus's job; another number could be someone else's job",
+    ),
+    (
+        "wrap",
+        None,
+        "argus's batch script is the job; --wrap would replace it",
+    ),
+    (
+        "help",
+        Some('h'),
+        "sbatch would print its help instead of submitting",
+    ),
+    (
+        "usage",
+        None,
+        "sbatch would print its usage instead of submitting",
+    ),
+    (
+        "version",
+        Some('V'),
+        "sbatch would print its version instead of submitting",
+    ),
 ];
 
 /// sbatch's short options that take no value (they may lead a group such as `-HN2`).
-const SHORT_FLAGS: &str = "hHkOQsvV";
+const SHORT_FLAGS: &str = "HkOQsv";
 
 /// The option of argus's own (or one it cannot run under) that `arg` sets, as
 /// (`--long`, why it is refused and what to do instead). `--name=v`, `--name v` (the
@@ -208,6 +238,17 @@ mod tests {
             "-W",
             "--test-only",
             "--parsable",
+            "--clusters=other",
+            "--cluster=c",
+            "-Mc",
+            "-Ma",
+            "--jobid=123",
+            "--wrap=id",
+            "-h",
+            "--help",
+            "--usage",
+            "-V",
+            "--version",
         ] {
             assert!(owned_option(arg).is_some(), "{arg}");
         }
