@@ -198,9 +198,6 @@ struct SavedLog {
 }
 
 impl SavedLog {
-    /// The last bytes of a log that hold its last lines.
-    const TAIL_BYTES: u64 = 256 << 10;
-
     fn of(loaded: &crate::config::LoadedProfile, report: &RunReport) -> SavedLog {
         SavedLog {
             records: loaded
@@ -222,16 +219,9 @@ impl SavedLog {
         }
     }
 
-    /// The log's end (at most [`Self::TAIL_BYTES`]), as text.
+    /// The log's end ([`crate::training::log_tail`]).
     fn tail(&self) -> Option<String> {
-        use std::io::{Read, Seek, SeekFrom};
-        let mut file = self.open()?;
-        let len = file.metadata().ok()?.len();
-        file.seek(SeekFrom::Start(len.saturating_sub(Self::TAIL_BYTES)))
-            .ok()?;
-        let mut bytes = Vec::new();
-        file.take(Self::TAIL_BYTES).read_to_end(&mut bytes).ok()?;
-        Some(String::from_utf8_lossy(&bytes).into_owned())
+        crate::training::log_tail(self.open()?).ok()
     }
 
     /// Whether some line of the log satisfies `pred` (read a line at a time, each at

@@ -272,9 +272,6 @@ fn redacted(info: &JobInfo, log: &str) -> String {
     secrets.redact_str(log).into_owned()
 }
 
-/// The most of a saved driver log read for its tail.
-const SAVED_LOG_CAP: u64 = 256 << 20;
-
 /// How many of the driver's last lines a failed job shows.
 pub const TAIL_LINES: usize = 10;
 
@@ -322,11 +319,11 @@ pub async fn failure_tail(target: &Target, id: &str, info: &JobInfo) -> Option<V
     let log = match api.logs(id).await {
         Ok(log) => redacted(info, &log),
         Err(_) => {
-            let bytes = target
+            let file = target
                 .records()?
-                .read_file(id, crate::training::DRIVER_LOG, SAVED_LOG_CAP)
+                .open_file(id, crate::training::DRIVER_LOG)
                 .ok()??;
-            String::from_utf8_lossy(&bytes).into_owned()
+            crate::training::log_tail(file).ok()?
         }
     };
     Some(driver_tail(&log)).filter(|tail| !tail.is_empty())

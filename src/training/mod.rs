@@ -170,6 +170,18 @@ pub fn saved_log(records: Option<&Records>, id: &str) -> Result<Option<(PathBuf,
     }
 }
 
+/// The end of a log (at most its last 256 KiB, which holds far more than the lines a
+/// failure shows), as text: a log of any size is never read whole.
+pub fn log_tail(mut file: File) -> std::io::Result<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    const TAIL_BYTES: u64 = 256 << 10;
+    let len = file.metadata()?.len();
+    file.seek(SeekFrom::Start(len.saturating_sub(TAIL_BYTES)))?;
+    let mut bytes = Vec::new();
+    file.take(TAIL_BYTES).read_to_end(&mut bytes)?;
+    Ok(String::from_utf8_lossy(&bytes).into_owned())
+}
+
 pub fn read_saved(id: &str, (path, file): (PathBuf, File)) -> Result<Table, Error> {
     Table::from_reader(id, BufReader::with_capacity(1 << 16, file))
         .map_err(|source| Error::Read { path, source })
