@@ -62,6 +62,10 @@ class TaskRunner:
                 last = int(f.read())
             say(f"Load from checkpoint folder: {ckpt}/global_step_{last}")
             start = last + 1
+        elif mode == "resume_path":
+            path = cfg["trainer.resume_from_path"]
+            say(f"Load from checkpoint folder: {path}")
+            start = int(path.rsplit("global_step_", 1)[1]) + 1
         say(f"Total training steps: {total}")
         if start == 1:
             val = {"val-core/openai/gsm8k/reward/mean@1": NpFloat64(0.125)}
@@ -85,7 +89,15 @@ class TaskRunner:
                 metrics["val-aux/openai/gsm8k/reward/std@1"] = 0.5
             say(console_line(step, metrics))
             if save_freq > 0 and step % save_freq == 0:
-                os.makedirs(os.path.join(ckpt, f"global_step_{step}", "actor"), exist_ok=True)
+                # verl's FSDP layout, one rank: every shard, the dataloader's state, then
+                # the tracker (argus resumes only from a checkpoint with all of them).
+                actor = os.path.join(ckpt, f"global_step_{step}", "actor")
+                os.makedirs(actor, exist_ok=True)
+                for kind in ("model", "optim", "extra_state"):
+                    with open(os.path.join(actor, f"{kind}_world_size_1_rank_0.pt"), "w") as f:
+                        f.write(str(step))
+                with open(os.path.join(ckpt, f"global_step_{step}", "data.pt"), "w") as f:
+                    f.write(str(step))
                 with open(marker + ".tmp", "w") as f:
                     f.write(str(step))
                 os.replace(marker + ".tmp", marker)
