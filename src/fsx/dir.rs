@@ -273,6 +273,11 @@ impl Dir {
         use std::io::Read;
         let rel = rel.as_ref();
         let file = self.open_file(rel)?;
+        // A planted giant (a sparse file costs its owner nothing) is refused unread.
+        if file.metadata()?.len() > cap {
+            let path = self.display(rel);
+            return Err(Unsafe::TooLarge { path, cap }.into());
+        }
         let mut bytes = Vec::new();
         file.take(cap + 1).read_to_end(&mut bytes)?;
         if bytes.len() as u64 > cap {
