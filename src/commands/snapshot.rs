@@ -15,8 +15,12 @@ pub fn run(loaded: &LoadedProfile, args: &SnapshotArgs, printer: &Printer) -> Re
         Some(SnapshotCommand::List) => list(&layout, printer),
         Some(SnapshotCommand::Verify { id }) => check(&layout, id, printer),
         Some(SnapshotCommand::Rm { id, force }) => {
-            let path = snapshot::remove(&layout.code(), &layout.jobs(), id, *force)
+            let removed = snapshot::remove(&layout.code(), &layout.jobs(), id, *force)
                 .with_context(|| format!("cannot remove snapshot {id}"))?;
+            for skipped in &removed.skipped {
+                printer.warn(skipped);
+            }
+            let path = removed.path;
             if printer.json {
                 printer.json(&serde_json::json!({"removed": path}));
             } else {
@@ -117,6 +121,9 @@ fn list(layout: &Layout, printer: &Printer) -> Result<Exit> {
 
 fn check(layout: &Layout, id: &str, printer: &Printer) -> Result<Exit> {
     let found = snapshot::locate(&layout.code(), id)?;
+    for skipped in &found.skipped {
+        printer.warn(skipped);
+    }
     let report = found
         .open()
         .and_then(|dir| verify::verify_in(&dir))

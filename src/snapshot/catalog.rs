@@ -50,6 +50,14 @@ fn not_a_dir(dir: &Dir, name: &str, kind: crate::fsx::Kind) -> Option<String> {
     }
 }
 
+/// Why the entry `name` of `dir`, whose name is not UTF-8, is no snapshot.
+fn not_utf8(dir: &Dir, name: &std::ffi::OsStr) -> String {
+    format!(
+        "{:?}: its name is not UTF-8, so it is not a snapshot argus made",
+        dir.display(name)
+    )
+}
+
 /// Every snapshot under `code_root`, by name then creation time. An entry that cannot be
 /// read (a link planted there, a corrupt manifest) is listed as unreadable, saying why,
 /// and the others still are; only an unusable code root itself is an error.
@@ -59,10 +67,18 @@ pub fn list(code_root: &Path) -> Result<Vec<ListedSnapshot>, Error> {
         return Ok(out);
     };
     let names = code.entries().map_err(io("cannot read", code_root))?;
-    for (name, kind) in names {
-        let name = name.to_string_lossy().into_owned();
+    for (raw, kind) in names {
+        let name = raw.to_string_lossy().into_owned();
         // Dot entries are temporary copies and locks, never snapshots.
         if name.starts_with('.') {
+            continue;
+        }
+        if raw.to_str().is_none() {
+            out.push(ListedSnapshot::unreadable(
+                &name,
+                "-",
+                not_utf8(&code, &raw),
+            ));
             continue;
         }
         if let Some(why) = not_a_dir(&code, &name, kind) {
@@ -85,9 +101,17 @@ pub fn list(code_root: &Path) -> Result<Vec<ListedSnapshot>, Error> {
                 continue;
             }
         };
-        for (id, kind) in ids {
-            let id = id.to_string_lossy().into_owned();
+        for (raw, kind) in ids {
+            let id = raw.to_string_lossy().into_owned();
             if id.starts_with('.') {
+                continue;
+            }
+            if raw.to_str().is_none() {
+                out.push(ListedSnapshot::unreadable(
+                    &name,
+                    &id,
+                    not_utf8(&family, &raw),
+                ));
                 continue;
             }
             if let Some(why) = not_a_dir(&family, &id, kind) {
@@ -99,6 +123,15 @@ pub fn list(code_root: &Path) -> Result<Vec<ListedSnapshot>, Error> {
                 .map_err(io("cannot read", &family.display(&id)))
                 .and_then(|snapshot| Manifest::read_in(&snapshot));
             let manifest = match manifest {
+                // A copy of another snapshot under a name that is not its id.
+                Ok(m) if m.code_id != id => {
+                    let why = Error::Misnamed {
+                        path: family.display(&id),
+                        names: m.code_id,
+                    };
+                    out.push(ListedSnapshot::unreadable(&name, &id, why.to_string()));
+                    continue;
+                }
                 Ok(m) => m,
                 Err(e) => {
                     out.push(ListedSnapshot::unreadable(
@@ -132,6 +165,9 @@ pub struct Found {
     pub path: PathBuf,
     pub name: String,
     pub code_id: String,
+    /// Entries of the code root passed over while looking for it, each saying why (a link
+    /// or an unreadable directory planted beside the snapshots): for a warning.
+    pub skipped: Vec<String>,
     /// Its `<name>/` directory, held open.
     family: Dir,
 }
@@ -145,13 +181,24 @@ impl Found {
     }
 }
 
-/// `<name>/<code_id>` in `code` if it holds a snapshot (a manifest), reached without
-/// following a link.
-fn published(code: &Dir, name: &str, code_id: &str) -> Result<Option<Found>, Error> {
-    let path = code.display(name).join(code_id);
-    let Some(family) = found(code.open_dir(name)).map_err(io("cannot read", &path))? else {
-        return Ok(None);
-    };
+/// How much of a snapshot [`locate`] asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Check {
+    /// A manifest that reads and names the id (for using or verifying the snapshot).
+    Manifest,
+    /// A manifest file, whatever it says (for removing a damaged or misnamed one).
+    Present,
+}
+
+/// `<code_id>` in the family `name`, held open as `family`, if it holds a snapshot (a
+/// manifest), reached without following a link.
+fn published_in(
+    family: Dir,
+    name: &str,
+    code_id: &str,
+    path: PathBuf,
+    check: Check,
+) -> Result<Option<Found>, Error> {
     let Some(snapshot) = found(family.open_dir(code_id)).map_err(io("cannot read", &path))? else {
         return Ok(None);
     };
@@ -165,19 +212,40 @@ fn published(code: &Dir, name: &str, code_id: &str) -> Result<Option<Found>, Err
         .kind(manifest::MANIFEST_NAME)
         .map_err(io("cannot read", &manifest))?
     {
-        Some(crate::fsx::Kind::File) => Ok(Some(Found {
-            path,
-            name: name.to_string(),
-            code_id: code_id.to_string(),
-            family,
-        })),
+        Some(crate::fsx::Kind::File) => {
+            if check == Check::Manifest {
+                // A copy of another snapshot under this name is not the snapshot `code_id`.
+                let manifest = Manifest::read_in(&snapshot)?;
+                if manifest.code_id != code_id {
+                    return Err(Error::Misnamed {
+                        path,
+                        names: manifest.code_id,
+                    });
+                }
+            }
+            Ok(Some(Found {
+                path,
+                name: name.to_string(),
+                code_id: code_id.to_string(),
+                skipped: Vec::new(),
+                family,
+            }))
+        }
         Some(crate::fsx::Kind::Link) => Err(crate::fsx::Unsafe::Link { path: manifest }.into()),
         _ => Ok(None),
     }
 }
 
-/// The snapshot `id` (`code_id`, or `name/code_id` when the id is ambiguous).
+/// The snapshot `id` (`code_id`, or `name/code_id` when the id is ambiguous): a directory
+/// whose manifest names it.
 pub fn locate(code_root: &Path, id: &str) -> Result<Found, Error> {
+    locate_checked(code_root, id, Check::Manifest)
+}
+
+/// [`locate`], asking `check` of the snapshot. Only a family that holds `id` matters: an
+/// unusable sibling (a link or a file planted in the code root, a directory that cannot be
+/// read) is passed over and named in [`Found::skipped`].
+fn locate_checked(code_root: &Path, id: &str, check: Check) -> Result<Found, Error> {
     let qualified = id.split_once('/');
     match qualified {
         Some((name, code_id)) => {
@@ -190,21 +258,42 @@ pub fn locate(code_root: &Path, id: &str) -> Result<Found, Error> {
         return Err(Error::NotFound(id.to_string()));
     };
     if let Some((name, code_id)) = qualified {
-        return published(&code, name, code_id)?.ok_or_else(|| Error::NotFound(id.to_string()));
+        let path = code.display(name).join(code_id);
+        let Some(family) = found(code.open_dir(name)).map_err(io("cannot read", &path))? else {
+            return Err(Error::NotFound(id.to_string()));
+        };
+        return published_in(family, name, code_id, path, check)?
+            .ok_or_else(|| Error::NotFound(id.to_string()));
     }
     let mut matches = Vec::new();
+    let mut skipped = Vec::new();
     for (name, kind) in code.entries().map_err(io("cannot read", code_root))? {
-        match kind {
+        let Some(name) = name.to_str() else {
+            continue;
+        };
+        if name.starts_with('.') {
+            continue;
+        }
+        let family = match kind {
+            crate::fsx::Kind::Dir => code.open_dir(name),
             crate::fsx::Kind::Link => {
-                let path = code.display(&name);
-                return Err(crate::fsx::Unsafe::Link { path }.into());
+                let path = code.display(name);
+                skipped.push(crate::fsx::Unsafe::Link { path }.into());
+                continue;
             }
-            crate::fsx::Kind::Dir => {
-                if let Some(name) = name.to_str() {
-                    matches.extend(published(&code, name, id)?);
-                }
+            _ => continue,
+        };
+        let family = match family {
+            Ok(family) => family,
+            Err(e) => {
+                skipped.push(io("cannot read", &code.display(name))(e));
+                continue;
             }
-            _ => {}
+        };
+        // Something that is not the snapshot where it would be: said first if none is found.
+        match published_in(family, name, id, code.display(name).join(id), check) {
+            Ok(found) => matches.extend(found),
+            Err(e) => skipped.insert(0, e),
         }
     }
     if matches.len() > 1 {
@@ -213,7 +302,18 @@ pub fn locate(code_root: &Path, id: &str) -> Result<Found, Error> {
             value: id.to_string(),
         });
     }
-    matches.pop().ok_or_else(|| Error::NotFound(id.to_string()))
+    let Some(mut found) = matches.pop() else {
+        // What was passed over may be where it is: say what that was.
+        return Err(skipped
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| Error::NotFound(id.to_string())));
+    };
+    found.skipped = skipped
+        .iter()
+        .map(|e| format!("passed over: {}", crate::exit::one_line(e)))
+        .collect();
+    Ok(found)
 }
 
 /// The directory of snapshot `id` (`code_id`, or `name/code_id` when the id is ambiguous).
@@ -221,9 +321,10 @@ pub fn find(code_root: &Path, id: &str) -> Result<PathBuf, Error> {
     locate(code_root, id).map(|found| found.path)
 }
 
-/// Removes a snapshot, unless an unfinished job record under `jobs_root` names it.
-pub fn remove(code_root: &Path, jobs_root: &Path, id: &str, force: bool) -> Result<PathBuf, Error> {
-    let found = locate(code_root, id)?;
+/// Removes a snapshot (a damaged or misnamed one too), unless an unfinished job record
+/// under `jobs_root` names it. What it removed, with what it passed over on the way.
+pub fn remove(code_root: &Path, jobs_root: &Path, id: &str, force: bool) -> Result<Found, Error> {
+    let found = locate_checked(code_root, id, Check::Present)?;
     if !force {
         let users = unfinished_jobs_using(jobs_root, &found.code_id);
         if !users.is_empty() {
@@ -234,7 +335,7 @@ pub fn remove(code_root: &Path, jobs_root: &Path, id: &str, force: bool) -> Resu
         }
     }
     publish::remove(&found.family, &found.code_id)?;
-    Ok(found.path)
+    Ok(found)
 }
 
 /// Jobs whose record (`jobs/<id>/job.json`) names `code_id` and has not finished (an

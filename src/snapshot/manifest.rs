@@ -23,9 +23,12 @@ pub const ARGUS_DIR_MODE: u32 = 0o755;
 /// from the umask), 2 since.
 pub const FORMAT: u32 = 2;
 
-/// The largest manifest read (about three million files): a file others can write must
-/// not eat the memory.
-const MAX_MANIFEST_BYTES: u64 = 512 << 20;
+/// The largest manifest read: a file others can write must not eat the memory (`list`
+/// reads every snapshot's). argus writes it pretty-printed, one record of a file about 185
+/// bytes plus its path (`{"path", "size", "executable", "mode", "sha256": 64 hex digits}`,
+/// indented), so about 225 bytes with a usual 40-byte path: 45 MB for a tree of 200,000
+/// files, and this cap is 5x that (more than a million files).
+pub(super) const MAX_MANIFEST_BYTES: u64 = 225 * 200_000 * 5;
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Manifest {
@@ -103,10 +106,34 @@ impl Manifest {
     /// The manifest of the snapshot held open as `snapshot`, read without following a
     /// link planted at `.argus` or at the manifest.
     pub fn read_in(snapshot: &Dir) -> Result<Self, Error> {
+        use std::io::Read;
         let path = snapshot.display(MANIFEST);
-        let bytes = snapshot
-            .read(MANIFEST, MAX_MANIFEST_BYTES)
+        let too_large = || {
+            crate::fsx::Unsafe::TooLarge {
+                path: path.clone(),
+                cap: MAX_MANIFEST_BYTES,
+            }
+            .into()
+        };
+        let file = snapshot
+            .open_file(MANIFEST)
             .map_err(io("cannot read the manifest", &path))?;
+        // Its size first: a planted (sparse) giant is refused without reading any of it.
+        let size = file
+            .metadata()
+            .map_err(io("cannot read the manifest", &path))?
+            .len();
+        if size > MAX_MANIFEST_BYTES {
+            return Err(too_large());
+        }
+        let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+        file.take(MAX_MANIFEST_BYTES + 1)
+            .read_to_end(&mut bytes)
+            .map_err(io("cannot read the manifest", &path))?;
+        // It grew after the size was taken.
+        if bytes.len() as u64 > MAX_MANIFEST_BYTES {
+            return Err(too_large());
+        }
         serde_json::from_slice(&bytes)
             .map_err(|e| io("corrupt manifest", &path)(std::io::Error::other(e)))
     }

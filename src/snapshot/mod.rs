@@ -89,8 +89,15 @@ pub enum Error {
     Corrupt { id: String, what: String },
     #[error(transparent)]
     Unsafe(#[from] crate::fsx::Unsafe),
-    #[error("source {} contains the shared storage ({}): a snapshot of it would copy the snapshots into themselves", tree.display(), shared.display())]
-    SourceContainsShared { tree: PathBuf, shared: PathBuf },
+    #[error("source {} {relation} the shared storage ({}): a snapshot of it would copy the snapshots into themselves", tree.display(), shared.display())]
+    SourceContainsShared {
+        tree: PathBuf,
+        /// "contains", "is" or "is inside".
+        relation: &'static str,
+        shared: PathBuf,
+    },
+    #[error("{} is not the snapshot it stands for: its manifest names {names}", path.display())]
+    Misnamed { path: PathBuf, names: String },
     #[error("snapshot {id} is used by unfinished job(s): {jobs}")]
     InUse { id: String, jobs: String },
     #[error(transparent)]
@@ -126,6 +133,7 @@ impl Classify for Error {
             Error::Corrupt { id, .. } => Some(format!("`argus snapshot verify {id}` lists the differences; remove it with `argus snapshot rm {id}` and snapshot again")),
             Error::Unsafe(refusal) => Some(refusal.hint()),
             Error::SourceContainsShared { .. } => Some("snapshot the code's own directory".into()),
+            Error::Misnamed { .. } => Some("a snapshot's directory is named by its code id: this one was copied or renamed there; remove it with `argus snapshot rm`".into()),
             Error::Conflict { .. } => Some("snapshots are immutable: choose another --code-id, or leave it out to derive one from the content".into()),
             Error::InUse { .. } => Some("wait for those jobs to finish, or pass --force".into()),
             Error::Source(e) if e.source.kind() == PermissionDenied => Some("this user cannot read that part of the source tree: make it readable, or --exclude it".into()),
@@ -402,9 +410,18 @@ fn check_source(code_root: &Path, options: &SnapshotOptions) -> Result<PathBuf, 
     let source = std::fs::canonicalize(source).map_err(source_io("cannot resolve", source))?;
     // Where the snapshots will be, whether or not the storage has a `common/` yet.
     if resolve_existing(code_root).starts_with(&source) {
+        let shared = resolve_existing(&anchor(code_root).0);
+        let relation = if source == shared {
+            "is"
+        } else if source.starts_with(&shared) {
+            "is inside"
+        } else {
+            "contains"
+        };
         return Err(Error::SourceContainsShared {
             tree: source,
-            shared: resolve_existing(&anchor(code_root).0),
+            relation,
+            shared,
         });
     }
     // A planted link is refused before the long walk (and again, race-free, below).
@@ -1071,5 +1088,248 @@ mod tests {
         // Not reused either.
         let err = snapshot(&code_root, &options(&src), &quiet()).unwrap_err();
         assert!(matches!(err, Error::Corrupt { .. }), "{err}");
+    }
+
+    /// A bind mount made for a test, unmounted when dropped (the test failing too).
+    struct Mounted(PathBuf);
+
+    impl Mounted {
+        /// `what` mounted again at `at`; None (with a note) where this process cannot mount.
+        fn bind(what: &Path, at: &Path) -> Option<Mounted> {
+            std::fs::create_dir_all(at).unwrap();
+            let status = std::process::Command::new("mount")
+                .arg("--bind")
+                .arg(what)
+                .arg(at)
+                .status();
+            if !matches!(status, Ok(s) if s.success()) {
+                eprintln!("note: cannot bind-mount here ({status:?}): that check is skipped");
+                return None;
+            }
+            Some(Mounted(at.to_path_buf()))
+        }
+    }
+
+    impl Drop for Mounted {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
+        }
+    }
+
+    /// A second mount of the storage has other paths but the same directories: a followed
+    /// link to it, into it, or to a directory holding it is refused as the paths would be.
+    #[test]
+    fn followed_links_to_another_mount_of_the_storage_are_refused() {
+        let (dir, src, _) = setup();
+        let outer = dir.path().join("outer");
+        let code_root = outer.join("shared/common/code");
+        std::fs::create_dir_all(outer.join("shared/common/data")).unwrap();
+        let Some(_mounted) = Mounted::bind(&outer, &dir.path().join("bind")) else {
+            return;
+        };
+        let bind = dir.path().join("bind");
+        for (target, relation) in [
+            (bind.join("shared"), "is"),
+            (bind.join("shared/common/data"), "is inside"),
+            (bind.clone(), "holds"),
+        ] {
+            let link = src.join("pkg/storage");
+            let _ = std::fs::remove_file(&link);
+            std::os::unix::fs::symlink(&target, &link).unwrap();
+            let mut follow = options(&src);
+            follow.follow_links = true;
+            let err = snapshot(&code_root, &follow, &quiet()).unwrap_err();
+            assert!(
+                matches!(&err, Error::LinkToShared { link, relation: r, .. }
+                    if link == "pkg/storage" && *r == relation),
+                "{target:?}: {err}"
+            );
+            assert_eq!(err.exit(), Exit::Usage);
+            assert!(!code_root.exists(), "nothing written");
+        }
+    }
+
+    /// A link, a file or an unreadable directory planted beside the snapshots does not stop
+    /// `verify` or `rm` of another: it is passed over, named for a warning.
+    #[test]
+    fn an_unusable_sibling_family_is_passed_over_with_a_warning() {
+        let (dir, src, code_root) = setup();
+        snapshot(&code_root, &options(&src), &quiet()).unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(outside.join("c1/.argus")).unwrap();
+        std::os::unix::fs::symlink(&outside, code_root.join("evil")).unwrap();
+        std::fs::write(code_root.join("stray"), "x").unwrap();
+        // A family where `c1` is a link: not the snapshot c1 either.
+        std::fs::create_dir_all(code_root.join("other")).unwrap();
+        std::os::unix::fs::symlink(outside.join("c1"), code_root.join("other/c1")).unwrap();
+        let found = locate(&code_root, "c1").unwrap();
+        assert_eq!(found.path, code_root.join("verl/c1"));
+        let skipped = found.skipped.join("\n");
+        assert!(
+            skipped.contains("evil") && skipped.contains("other/c1"),
+            "{skipped}"
+        );
+        assert!(verify::verify_in(&found.open().unwrap()).unwrap().ok());
+        let removed = remove(&code_root, &dir.path().join("jobs"), "c1", false).unwrap();
+        assert!(removed.skipped.join("\n").contains("evil"));
+        assert!(!code_root.join("verl/c1").exists());
+        assert!(
+            outside.join("c1/.argus").is_dir(),
+            "nothing outside touched"
+        );
+        // With no snapshot left, what stands at `other/c1` is the error.
+        let err = locate(&code_root, "c1").unwrap_err();
+        assert!(matches!(err, Error::Unsafe(_)), "{err}");
+    }
+
+    /// Directories added to a snapshot are differences (Python's caches are not), and so
+    /// is anything owned by another user than the snapshot's root.
+    #[test]
+    fn verify_sees_added_directories_and_other_owners() {
+        use std::os::unix::fs::{chown, lchown};
+        let (_dir, src, code_root) = setup();
+        std::os::unix::fs::symlink("model.py", src.join("pkg/alias.py")).unwrap();
+        let made = snapshot(&code_root, &options(&src), &quiet()).unwrap();
+        let p = |rel: &str| made.path.join(rel);
+        let mkdir = |rel: &str, mode| {
+            std::fs::create_dir_all(p(rel)).unwrap();
+            std::fs::set_permissions(p(rel), std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        mkdir("pkg/__pycache__", 0o755);
+        std::fs::write(p("pkg/__pycache__/model.cpython-311.pyc"), "x").unwrap();
+        assert!(verify::verify(&made.path).unwrap().ok());
+        mkdir("empty", 0o777);
+        mkdir("a/b/c", 0o755);
+        mkdir(".argus/d", 0o1777);
+        mkdir("pkg/new.py", 0o755);
+        let report = verify::verify(&made.path).unwrap();
+        assert_eq!(
+            report.added,
+            [".argus/d/", "a/", "a/b/", "a/b/c/", "empty/", "pkg/new.py/"],
+            "{report:?}"
+        );
+        assert!(report.changed.is_empty(), "{report:?}");
+        for rel in ["empty", "a", ".argus/d", "pkg/new.py"] {
+            std::fs::remove_dir_all(p(rel)).unwrap();
+        }
+        assert!(verify::verify(&made.path).unwrap().ok());
+
+        chown(p("pkg/model.py"), Some(4321), None).unwrap();
+        chown(p("pkg"), Some(4321), None).unwrap();
+        lchown(p("pkg/alias.py"), Some(4321), None).unwrap();
+        let report = verify::verify(&made.path).unwrap();
+        assert_eq!(
+            report.changed,
+            ["pkg/", "pkg/alias.py", "pkg/model.py"],
+            "{report:?}"
+        );
+        assert!(report.added.is_empty() && report.missing.is_empty());
+    }
+
+    /// A copy of a snapshot under another id is listed as unreadable, and neither found
+    /// nor verified as that id; `rm` still removes it.
+    #[test]
+    fn a_snapshot_copied_under_another_id_is_not_that_id() {
+        let (dir, src, code_root) = setup();
+        snapshot(&code_root, &options(&src), &quiet()).unwrap();
+        let copied = std::process::Command::new("cp")
+            .arg("-a")
+            .arg(code_root.join("verl/c1"))
+            .arg(code_root.join("verl/evil"))
+            .status()
+            .unwrap();
+        assert!(copied.success());
+        let listed = list(&code_root).unwrap();
+        let evil = listed.iter().find(|l| l.code_id == "evil").unwrap();
+        let why = evil.unreadable.as_deref().unwrap_or_default();
+        assert!(why.contains("its manifest names c1"), "{listed:#?}");
+        assert_eq!(listed.iter().filter(|l| l.code_id == "c1").count(), 1);
+        for id in ["evil", "verl/evil"] {
+            let err = locate(&code_root, id).unwrap_err();
+            assert!(matches!(err, Error::Misnamed { .. }), "{err}");
+            assert_eq!(err.exit(), Exit::Usage);
+        }
+        let report = verify::verify(&code_root.join("verl/evil")).unwrap();
+        assert!(!report.ok(), "{report:?}");
+        remove(&code_root, &dir.path().join("jobs"), "evil", false).unwrap();
+        assert!(!code_root.join("verl/evil").exists());
+        assert!(locate(&code_root, "c1").is_ok());
+    }
+
+    /// An entry whose name is not UTF-8 is listed saying so, not by a lookup of another name.
+    #[test]
+    fn list_says_a_name_that_is_not_utf8_is_no_snapshot() {
+        use std::os::unix::ffi::OsStrExt;
+        let (_dir, src, code_root) = setup();
+        snapshot(&code_root, &options(&src), &quiet()).unwrap();
+        let bad = std::ffi::OsStr::from_bytes(b"x\xff");
+        std::fs::create_dir(code_root.join(bad)).unwrap();
+        std::fs::create_dir(code_root.join("verl").join(bad)).unwrap();
+        let listed = list(&code_root).unwrap();
+        let whys: Vec<&str> = listed
+            .iter()
+            .filter_map(|l| l.unreadable.as_deref())
+            .collect();
+        assert_eq!(whys.len(), 2, "{listed:#?}");
+        for why in whys {
+            assert!(
+                why.contains("not UTF-8") && !why.contains("No such file"),
+                "{why}"
+            );
+        }
+    }
+
+    /// A manifest larger than any argus writes is refused by its size, not read.
+    #[test]
+    fn a_giant_manifest_is_refused_unread() {
+        let (_dir, src, code_root) = setup();
+        let made = snapshot(&code_root, &options(&src), &quiet()).unwrap();
+        let path = made.path.join(manifest::MANIFEST);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        file.set_len(manifest::MAX_MANIFEST_BYTES + 1).unwrap();
+        let started = std::time::Instant::now();
+        let err = manifest::Manifest::read(&made.path).unwrap_err();
+        assert!(
+            matches!(err, Error::Unsafe(crate::fsx::Unsafe::TooLarge { .. })),
+            "{err}"
+        );
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+        const { assert!(manifest::MAX_MANIFEST_BYTES <= 256 << 20) };
+    }
+
+    /// A source inside the storage is refused saying so.
+    #[test]
+    fn a_source_inside_the_storage_is_said_to_be_inside() {
+        let (dir, src, code_root) = setup();
+        snapshot(&code_root, &options(&src), &quiet()).unwrap();
+        let err = snapshot(
+            &code_root,
+            &options(&dir.path().join("shared/common")),
+            &quiet(),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                Error::SourceContainsShared {
+                    relation: "is inside",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("is inside the shared storage"),
+            "{err}"
+        );
+        let err = snapshot(&code_root, &options(&src.join("..")), &quiet()).unwrap_err();
+        assert!(
+            err.to_string().contains("contains the shared storage"),
+            "{err}"
+        );
     }
 }

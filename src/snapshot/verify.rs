@@ -2,8 +2,10 @@
 //! itself (its records must give its tree hash). The snapshot is walked through handles
 //! ([`crate::fsx::Dir`]): nothing in it is followed, a link stands for itself, a file is
 //! opened without following one. Besides the files, the modes of the directories (the
-//! snapshot's root and `.argus/` included) and of the manifest are checked, and anything
-//! in `.argus/` but the manifest is a difference.
+//! snapshot's root and `.argus/` included) and of the manifest are checked, anything in
+//! `.argus/` but the manifest is a difference, and so is a directory no record leads to
+//! and anything owned by another user than the snapshot's root (who could make it
+//! writable).
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -22,8 +24,8 @@ use crate::fsx::{Dir, Kind};
 pub struct VerifyReport {
     pub path: String,
     pub checked: usize,
-    /// Files and links whose content, target or mode differ, and directories (`<path>/`,
-    /// the snapshot itself `./`) whose mode differs.
+    /// Files and links whose content, target, mode or owner differ, and directories
+    /// (`<path>/`, the snapshot itself `./`) whose mode or owner differs.
     pub changed: Vec<String>,
     pub missing: Vec<String>,
     pub added: Vec<String>,
@@ -78,15 +80,27 @@ struct OnDisk {
     dirs: BTreeMap<String, u32>,
     /// Names that are not UTF-8 (no manifest names one), escaped.
     foreign: Vec<String>,
+    /// The owner of the snapshot's root: every entry of a snapshot has it.
+    owner: u32,
+    /// Entries (directories as `<path>/`) owned by someone else, who could make them
+    /// writable and change them.
+    foreign_owned: Vec<String>,
 }
 
-/// The permission bits of the directory held open as `dir`.
-fn mode_of(dir: &Dir) -> std::io::Result<u32> {
-    dir.mode()
+/// The permission bits and owner of the directory held open as `dir`.
+fn mode_and_owner(dir: &Dir) -> std::io::Result<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    // `/proc/self/fd/N` stands for the handle itself: this is fstat(2) of it.
+    Ok((dir.mode()?, std::fs::metadata(dir.fd_path())?.uid()))
 }
 
 fn scan(dir: &Dir, rel: &str, out: &mut OnDisk) -> Result<(), Error> {
-    let mode = mode_of(dir).map_err(io("cannot read", dir.path()))?;
+    let (mode, owner) = mode_and_owner(dir).map_err(io("cannot read", dir.path()))?;
+    if rel.is_empty() {
+        out.owner = owner;
+    } else if owner != out.owner {
+        out.foreign_owned.push(format!("{rel}/"));
+    }
     out.dirs.insert(
         if rel.is_empty() {
             ROOT.into()
@@ -117,6 +131,12 @@ fn scan(dir: &Dir, rel: &str, out: &mut OnDisk) -> Result<(), Error> {
             }
             _ if kind == Kind::File && is_python_bytecode(name.as_bytes()) => {}
             _ => {
+                let owner = dir
+                    .owner(name)
+                    .map_err(io("cannot read", &dir.display(name)))?;
+                if owner != out.owner {
+                    out.foreign_owned.push(path.clone());
+                }
                 out.leaves.insert(path, kind);
             }
         }
@@ -137,9 +157,17 @@ pub fn verify_in(snapshot: &Dir) -> Result<VerifyReport, Error> {
             .manifest
             .push("its file list does not give its tree hash".to_string());
     }
+    // A copy of another snapshot under this one's name.
+    let name = snapshot.path().file_name().and_then(|n| n.to_str());
+    if name.is_some_and(|name| name != manifest.code_id) {
+        report
+            .manifest
+            .push(format!("it names {}, not this directory", manifest.code_id));
+    }
     let mut on_disk = OnDisk::default();
     scan(snapshot, "", &mut on_disk)?;
     report.added.append(&mut on_disk.foreign);
+    report.changed.append(&mut on_disk.foreign_owned);
 
     // Directories: those recorded have their recorded mode; every other one on the way to
     // a record, the root and `.argus/` have 0755 (before format 2, whatever the umask left
@@ -166,6 +194,12 @@ pub fn verify_in(snapshot: &Dir) -> Result<VerifyReport, Error> {
             expected.insert(record.path.clone(), Some(record.mode()));
         } else {
             records.push(record);
+        }
+    }
+    // A directory no record leads to was added (Python's caches were never scanned).
+    for rel in on_disk.dirs.keys() {
+        if !expected.contains_key(rel) {
+            report.added.push(format!("{rel}/"));
         }
     }
     for (rel, want) in expected {
@@ -212,6 +246,7 @@ pub fn verify_in(snapshot: &Dir) -> Result<VerifyReport, Error> {
     })?;
     report.changed.extend(changed.into_iter().flatten());
     report.changed.sort();
+    report.changed.dedup();
     report.missing.sort();
     Ok(report)
 }

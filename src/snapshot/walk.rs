@@ -280,7 +280,7 @@ fn collect_under(
             } else if shared.starts_with(&canonical) {
                 Some("holds")
             } else {
-                None
+                same_inode_relation(&canonical, shared)
             };
             if let Some(relation) = relation {
                 return Err(Error::LinkToShared {
@@ -307,6 +307,35 @@ fn collect_under(
         out.push(file_entry(rel, path)?);
     }
     Ok(())
+}
+
+/// A directory's identity: the same directory mounted twice (a bind mount, the same
+/// export mounted at two places) has two paths but one `(st_dev, st_ino)`.
+fn identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// How `target` (resolved) stands to the shared storage `shared` (resolved) by identity,
+/// where comparing paths cannot see it (another mount of the storage): "is" when it is the
+/// storage's root, "is inside" when one of the directories above it is, "holds" when it
+/// is one of the directories above the storage.
+fn same_inode_relation(target: &Path, shared: &Path) -> Option<&'static str> {
+    let root = identity(shared)?;
+    let target_id = identity(target)?;
+    if target_id == root {
+        return Some("is");
+    }
+    if target
+        .ancestors()
+        .skip(1)
+        .any(|above| identity(above) == Some(root))
+    {
+        return Some("is inside");
+    }
+    let above_shared: std::collections::HashSet<(u64, u64)> =
+        shared.ancestors().skip(1).filter_map(identity).collect();
+    above_shared.contains(&target_id).then_some("holds")
 }
 
 fn file_entry(rel: String, path: &Path) -> Result<Entry, Error> {

@@ -1073,3 +1073,180 @@ fn list_shows_unreadable_entries_beside_the_others() {
         );
     }
 }
+
+/// A bind mount made for a test, unmounted when dropped (the test failing too).
+struct Mounted(PathBuf);
+
+impl Mounted {
+    /// `what` mounted again at `at`; None (with a note) where this process cannot mount.
+    fn bind(what: &Path, at: &Path) -> Option<Mounted> {
+        std::fs::create_dir_all(at).expect("mkdir");
+        let status = Command::new("mount")
+            .arg("--bind")
+            .arg(what)
+            .arg(at)
+            .status();
+        if !matches!(status, Ok(s) if s.success()) {
+            eprintln!("note: cannot bind-mount here ({status:?}): that check is skipped");
+            return None;
+        }
+        Some(Mounted(at.to_path_buf()))
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// The storage mounted a second time (a bind mount; the same export mounted twice): a
+/// followed link to it, into it or to a directory holding it is refused, by identity.
+#[test]
+fn a_followed_link_to_another_mount_of_the_storage_is_refused() {
+    let (ctx, shared, profile) = context("snapfollowbind");
+    let src = ctx.path("src");
+    sample_tree(&src);
+    std::fs::create_dir_all(shared.join("user/code")).expect("mkdir");
+    let bind = ctx.path("bind");
+    let Some(_mounted) = Mounted::bind(ctx.dir.path(), &bind) else {
+        return;
+    };
+    for (target, relation) in [
+        (bind.join("shared"), "which is the shared storage"),
+        (
+            bind.join("shared/user/code"),
+            "which is inside the shared storage",
+        ),
+        (bind.clone(), "which holds the shared storage"),
+    ] {
+        let link = src.join("pkg/data");
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&target, &link).expect("symlink");
+        ctx.argus()
+            .profile(&profile)
+            .args(["snapshot", "--follow-links"])
+            .arg_path(&src)
+            .run()
+            .code(2)
+            .stderr_has("symlink pkg/data resolves to")
+            .stderr_has(relation);
+        assert!(
+            everything_under(&shared.join("common")).is_empty(),
+            "nothing written: {:?}",
+            everything_under(&shared.join("common"))
+        );
+    }
+}
+
+/// A link or a file planted at `common/code/<another name>` does not stop `verify` or
+/// `rm` of a snapshot: it is passed over with a warning naming it.
+#[test]
+fn a_link_planted_beside_the_snapshots_does_not_stop_verify_or_rm() {
+    let (ctx, shared, profile) = context("snapsibling");
+    let src = ctx.path("src");
+    sample_tree(&src);
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot", "--code-id", "s1"])
+        .arg_path(&src)
+        .run()
+        .code(0);
+    let code = shared.join("common/code");
+    let outside = ctx.path("outside");
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    std::os::unix::fs::symlink(&outside, code.join("zz")).expect("plant");
+    std::fs::write(code.join("stray"), "x").expect("plant");
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot", "verify", "s1"])
+        .run()
+        .code(0)
+        .stderr_has("intact")
+        .stderr_has("zz");
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot", "rm", "s1"])
+        .run()
+        .code(0)
+        .stderr_has("zz");
+    assert!(!code.join("verl/s1").exists());
+}
+
+/// Directories added to a snapshot, entries given to another owner, and a copy of a
+/// snapshot under another id are all caught; Python's caches are not differences.
+#[test]
+fn verify_reports_added_directories_other_owners_and_copies() {
+    let (ctx, shared, profile) = context("snapverifydirs");
+    let src = ctx.path("src");
+    sample_tree(&src);
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot", "--code-id", "d1"])
+        .arg_path(&src)
+        .run()
+        .code(0);
+    let dir = shared.join("common/code/verl/d1");
+    write(&dir.join("pkg/__pycache__/x.cpython-311.pyc"), "bytecode");
+    std::fs::create_dir_all(dir.join("empty")).expect("mkdir");
+    std::fs::set_permissions(dir.join("empty"), std::fs::Permissions::from_mode(0o777))
+        .expect("chmod");
+    std::fs::create_dir(dir.join(".argus/d")).expect("mkdir");
+    std::fs::set_permissions(
+        dir.join(".argus/d"),
+        std::fs::Permissions::from_mode(0o1777),
+    )
+    .expect("chmod");
+    std::os::unix::fs::chown(dir.join("pkg/core/model.py"), Some(4321), None).expect("chown");
+    let report = ctx
+        .argus()
+        .profile(&profile)
+        .args(["snapshot", "verify", "d1", "--json"])
+        .run()
+        .code(1)
+        .json();
+    assert_eq!(report["added"], serde_json::json!([".argus/d/", "empty/"]));
+    assert_eq!(report["changed"], serde_json::json!(["pkg/core/model.py"]));
+
+    // A copy under another id.
+    let copied = Command::new("cp")
+        .arg("-a")
+        .arg(&dir)
+        .arg(shared.join("common/code/verl/evil"))
+        .status()
+        .expect("cp");
+    assert!(copied.success());
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot", "list"])
+        .run()
+        .code(0)
+        .stderr_has("its manifest names d1");
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot", "verify", "evil"])
+        .run()
+        .code(2)
+        .stderr_has("its manifest names d1");
+}
+
+/// A source inside the storage is refused, saying it is inside.
+#[test]
+fn a_source_inside_the_storage_is_refused_as_inside_it() {
+    let (ctx, shared, profile) = context("snapinside");
+    let src = ctx.path("src");
+    sample_tree(&src);
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot"])
+        .arg_path(&src)
+        .run()
+        .code(0);
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot"])
+        .arg_path(&shared.join("common"))
+        .run()
+        .code(2)
+        .stderr_has("is inside the shared storage");
+}
