@@ -205,6 +205,7 @@ pub async fn resume_point(target: &Target, old_id: &str) -> Result<ResumePoint, 
         checkpoint_dir: container_dir,
         step,
         from_step,
+        world_size: chosen.world_size,
         skipped: choice.skipped,
         recorded_jobspec,
     })

@@ -257,6 +257,8 @@ pub struct ResumePoint {
     pub from_step: Option<String>,
     /// The newer steps passed over, with why.
     pub skipped: Vec<(u64, String)>,
+    /// The world size the checkpoint was saved with (verl loads it only with that one).
+    pub world_size: u32,
     /// The old job's JobSpec as recorded (secrets redacted), as YAML.
     pub recorded_jobspec: Option<serde_yaml::Value>,
 }
@@ -319,7 +321,31 @@ pub fn resumed_jobspec(
         id: point.old_id.clone(),
         reason: e.to_string(),
     })?;
-    Ok(crate::inputs::recorded::load(origin, &value, sets)?)
+    let loaded = crate::inputs::recorded::load(origin, &value, sets)?;
+    check_world_size(point, &loaded.spec)?;
+    Ok(loaded)
+}
+
+/// The resumed job runs as many ranks as the checkpoint was saved with: verl loads a
+/// checkpoint only with the world size that wrote it, and would fail on the cluster.
+fn check_world_size(
+    point: &ResumePoint,
+    spec: &crate::config::jobspec::JobSpec,
+) -> Result<(), Error> {
+    let (Some(nodes), Some(gpus)) = (spec.nnodes, spec.n_gpus_per_node) else {
+        return Ok(());
+    };
+    let ranks = u64::from(nodes) * u64::from(gpus);
+    if ranks == u64::from(point.world_size) {
+        return Ok(());
+    }
+    Err(Error::ResumeSpec {
+        id: point.old_id.clone(),
+        reason: format!(
+            "global_step_{} was saved by {} ranks, but the resumed job runs {ranks} (nnodes {nodes} x n_gpus_per_node {gpus}): verl loads a checkpoint only with the world size that wrote it",
+            point.step, point.world_size
+        ),
+    })
 }
 
 /// The job a run submitted, from `runs/<run_id>/report.json` (`runs` is `<shared>/runs`:
@@ -395,6 +421,35 @@ pub(crate) fn warnings_of(f: impl FnOnce()) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_resume_with_another_world_size_than_its_checkpoint_is_refused() {
+        let point = |world_size| {
+            ResumePoint {
+            old_id: "old-1".into(),
+            checkpoint_dir: "/mnt/shared/jobs/old-1/checkpoints".into(),
+            step: 4,
+            from_step: None,
+            skipped: Vec::new(),
+            world_size,
+            recorded_jobspec: Some(
+                serde_yaml::from_str(
+                    "workload: grpo\ncode_id: abc\nmodel_id: /m\ntrain_file: /d/train.parquet\nval_file: /d/test.parquet\nnnodes: 2\nn_gpus_per_node: 1\n",
+                )
+                .unwrap(),
+            ),
+        }
+        };
+        assert!(resumed_jobspec(&point(2), None, &[]).is_ok());
+        let err = resumed_jobspec(&point(2), None, &["n_gpus_per_node=4".into()]).unwrap_err();
+        assert_eq!(err.exit(), Exit::Usage);
+        assert!(
+            err.to_string()
+                .contains("saved by 2 ranks, but the resumed job runs 8")
+                || format!("{err:?}").contains("saved by 2 ranks, but the resumed job runs 8"),
+            "{err:?}"
+        );
+    }
 
     fn record(shared: &Path, id: &str, resumes: Option<&str>) {
         let dir = shared.join("jobs").join(id);
