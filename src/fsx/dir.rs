@@ -164,12 +164,14 @@ impl Dir {
         let names = super::plain_names(&self.path, rel)?;
         let mut dir = self.try_clone()?;
         for name in names {
-            match rustix::fs::mkdirat(dir.fd(), name, Mode::from_raw_mode(0o777)) {
-                Ok(()) => made(&dir, name),
-                Err(e) if e == rustix::io::Errno::EXIST => {}
+            dir = match rustix::fs::mkdirat(dir.fd(), name, Mode::from_raw_mode(0o777)) {
+                Ok(()) => {
+                    made(&dir, name);
+                    dir.made_child(name)?
+                }
+                Err(e) if e == rustix::io::Errno::EXIST => dir.child(name)?,
                 Err(e) => return Err(e.into()),
-            }
-            dir = dir.child(name)?;
+            };
         }
         Ok(dir)
     }
@@ -179,7 +181,37 @@ impl Dir {
     pub fn create_dir(&self, name: impl AsRef<OsStr>, mode: u32) -> std::io::Result<Dir> {
         let name = self.name(name.as_ref())?;
         rustix::fs::mkdirat(self.fd(), name, Mode::from_raw_mode(mode))?;
-        self.child(name)
+        self.made_child(name)
+    }
+
+    /// Opens the directory `name` this process just made, checking that it is still
+    /// ours: one swapped in between the `mkdirat` and the open (by someone who can write
+    /// this directory) would be theirs to change under us.
+    fn made_child(&self, name: &OsStr) -> std::io::Result<Dir> {
+        let dir = self.child(name)?;
+        let owner = rustix::fs::fstat(&dir.fd)?.st_uid;
+        // An NFS export with root_squash gives root's files to `nobody`: what counts is the
+        // uid this filesystem gives what we make, asked of it when it is not our own.
+        if owner != super::effective_uid() && owner != dir.creator_uid()? {
+            return Err(Unsafe::Foreign {
+                path: dir.path,
+                owner,
+            }
+            .into());
+        }
+        Ok(dir)
+    }
+
+    /// The owner this filesystem gives a file this process makes in this directory (our
+    /// uid, or `nobody` on an NFS export that squashes root): a probe file is made,
+    /// looked at and removed.
+    pub fn creator_uid(&self) -> std::io::Result<u32> {
+        let probe = super::temp_name("owner-probe");
+        let file = self.create_new(&probe, 0o600)?;
+        let uid = rustix::fs::fstat(&file).map(|stat| stat.st_uid);
+        drop(file);
+        let _ = rustix::fs::unlinkat(self.fd(), probe.as_str(), AtFlags::empty());
+        Ok(uid?)
     }
 
     /// `name` checked to be one plain name.
@@ -617,6 +649,26 @@ mod tests {
             top.open_file("jobs/none").unwrap_err().kind(),
             std::io::ErrorKind::NotFound
         );
+    }
+
+    #[test]
+    fn a_directory_swapped_in_for_one_just_made_is_refused_when_it_is_not_ours() {
+        let (_dir, root, _outside) = world();
+        let top = Dir::root(&root).unwrap();
+        // What a swap between mkdirat and the open leaves: someone else's directory.
+        std::fs::create_dir(root.join("theirs")).unwrap();
+        let other = if super::super::effective_uid() == 65534 {
+            65533
+        } else {
+            65534
+        };
+        std::os::unix::fs::lchown(root.join("theirs"), Some(other), None).unwrap();
+        let err = top.made_child(OsStr::new("theirs")).unwrap_err();
+        assert!(
+            matches!(Unsafe::of(&err), Some(Unsafe::Foreign { .. })),
+            "{err}"
+        );
+        top.create_dir("mine", 0o700).unwrap();
     }
 
     #[test]

@@ -155,7 +155,8 @@ fn remove_temps_where(dir: &Dir, doomed: impl Fn(&str, &Owner) -> bool) -> Vec<P
         // A name says nothing of who made the entry (anyone who can write the directory
         // can rename a tree of theirs, or of someone else's, to a temporary name): only
         // what this user owns is taken away.
-        if dir.owner(&name).ok() != Some(effective_uid()) {
+        let owner = dir.owner(&name).ok();
+        if owner != Some(effective_uid()) && owner != dir.creator_uid().ok() {
             tracing::debug!(
                 "{} has a temporary name but is not ours: left alone",
                 dir.display(&name).display()
@@ -330,6 +331,11 @@ pub enum Unsafe {
     )]
     TooDeep { path: PathBuf },
     #[error(
+        "{} was replaced, as argus made it, by a directory of uid {owner}: someone else could change what argus writes there",
+        .path.display()
+    )]
+    Foreign { path: PathBuf, owner: u32 },
+    #[error(
         "{:?} does not stay below {}: only plain names are allowed there",
         .rel, .root.display()
     )]
@@ -393,7 +399,8 @@ impl Unsafe {
             Unsafe::Link { path }
             | Unsafe::NotDir { path }
             | Unsafe::NotFile { path }
-            | Unsafe::HardLink { path } => {
+            | Unsafe::HardLink { path }
+            | Unsafe::Foreign { path, .. } => {
                 format!(
                     "someone with write access to the shared storage put it there: check what {} is, remove it, and run the command again",
                     path.display()
