@@ -120,7 +120,7 @@ pub struct Lock {
     heartbeat: Option<std::thread::JoinHandle<()>>,
     /// Directories made to hold the lock, removed again (when empty) after the lock
     /// itself: taking a lock leaves nothing behind. Dropped after `Drop::drop` runs.
-    _made: Made,
+    _made: fsx::Dirs,
 }
 
 /// Options of one acquisition.
@@ -277,12 +277,14 @@ fn acquire_in(
         path: shown.clone(),
         source,
     };
-    let mut made = Made::default();
-    let open_parent = |made: &mut Made| {
-        let base = open_root(root, made)?;
-        made.create(&base, parent_rel)
+    let made = fsx::Dirs::new();
+    // The root is the caller's (a mount, or a state directory of its own), made as it is
+    // named when missing; below it, every directory is made and opened through handles.
+    let open_parent = |made: &fsx::Dirs| {
+        made.create_all(root)?;
+        made.create_in(&Dir::root(root)?, parent_rel)
     };
-    let mut parent = open_parent(&mut made).map_err(io)?;
+    let mut parent = open_parent(&made).map_err(io)?;
     let started = Instant::now();
     // The holder last seen, its heartbeat, and since when (our clock) it has not moved.
     let mut watched: Option<(Holder, Option<String>, Instant)> = None;
@@ -296,7 +298,7 @@ fn acquire_in(
                 if e.kind() == std::io::ErrorKind::NotFound
                     || e.raw_os_error() == Some(libc::ESTALE) =>
             {
-                parent = open_parent(&mut made).map_err(io)?;
+                parent = open_parent(&made).map_err(io)?;
                 try_create(&parent, name, &nonce)
             }
             other => other,
@@ -367,79 +369,6 @@ fn acquire_in(
     }
 }
 
-/// The caller's root, opened by path (links followed: a mount may be one). When it is
-/// missing, its nearest existing ancestor is opened by path and the rest made below it
-/// through handles, recorded in `made`.
-fn open_root(root: &Path, made: &mut Made) -> std::io::Result<Dir> {
-    let missing = match Dir::root(root) {
-        Ok(dir) => return Ok(dir),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => e,
-        Err(e) => return Err(e),
-    };
-    let mut base = root.to_path_buf();
-    let mut names = Vec::new();
-    loop {
-        let Some(name) = base.file_name() else {
-            return Err(missing);
-        };
-        names.push(name.to_os_string());
-        base.pop();
-        let at = if base.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            base.as_path()
-        };
-        match Dir::root(at) {
-            Ok(dir) => {
-                let rest: PathBuf = names.iter().rev().collect();
-                return made.create(&dir, &rest);
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(e),
-        }
-    }
-}
-
-/// Directories one acquisition made, each as its parent's handle and its name, removed
-/// again (deepest first, when empty) on drop: through those handles, so a directory on
-/// the way swapped for a link in the meantime never leads the removal elsewhere.
-#[derive(Debug, Default)]
-struct Made(Vec<(Dir, OsString)>);
-
-impl Made {
-    /// `rel` below `dir`, each missing directory made (mode 0777 less the umask) and
-    /// recorded, each component opened from its parent's handle without following a link.
-    fn create(&mut self, dir: &Dir, rel: &Path) -> std::io::Result<Dir> {
-        let mut dir = dir.try_clone()?;
-        for component in rel.components() {
-            if component == std::path::Component::CurDir {
-                continue;
-            }
-            // A `..` or a root is refused by `create_dir` (one plain name only).
-            let name = component.as_os_str();
-            let child = match dir.create_dir(name, 0o777) {
-                Ok(child) => {
-                    self.0.push((dir.try_clone()?, name.to_os_string()));
-                    child
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => dir.open_dir(name)?,
-                Err(e) => return Err(e),
-            };
-            dir = child;
-        }
-        Ok(dir)
-    }
-}
-
-impl Drop for Made {
-    fn drop(&mut self) {
-        // A directory something else wrote into stays.
-        for (parent, name) in self.0.iter().rev() {
-            let _ = parent.remove_dir(name);
-        }
-    }
-}
-
 /// Creates the lock `name` in `parent` whole through one rename; false when something is
 /// at the name already.
 fn try_create(parent: &Dir, name: &OsStr, nonce: &str) -> std::io::Result<bool> {
@@ -504,7 +433,7 @@ fn take_over(parent: &Dir, name: &OsStr, stale_nonce: &str) {
 }
 
 impl Lock {
-    fn start(parent: Dir, name: OsString, shown: PathBuf, made: Made, nonce: String) -> Lock {
+    fn start(parent: Dir, name: OsString, shown: PathBuf, made: fsx::Dirs, nonce: String) -> Lock {
         let stop = Arc::new(AtomicBool::new(false));
         let heartbeat = match parent.try_clone() {
             Ok(dir) => {
