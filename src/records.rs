@@ -203,26 +203,16 @@ pub enum Listed {
 /// The largest `job.json` read (a record others can write must not eat the memory).
 const RECORD_CAP: u64 = 16 << 20;
 
-/// `Ok(None)` for a missing file or directory, the error otherwise.
-fn found<T>(result: std::io::Result<T>) -> std::io::Result<Option<T>> {
-    match result {
-        Ok(value) => Ok(Some(value)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
 impl Records {
     /// The records under `jobs_root` (`<shared>/jobs`): its parent is taken as the shared
     /// root, and `jobs_root` itself is opened like everything below it (never through a
     /// link).
     pub fn new(jobs_root: impl Into<PathBuf>) -> Self {
-        let jobs_root = jobs_root.into();
-        let (shared, jobs) = match (jobs_root.parent(), jobs_root.file_name()) {
-            (Some(parent), Some(name)) => (parent.to_path_buf(), PathBuf::from(name)),
-            _ => (jobs_root.clone(), PathBuf::new()),
-        };
-        Self { shared, jobs }
+        let (shared, jobs) = fsx::root_and_name(&jobs_root.into());
+        Self {
+            shared,
+            jobs: jobs.into(),
+        }
     }
 
     /// The id checked to be a submission id (a plain name, never a path).
@@ -258,7 +248,7 @@ impl Records {
     /// way to it meanwhile.
     pub fn job(&self, id: &str) -> std::io::Result<Option<fsx::Dir>> {
         self.check_id(id)?;
-        found(self.open_jobs().and_then(|jobs| jobs.open_dir(id)))
+        fsx::found(self.open_jobs().and_then(|jobs| jobs.open_dir(id)))
     }
 
     /// Whether `jobs/<id>` is taken (by anything: a planted link counts as taken).
@@ -329,7 +319,7 @@ impl Records {
             source,
         };
         self.check_id(id).map_err(read)?;
-        let jobs = match found(self.open_jobs()).map_err(read)? {
+        let jobs = match fsx::found(self.open_jobs()).map_err(read)? {
             Some(jobs) => jobs,
             None => return Ok(None),
         };
@@ -365,7 +355,7 @@ impl Records {
     /// below real directories, never a link (see [`fsx::Dir::open_file`]).
     pub fn open_file(&self, id: &str, rest: &str) -> std::io::Result<Option<std::fs::File>> {
         self.check_id(id)?;
-        found(
+        fsx::found(
             self.open_jobs()
                 .and_then(|jobs| jobs.open_file(Path::new(id).join(rest))),
         )
@@ -375,7 +365,7 @@ impl Records {
     /// [`Records::open_file`].
     pub fn read_file(&self, id: &str, rest: &str, cap: u64) -> std::io::Result<Option<Vec<u8>>> {
         self.check_id(id)?;
-        found(
+        fsx::found(
             self.open_jobs()
                 .and_then(|jobs| jobs.read(Path::new(id).join(rest), cap)),
         )
@@ -397,7 +387,7 @@ impl Records {
             path: self.root(),
             source,
         };
-        let Some(jobs) = found(self.open_jobs()).map_err(read)? else {
+        let Some(jobs) = fsx::found(self.open_jobs()).map_err(read)? else {
             return Ok(Vec::new());
         };
         let mut records = Vec::new();
@@ -468,7 +458,7 @@ impl Records {
 /// None when there is none.
 fn load_in(jobs: &fsx::Dir, id: &str) -> Result<Option<JobRecord>, Error> {
     let path = jobs.display(Path::new(id).join("job.json"));
-    let bytes = match found(jobs.read(Path::new(id).join("job.json"), RECORD_CAP)) {
+    let bytes = match fsx::found(jobs.read(Path::new(id).join("job.json"), RECORD_CAP)) {
         Ok(Some(bytes)) => bytes,
         Ok(None) => return Ok(None),
         Err(source) => return Err(Error::Read { path, source }),

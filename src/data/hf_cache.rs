@@ -32,14 +32,6 @@ pub struct HubCache {
     rel: PathBuf,
 }
 
-fn not_found_is_none<T>(result: std::io::Result<T>) -> std::io::Result<Option<T>> {
-    match result {
-        Ok(v) => Ok(Some(v)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
-}
-
 impl HubCache {
     /// The cache of the shared storage `layout` (`common/hf/hub`): every directory from
     /// the storage's root down is opened without following a link.
@@ -108,7 +100,7 @@ impl HubCache {
     /// The handle of a repository's directory, None when it does not exist. A link or a
     /// file on the way is refused ([`Unsafe`]).
     pub fn open_repo(&self, kind: RepoKind, repo: &RepoId) -> std::io::Result<Option<RepoCache>> {
-        not_found_is_none(
+        crate::fsx::found(
             self.open()
                 .and_then(|root| root.open_dir(repo.folder_name(kind))),
         )

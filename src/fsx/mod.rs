@@ -376,6 +376,29 @@ pub fn io_at<'a>(action: &'static str, path: &'a Path) -> impl FnOnce(std::io::E
     }
 }
 
+/// `Ok(None)` for something missing (`NotFound`), the error otherwise: for an open of
+/// what may not exist yet.
+pub fn found<T>(result: std::io::Result<T>) -> std::io::Result<Option<T>> {
+    match result {
+        Ok(value) => Ok(Some(value)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// A top-level directory of a shared root given as one path (`<shared>/jobs`) as the root
+/// and the name below it: the root is the caller's (a mount, opened by path), the name is
+/// opened from the root's handle like everything below it.
+pub fn root_and_name(dir: &Path) -> (PathBuf, std::ffi::OsString) {
+    match (dir.parent(), dir.file_name()) {
+        (Some(parent), Some(name)) if parent.as_os_str().is_empty() => {
+            (PathBuf::from("."), name.to_owned())
+        }
+        (Some(parent), Some(name)) => (parent.to_path_buf(), name.to_owned()),
+        _ => (dir.to_path_buf(), std::ffi::OsString::new()),
+    }
+}
+
 /// The exit code of an I/O error on the shared storage: a refused path ([`Unsafe`]: a
 /// planted link, a file where a directory belongs, a name that escapes) is bad input
 /// (exit 2, nothing was changed), any other failure is exit 1.

@@ -16,25 +16,10 @@ use crate::ray::jobs::JobStatus;
 /// The most a report may hold: it is on storage others write.
 const REPORT_CAP: u64 = 16 << 20;
 
-/// `<shared>/runs` as the shared root (the caller's: a profile's mount, opened by path)
-/// and the name of `runs` in it, which is opened from the root's handle like everything
-/// below it.
-fn split_runs(runs: &Path) -> (PathBuf, OsString) {
-    let shared = match runs.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = runs
-        .file_name()
-        .map(OsStr::to_os_string)
-        .unwrap_or_default();
-    (shared, name)
-}
-
 /// The handle of `runs` (given as `<shared>/runs`): only `<shared>` is opened by path;
 /// `runs` is opened from its handle without following a link.
 pub fn open_runs(runs: &Path) -> std::io::Result<Dir> {
-    let (shared, name) = split_runs(runs);
+    let (shared, name) = fsx::root_and_name(runs);
     Dir::root(&shared)?.open_dir(name)
 }
 
@@ -52,7 +37,7 @@ struct RunDir {
 
 impl RunDir {
     fn new(runs: &Path, run_id: &str) -> RunDir {
-        let (shared, runs) = split_runs(runs);
+        let (shared, runs) = fsx::root_and_name(runs);
         RunDir {
             shared,
             runs,

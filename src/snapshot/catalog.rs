@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::manifest::{self, Manifest};
-use super::{Error, found, io, open_code, publish, validate_id};
+use super::{Error, io, open_code, publish, validate_id};
 use crate::fsx::Dir;
+use crate::fsx::found;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct ListedSnapshot {

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use crate::exit::{Classify, Exit};
-use crate::fsx::{Dir, Dirs};
+use crate::fsx::{Dir, Dirs, found};
 use crate::ui::Reporter;
 
 pub use catalog::{Found, ListedSnapshot, find, list, locate, remove, unfinished_jobs_using};
@@ -235,15 +235,6 @@ fn anchor(code_root: &Path) -> (PathBuf, PathBuf) {
 
 /// The code root's directory layout, relative to the storage root.
 const CODE_DIR: &str = "common/code";
-
-/// `Ok(None)` for a missing directory, the error otherwise.
-fn found<T>(result: std::io::Result<T>) -> std::io::Result<Option<T>> {
-    match result {
-        Ok(value) => Ok(Some(value)),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e),
-    }
-}
 
 /// The code root held open (None when it does not exist yet): the storage root opened as
 /// the caller names it, `common/code` below it without following a link.

@@ -361,13 +361,13 @@ pub fn job_of_run(runs: &Path, run_id: &str) -> Result<String, Error> {
     }
     // The shared root (the parent of `runs`, a mount) is opened by path; `runs/` and
     // everything below it through handles, never through a link.
-    let (shared, name) = match (runs.parent(), runs.file_name()) {
-        (Some(parent), Some(name)) => (parent, Path::new(name)),
-        _ => (runs, Path::new("")),
-    };
-    let bytes = match crate::fsx::Dir::root(shared)
-        .and_then(|root| root.read(name.join(run_id).join("report.json"), CONFIG_CAP))
-    {
+    let (shared, name) = crate::fsx::root_and_name(runs);
+    let bytes = match crate::fsx::Dir::root(&shared).and_then(|root| {
+        root.read(
+            Path::new(&name).join(run_id).join("report.json"),
+            CONFIG_CAP,
+        )
+    }) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(unknown()),
         Err(source) => return Err(Error::Read { path, source }),
