@@ -224,29 +224,20 @@ impl SavedLog {
         crate::training::log_tail(self.open()?).ok()
     }
 
-    /// Whether some line of the log satisfies `pred` (read a line at a time, each at
-    /// most 4 MiB).
+    /// Whether some line of the log satisfies `pred`, read a line at a time as the
+    /// metrics reader reads it (a line over its cap is skipped, never held).
     fn any_line(&self, pred: impl Fn(&str) -> bool) -> bool {
-        use std::io::{BufRead, Read};
+        use crate::training::metrics::{MAX_LINE, read_line_capped};
         let Some(file) = self.open() else {
             return false;
         };
         let mut reader = std::io::BufReader::with_capacity(1 << 16, file);
         let mut line = Vec::new();
-        loop {
-            line.clear();
-            match (&mut reader).take(4 << 20).read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => return false,
-                Ok(_) => {
-                    if pred(&String::from_utf8_lossy(&line)) {
-                        return true;
-                    }
-                    // A line over the cap: the rest of it skipped, never held.
-                    if !line.ends_with(b"\n") && reader.skip_until(b'\n').is_err() {
-                        return false;
-                    }
-                }
+        while let Ok(Some(whole)) = read_line_capped(&mut reader, &mut line, MAX_LINE) {
+            if whole && pred(&String::from_utf8_lossy(&line)) {
+                return true;
             }
         }
+        false
     }
 }

@@ -426,7 +426,7 @@ fn merge(older: impl Iterator<Item = (u32, f64)>, newer: Vec<(u32, f64)>) -> Vec
 /// Reads one line (its newline included) into `buf`, holding at most `max` bytes of it:
 /// Some(true) a whole line, Some(false) a longer one (read past, `buf` left empty), None
 /// at the end.
-fn read_line_capped(
+pub fn read_line_capped(
     reader: &mut impl BufRead,
     buf: &mut Vec<u8>,
     max: usize,
