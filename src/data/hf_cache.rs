@@ -207,7 +207,7 @@ impl RepoCache {
         let rel = snapshot_rel(commit, file);
         let (parent, name) = split(&rel).ok()?;
         let dir = self.dir.open_dir(parent).ok()?;
-        let target = read_link(&dir, name).ok()?;
+        let target = dir.read_link(name).ok()?;
         let etag = Etag::parse(target.file_name()?.to_str()?).ok()?;
         (target == link_target(file, &etag) && self.has_blob(&etag)).then_some(etag)
     }
@@ -227,7 +227,7 @@ impl RepoCache {
         let dir = dirs.create_in(&self.dir, parent)?;
         let target = link_target(file, etag);
         match dir.kind(name)? {
-            Some(Kind::Link) if read_link(&dir, name)? == target => return Ok(()),
+            Some(Kind::Link) if dir.read_link(name)? == target => return Ok(()),
             Some(Kind::Dir) => {
                 return Err(std::io::Error::other(format!(
                     "{} is a directory in the cache, where the file {file} belongs",
@@ -339,11 +339,6 @@ fn split(rel: &Path) -> std::io::Result<(&Path, &std::ffi::OsStr)> {
             rel.display()
         ))),
     }
-}
-
-/// The target of the link `name` in `dir` (read, not followed).
-fn read_link(dir: &Dir, name: &std::ffi::OsStr) -> std::io::Result<PathBuf> {
-    dir.read_link(name)
 }
 
 /// `snapshots/<commit>/a/b.txt` -> `../../../blobs/<etag>`: one `..` per level below the

@@ -106,14 +106,11 @@ pub fn choose(dir: &Dir, world_size: Option<u32>) -> std::io::Result<Choice> {
 
 /// Whether the checkpoint held as `step_dir` is complete.
 fn complete(step_dir: &Dir, step: u64, world_size: Option<u32>) -> Result<Complete, String> {
-    let entries = step_dir.entries().map_err(|e| e.to_string())?;
-    if !entries
-        .iter()
-        .any(|(name, kind)| name == "data.pt" && *kind == Kind::File)
-        || !non_empty(step_dir, "data.pt")
-    {
+    // Opened as a regular file (a link or anything else is refused): non-empty.
+    if !non_empty(step_dir, "data.pt") {
         return Err("data.pt (the dataloader's state) is missing or empty".into());
     }
+    let entries = step_dir.entries().map_err(|e| e.to_string())?;
     let mut roles = Vec::new();
     let mut sizes = BTreeSet::new();
     for (name, kind) in &entries {
