@@ -528,13 +528,6 @@ mod tests {
         names
     }
 
-    /// The swap a hostile writer of the storage can make at any moment: the real
-    /// directory renamed away to `moved`, a link to `outside` in its place.
-    fn swap_for_link(real: &Path, moved: &Path, outside: &Path) {
-        std::fs::rename(real, moved).unwrap();
-        std::os::unix::fs::symlink(outside, real).unwrap();
-    }
-
     fn opts(timeout_ms: u64) -> Acquire<'static> {
         Acquire {
             what: "test",
@@ -671,7 +664,7 @@ mod tests {
         let rel = Path::new(".argus/locks/prepare-x");
         let lock = acquire_under(&root, rel, &opts(100), |_| {}).unwrap();
         assert_eq!(lock.path(), root.join(rel));
-        swap_for_link(&root.join(".argus/locks"), &moved, &outside);
+        crate::fsx::swap_for_link(&root.join(".argus/locks"), &moved, &outside);
         // The heartbeat goes on in the real lock, through the handle.
         std::thread::sleep(HEARTBEAT + Duration::from_millis(700));
         let beat = std::fs::read_to_string(moved.join("prepare-x/heartbeat")).unwrap();
@@ -709,7 +702,7 @@ mod tests {
         });
         waits.recv().unwrap();
         // The waiter holds the locks directory open: swap it, then let the first go.
-        swap_for_link(&root.join(".argus/locks"), &moved, &outside);
+        crate::fsx::swap_for_link(&root.join(".argus/locks"), &moved, &outside);
         drop(first);
         let second = second.join().unwrap().unwrap();
         assert_eq!(
@@ -740,7 +733,7 @@ mod tests {
         std::fs::create_dir_all(outside.join("locks")).unwrap();
         let lock = acquire_under(&root, Path::new(".argus/locks/x"), &opts(100), |_| {}).unwrap();
         assert!(root.join(".argus/locks/x/owner.json").is_file());
-        swap_for_link(&root.join(".argus"), &moved, &outside);
+        crate::fsx::swap_for_link(&root.join(".argus"), &moved, &outside);
         drop(lock);
         assert!(outside.join("locks").is_dir(), "removed outside");
         assert!(names(&moved).is_empty(), "{:?}", names(&moved));

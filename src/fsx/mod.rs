@@ -505,6 +505,14 @@ pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
     Ok(file)
 }
 
+/// The swap a hostile writer of the storage can make at any moment, for tests: the real
+/// directory renamed away to `moved`, a link to `outside` in its place.
+#[cfg(test)]
+pub fn swap_for_link(real: &Path, moved: &Path, outside: &Path) {
+    std::fs::rename(real, moved).expect("move the real directory away");
+    std::os::unix::fs::symlink(outside, real).expect("plant the link");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

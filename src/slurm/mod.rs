@@ -725,11 +725,6 @@ mod tests {
         (layout, files, outside)
     }
 
-    fn swap_for_link(real: &Path, moved: &Path, outside: &Path) {
-        std::fs::rename(real, moved).unwrap();
-        std::os::unix::fs::symlink(outside, real).unwrap();
-    }
-
     #[test]
     fn a_run_directory_swapped_for_a_link_keeps_the_runs_files_inside() {
         let dir = tempfile::tempdir().unwrap();
@@ -738,7 +733,7 @@ mod tests {
         write_json(&files.record(), &serde_json::json!({"run": 1})).unwrap();
         // Swapped after the run's directory was opened (the batch step holds it).
         let moved = dir.path().join("moved");
-        swap_for_link(&layout.runs().join(id), &moved, &outside);
+        crate::fsx::swap_for_link(&layout.runs().join(id), &moved, &outside);
         write_json(&files.alloc(), &serde_json::json!({"a": 1})).unwrap();
         write_json(&files.batch(), &serde_json::json!({"b": 2})).unwrap();
         files.stop().write_atomic(b"stop\n").unwrap();
@@ -771,7 +766,7 @@ mod tests {
         let id = "20260101-000000-abce";
         let (layout, files, outside) = opened_run(dir.path(), id);
         let moved = dir.path().join("moved");
-        swap_for_link(&layout.runs().join(id).join("slurm"), &moved, &outside);
+        crate::fsx::swap_for_link(&layout.runs().join(id).join("slurm"), &moved, &outside);
         files.profile().write_atomic(b"name: p\n").unwrap();
         files.jobspec().write_atomic(b"job: x\n").unwrap();
         write_json(&files.batch(), &serde_json::json!({"b": 1})).unwrap();
@@ -851,7 +846,7 @@ mod tests {
         assert!(err.to_string().contains("not run"), "{err}");
         // The run's slurm/ now a link: its copy is not read through it.
         let moved = dir.path().join("moved");
-        swap_for_link(&layout.runs().join(id).join("slurm"), &moved, &outside);
+        crate::fsx::swap_for_link(&layout.runs().join(id).join("slurm"), &moved, &outside);
         std::fs::write(&other, &hostile).unwrap();
         assert!(RunFiles::open(&layout, id).is_err());
         let fresh = RunFiles::new(&layout, id);
