@@ -145,6 +145,8 @@ fn remove_temps_where(dir: &Dir, doomed: impl Fn(&str, &Owner) -> bool) -> Vec<P
     let Ok(entries) = dir.entries() else {
         return removed;
     };
+    // Asked of the filesystem once, and only when an entry is not owned by our uid.
+    let creator = std::cell::OnceCell::new();
     for (name, _) in entries {
         let Some((stem, owner)) = parse_temp_name(&name.to_string_lossy()) else {
             continue;
@@ -156,7 +158,9 @@ fn remove_temps_where(dir: &Dir, doomed: impl Fn(&str, &Owner) -> bool) -> Vec<P
         // can rename a tree of theirs, or of someone else's, to a temporary name): only
         // what this user owns is taken away.
         let owner = dir.owner(&name).ok();
-        if owner != Some(effective_uid()) && owner != dir.creator_uid().ok() {
+        if owner != Some(effective_uid())
+            && owner != *creator.get_or_init(|| dir.creator_uid().ok())
+        {
             tracing::debug!(
                 "{} has a temporary name but is not ours: left alone",
                 dir.display(&name).display()
