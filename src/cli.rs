@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::config::jobspec::RestartFlags;
 use crate::exit::EXIT_CODES_HELP;
 
 /// From GPU hosts to a running verl job on a Ray cluster of Docker containers, and back.
@@ -163,7 +164,7 @@ pub enum SlurmCommand {
     /// Argus's binary must be on a path every node sees (checked with one `srun` first).
     /// With --follow: Slurm's state, the batch step's stages and the job's log, and the
     /// job's exit code (0/1/3; 3 also when Slurm cancelled the job or it timed out).
-    Submit(SlurmSubmitArgs),
+    Submit(Box<SlurmSubmitArgs>),
     /// A Slurm run: Slurm's state, its nodes, the batch step's stage, the job.
     Status { run_id: String },
     /// Cancel a Slurm run (`scancel`): every node removes its containers.
@@ -227,6 +228,9 @@ pub struct SlurmSubmitArgs {
     /// Follow the run to its end and exit with the job's code.
     #[arg(long)]
     pub follow: bool,
+
+    #[command(flatten)]
+    pub restart: RestartArgs,
 }
 
 #[derive(Debug, Subcommand)]
@@ -355,6 +359,57 @@ pub struct RunArgs {
     /// nodes, as `argus slurm submit` would (see `argus slurm submit --help`).
     #[arg(long, conflicts_with_all = ["lock", "resume", "down_after", "new"])]
     pub slurm: bool,
+
+    #[command(flatten)]
+    pub restart: RestartArgs,
+}
+
+/// Supervision: `argus run` and `argus slurm submit` stay attached and restart the job
+/// when it fails, a node is lost or it hangs. Off unless `--restart N` or the JobSpec's
+/// `restart:` section asks for it; a flag given replaces that field of the JobSpec's.
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Supervision (off by default)")]
+pub struct RestartArgs {
+    /// Supervise the run: argus stays attached and, when the job fails, a node of the
+    /// cluster is lost or training hangs, brings the cluster back and restarts the job
+    /// from its newest complete checkpoint, at most N times (0 to 100). Also the JobSpec's
+    /// `restart:` section, whose fields these flags replace. Not part of what the run is:
+    /// `argus run job.yaml --restart 3` is the same run as without it.
+    #[arg(id = "restart", long = "restart", value_name = "N")]
+    pub max: Option<u32>,
+
+    /// What to restart on, comma separated: failed (the job ended FAILED), node_lost (a
+    /// container died or was OOM-killed, or a host's Docker engine stopped answering),
+    /// hang (no new training step for --hang-after while RUNNING). Default: all three.
+    #[arg(long, value_name = "LIST")]
+    pub restart_on: Option<String>,
+
+    /// How long without a new training step, while the job is RUNNING, is a hang: 10s to
+    /// 7d, e.g. 20m or 1h 30m, or seconds. Default: 15m.
+    #[arg(long, value_name = "DUR")]
+    pub hang_after: Option<String>,
+
+    /// How long to wait before each restart: 0s to 1h. Default: 30s.
+    #[arg(long, value_name = "DUR")]
+    pub restart_backoff: Option<String>,
+
+    /// How long a lost host is waited for before argus gives up (it never runs on fewer
+    /// nodes than the profile has): 0s to 7d. Default: 10m.
+    #[arg(long, value_name = "DUR")]
+    pub host_wait: Option<String>,
+}
+
+impl RestartArgs {
+    /// The flags as typed, for [`crate::config::jobspec::restart::effective`].
+    pub fn flags(&self) -> RestartFlags {
+        RestartFlags {
+            max: self.max,
+            on: self.restart_on.clone(),
+            hang_after: self.hang_after.clone(),
+            backoff: self.restart_backoff.clone(),
+            host_wait: self.host_wait.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -587,7 +642,56 @@ pub struct ImageBuildArgs {
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
+    use clap::{CommandFactory, Parser};
+
+    use super::{Cli, Commands, RestartFlags, SlurmCommand};
+
+    /// The restart flags reach `run` (also with --slurm) and `slurm submit` as typed.
+    #[test]
+    fn restart_flags_parse_on_run_and_slurm_submit() {
+        let cli = Cli::try_parse_from([
+            "argus",
+            "run",
+            "j.yaml",
+            "--slurm",
+            "--restart",
+            "3",
+            "--restart-on",
+            "hang,failed",
+            "--hang-after",
+            "20m",
+            "--restart-backoff",
+            "0",
+            "--host-wait",
+            "1h",
+        ])
+        .unwrap();
+        let Commands::Run(args) = cli.command else {
+            panic!("not run");
+        };
+        assert_eq!(
+            args.restart.flags(),
+            RestartFlags {
+                max: Some(3),
+                on: Some("hang,failed".into()),
+                hang_after: Some("20m".into()),
+                backoff: Some("0".into()),
+                host_wait: Some("1h".into()),
+            }
+        );
+        let cli =
+            Cli::try_parse_from(["argus", "slurm", "submit", "j.yaml", "--restart", "1"]).unwrap();
+        let Commands::Slurm(SlurmCommand::Submit(args)) = cli.command else {
+            panic!("not slurm submit");
+        };
+        assert_eq!(args.restart.flags().max, Some(1));
+        let cli = Cli::try_parse_from(["argus", "run", "j.yaml"]).unwrap();
+        let Commands::Run(args) = cli.command else {
+            panic!("not run");
+        };
+        assert_eq!(args.restart.flags(), RestartFlags::default());
+        assert!(Cli::try_parse_from(["argus", "run", "j.yaml", "--restart", "-1"]).is_err());
+    }
 
     /// Every `argus <command>` that `--help`'s Pipeline line names is a real subcommand.
     #[test]

@@ -47,6 +47,8 @@ pub enum Error {
     Records(#[from] crate::records::Error),
     #[error(transparent)]
     Slurm(#[from] crate::slurm::Error),
+    #[error(transparent)]
+    Restart(#[from] crate::config::jobspec::restart::RestartFlagError),
     #[error("cannot encode the output as JSON")]
     Encode(#[from] serde_json::Error),
     #[error("{context}")]
@@ -98,6 +100,7 @@ impl Classify for Error {
             Error::Export(e) => e.exit(),
             Error::Training(e) => e.exit(),
             Error::Live(e) => e.exit(),
+            Error::Restart(e) => e.exit(),
             Error::Records(e) => e.exit(),
             Error::Slurm(e) => e.exit(),
             Error::Encode(_) => Exit::Failed,
@@ -129,6 +132,7 @@ impl Classify for Error {
             Error::Export(e) => e.hint(),
             Error::Training(e) => e.hint(),
             Error::Live(e) => e.hint(),
+            Error::Restart(e) => e.hint(),
             Error::Records(e) => e.hint(),
             Error::Slurm(e) => e.hint(),
             Error::Context { source, .. } => source.hint(),

@@ -4,7 +4,8 @@
 //! The key is the sha256 of the cluster's name and the JobSpec as loaded (paths made
 //! absolute, `--set` values applied, serialised in a fixed order), and for a replay the
 //! lock it replays. Everything that changes the job changes the key; two runs of one key
-//! are the same run.
+//! are the same run. The `restart` policy is argus's, not the job's: it is left out, so
+//! `argus run job.yaml --restart 3` is the same run as `argus run job.yaml`.
 
 use std::path::Path;
 
@@ -29,6 +30,10 @@ struct KeyInputs<'a> {
 
 impl RunKey {
     pub fn of(cluster: &str, jobspec: &JobSpec, replay_of: Option<&RunLock>) -> RunKey {
+        let jobspec = &JobSpec {
+            restart: None,
+            ..jobspec.clone()
+        };
         let text = crate::config::yaml::to_string(&KeyInputs {
             format: 1,
             cluster,
@@ -126,6 +131,27 @@ mod tests {
         .unwrap()
         .spec;
         assert_ne!(a, RunKey::of("c", &with_set, None));
+    }
+
+    #[test]
+    fn the_restart_policy_is_not_part_of_the_key() {
+        let plain = RunKey::of("c", &spec(JOB), None);
+        let supervised = spec(&format!(
+            "{JOB}restart: {{max: 3, on: [hang], hang_after: 20m}}\n"
+        ));
+        assert!(supervised.restart.is_some());
+        assert_eq!(plain, RunKey::of("c", &supervised, None));
+        let by_set = crate::config::jobspec::LoadedJobSpec::from_source(
+            crate::config::yaml::Source::new("j.yaml", JOB.to_string()),
+            &["restart.max=2".to_string()],
+        )
+        .unwrap()
+        .spec;
+        assert_eq!(by_set.restart.as_ref().map(|r| r.max), Some(2));
+        assert_eq!(plain, RunKey::of("c", &by_set, None));
+        // A JobSpec without the section serialises as before it existed: old keys hold.
+        let text = crate::config::yaml::to_string(&spec(JOB));
+        assert!(!text.contains("restart"), "{text}");
     }
 
     fn report(id: &str, started: &str, key: &RunKey, stage: &str) -> RunReport {

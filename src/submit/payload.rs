@@ -73,4 +73,48 @@ mod tests {
         assert_eq!(v["runtime_env"]["env_vars"]["A"], "1");
         assert_eq!(v["entrypoint_resources"]["worker_node"], 1.0);
     }
+
+    /// The JobSpec's `restart` section is argus's supervision policy: the payload and the
+    /// entrypoint Ray gets are the same with it or without it; only argus's record of the
+    /// JobSpec (config/jobspec.yaml) keeps it.
+    #[test]
+    fn the_restart_section_never_reaches_ray() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let target = crate::submit::target::Target {
+            ray: crate::ray::RayClient::new("http://127.0.0.1:1", None),
+            cluster: "c".into(),
+            mount: "/mnt/shared".into(),
+            host_shared: None,
+            user_code_path: None,
+            env_vars: BTreeMap::new(),
+            entrypoint_num_cpus: None,
+            entrypoint_num_gpus: None,
+            entrypoint_resources: BTreeMap::new(),
+            setup_hook: None,
+            config_record: (String::new(), String::new()),
+        };
+        let prepare = |extra: &str| {
+            let text = format!(
+                "workload: ppo\nsubmission_id: r1\ncode_path: /mnt/shared/common/code/verl/x\nmetadata: {{team: a}}\n{extra}"
+            );
+            let loaded = crate::config::jobspec::LoadedJobSpec::from_source(
+                crate::config::yaml::Source::new("j.yaml", text),
+                &[],
+            )
+            .unwrap();
+            crate::submit::resolve::prepare(&target, &loaded, false).unwrap()
+        };
+        let plain = prepare("");
+        let supervised = prepare("restart: {max: 3, on: [hang], hang_after: 20m}\n");
+        assert_eq!(plain.payload, supervised.payload);
+        assert_eq!(plain.entrypoint, supervised.entrypoint);
+        let sent = serde_json::to_string(&supervised.payload).unwrap();
+        assert!(!sent.contains("restart"), "{sent}");
+        assert!(!plain.jobspec_record.contains("restart"));
+        assert!(
+            supervised.jobspec_record.contains("restart:"),
+            "{}",
+            supervised.jobspec_record
+        );
+    }
 }

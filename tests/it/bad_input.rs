@@ -482,6 +482,31 @@ fn cases(good: &str) -> Vec<Case> {
             job("time_limit: 1000d\n"),
             &["at most 365 days"],
         ),
+        // The restart policy (class 5): checked with the JobSpec, before runs/ is touched.
+        case(
+            "restart max 101 (run)",
+            run,
+            job("restart:\n  max: 101\n"),
+            &[
+                "bad.yaml:5:8: restart.max: 101 is more than 100",
+                "valid: a whole number of restarts after the first attempt, from 0 to 100",
+            ],
+        ),
+        case(
+            "restart unknown key (run)",
+            run,
+            job("restart: {max: 1, retries: 2}\n"),
+            &["bad.yaml:4:19: restart: unknown field `retries`, expected one of `max`, `on`"],
+        ),
+        case(
+            "restart hang_after 5s (run)",
+            run,
+            job("restart:\n  max: 1\n  on: [hang]\n  hang_after: 5s\n"),
+            &[
+                "bad.yaml:7:15: restart.hang_after: 5s is less than 10s",
+                "valid: a duration from 10s to 7d",
+            ],
+        ),
         case(
             "--set override key with a space",
             &[

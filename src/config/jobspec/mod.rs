@@ -1,13 +1,14 @@
 //! The JobSpec: one training run. The old submitter's field names load unchanged
 //! (`workload`, `submission_id`, `code_path`, `model_id`, `train_file`, `val_file`,
 //! `nnodes`, `n_gpus_per_node`, `total_training_steps`, `save_freq`, `test_freq`); added:
-//! `code_id`, `overrides`, `env_vars`, `metadata`, `time_limit`, and the `custom` workload
-//! with a raw `entrypoint`.
+//! `code_id`, `overrides`, `env_vars`, `metadata`, `time_limit`, the `custom` workload
+//! with a raw `entrypoint`, and `restart` (argus's supervision policy, see `restart`).
 //!
 //! `types` holds the YAML as written and the checked [`JobSpec`]; `overrides` the Hydra
 //! overrides; `values` loosely typed scalars; this file loads, applies `--set`, and checks.
 
 mod overrides;
+pub mod restart;
 mod types;
 mod values;
 
@@ -15,8 +16,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 pub use overrides::{Override, OverrideValue, Overrides, bare_key, valid_key};
+pub use restart::{RawRestart, Restart, RestartFlagError, RestartFlags, RestartOn};
 pub use types::{Code, CodeSource, DataFile, JobSpec, RawJobSpec, Workload};
-pub use values::{MAX_TIME_LIMIT, ScalarString, TimeLimit};
+pub use values::{LooseDuration, MAX_TIME_LIMIT, ScalarString, TimeLimit};
 
 use super::profile::check_job_env;
 use super::yaml::{self, ConfigError, Seg, Source};
@@ -170,7 +172,7 @@ fn set_error(source: &Source, message: &str) -> ConfigError {
         column: 0,
         message: format!("--set: {message}"),
         hint: Some(
-            "--set field=value (a JobSpec field) or --set overrides.<hydra.key>=value".into(),
+            "--set field=value (a JobSpec field), --set section.field=value (restart.max=2) or --set overrides.<hydra.key>=value".into(),
         ),
     }
 }
@@ -202,15 +204,35 @@ fn apply_set(value: &mut serde_yaml::Value, spec: &mut JobSpec, set: &str) -> Re
     let map = value
         .as_mapping_mut()
         .ok_or("the JobSpec is not a mapping")?;
-    if key == "code_path" || key == "code_id" || key == "code" {
+    // `restart.max=2`: a field of a section (the section is made when absent).
+    let (head, field) = match key.split_once('.') {
+        Some((head, field)) => (head, Some(field)),
+        None => (key, None),
+    };
+    // One code source: setting one drops the others (`code.source` keeps `code`).
+    if ["code_path", "code_id", "code"].contains(&head) {
         for other in ["code_path", "code_id", "code"] {
-            map.remove(serde_yaml::Value::String(other.into()));
+            if other != head || field.is_none() {
+                map.remove(serde_yaml::Value::String(other.into()));
+            }
         }
     }
     if key == "overrides" {
         return Err("set overrides one by one: --set overrides.<hydra.key>=value".into());
     }
-    map.insert(serde_yaml::Value::String(key.to_string()), parsed);
+    let head_key = serde_yaml::Value::String(head.to_string());
+    let Some(field) = field else {
+        map.insert(head_key, parsed);
+        return Ok(());
+    };
+    let section = map.entry(head_key).or_insert(serde_yaml::Value::Null);
+    if section.is_null() {
+        *section = serde_yaml::Value::Mapping(Default::default());
+    }
+    let section = section
+        .as_mapping_mut()
+        .ok_or_else(|| format!("{head} is not a section with fields: --set {head}=value"))?;
+    section.insert(serde_yaml::Value::String(field.to_string()), parsed);
     Ok(())
 }
 
@@ -232,6 +254,7 @@ fn check(mut raw: RawJobSpec, src: &Source) -> Result<JobSpec, ConfigError> {
     check_env_vars(&raw.env_vars, src)?;
     check_overrides(&raw.overrides, src)?;
     check_model_from(&raw, src)?;
+    let restart = restart::check(raw.restart.take(), src)?;
     Ok(JobSpec {
         workload: raw.workload,
         submission_id: raw.submission_id,
@@ -252,6 +275,7 @@ fn check(mut raw: RawJobSpec, src: &Source) -> Result<JobSpec, ConfigError> {
         data_from: raw.data_from,
         model_from: raw.model_from,
         runtime_env: raw.runtime_env,
+        restart,
     })
 }
 

@@ -8,6 +8,7 @@ use std::fmt;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::overrides::Overrides;
+use super::restart::{RawRestart, Restart};
 use super::values::{ScalarString, TimeLimit};
 use crate::ids::{CodeName, CodeRef, ContainerPath, PythonName, SubmissionId, UnderRoot};
 use crate::string_enum;
@@ -136,6 +137,8 @@ pub struct RawJobSpec {
     pub model_from: Option<String>,
     #[serde(default, skip_serializing_if = "JobRuntimeEnv::is_empty")]
     pub runtime_env: JobRuntimeEnv,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<RawRestart>,
 }
 
 /// Ray `runtime_env` fields a JobSpec may set besides its `env_vars`.
@@ -187,6 +190,9 @@ pub struct JobSpec {
     /// hub. Relative to the JobSpec file.
     pub model_from: Option<String>,
     pub runtime_env: JobRuntimeEnv,
+    /// argus's supervision of the run (`argus run`, `argus slurm submit`): not part of
+    /// what the job runs, so neither of the run key nor of Ray's payload. Off when None.
+    pub restart: Option<Restart>,
 }
 
 impl From<JobSpec> for RawJobSpec {
@@ -218,6 +224,7 @@ impl From<JobSpec> for RawJobSpec {
             data_from: j.data_from,
             model_from: j.model_from,
             runtime_env: j.runtime_env,
+            restart: j.restart.map(RawRestart::from),
         }
     }
 }

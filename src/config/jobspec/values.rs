@@ -84,3 +84,52 @@ impl<'de> Deserialize<'de> for TimeLimit {
         d.deserialize_any(LimitVisitor)
     }
 }
+
+/// A duration with no bounds of its own (its field checks them, to name the field in
+/// the error): humantime text (`15m`, `1h 30m`, `0s`) or a whole number of seconds.
+/// Written back as humantime text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LooseDuration(pub Duration);
+
+impl LooseDuration {
+    /// The same forms from a flag's text: `15m`, `1h 30m`, or `900` (seconds).
+    pub fn parse(text: &str) -> Option<Duration> {
+        let text = text.trim();
+        match text.parse::<u64>() {
+            Ok(secs) => Some(Duration::from_secs(secs)),
+            Err(_) => humantime::parse_duration(text).ok(),
+        }
+    }
+}
+
+impl Serialize for LooseDuration {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&humantime::format_duration(self.0).to_string())
+    }
+}
+
+impl<'de> Deserialize<'de> for LooseDuration {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct DurationVisitor;
+        impl Visitor<'_> for DurationVisitor {
+            type Value = LooseDuration;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a duration such as 30s, 15m, 1h 30m or a number of seconds")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<LooseDuration, E> {
+                Ok(LooseDuration(Duration::from_secs(v)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<LooseDuration, E> {
+                u64::try_from(v)
+                    .map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
+                    .and_then(|v| self.visit_u64(v))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<LooseDuration, E> {
+                humantime::parse_duration(v)
+                    .map(LooseDuration)
+                    .map_err(|_| E::invalid_value(de::Unexpected::Str(v), &self))
+            }
+        }
+        d.deserialize_any(DurationVisitor)
+    }
+}
