@@ -2,11 +2,13 @@
 //!
 //! The only module that talks to Docker (bollard). `plan` is pure (profile -> desired
 //! containers); `reconcile` observes, diffs and acts; `ready` waits for Ray; `image`
-//! builds or pulls the runtime image; `status` reports what is running.
+//! builds or pulls the runtime image; `status` reports what is running; `health` watches
+//! a running cluster for lost nodes.
 
 pub mod access;
 pub mod auth;
 pub mod docker;
+pub mod health;
 pub mod hosts;
 pub mod image;
 pub mod node;
