@@ -36,6 +36,8 @@ pub struct Complete {
     pub world_size: u32,
     /// The roles saved (`actor`, `critic`).
     pub roles: Vec<String>,
+    /// What was saved of each role (`actor/model`, `actor/optim`, ...).
+    pub shards: BTreeSet<String>,
 }
 
 /// The newest complete checkpoint, and the newer steps passed over with why.
@@ -81,6 +83,9 @@ pub fn choose(dir: &Dir, world_size: Option<u32>) -> std::io::Result<Choice> {
         tracker,
         ..Choice::default()
     };
+    // Every checkpoint is looked at: one missing a kind of shard another one has (the
+    // optimizer's, with a world size of 1 a rank's whole share) is not complete either.
+    let mut verdicts = Vec::new();
     for (step, name, kind) in steps {
         let verdict = if kind != Kind::Dir {
             Err("not a directory (a link or a file is never followed)".to_string())
@@ -93,6 +98,25 @@ pub fn choose(dir: &Dir, world_size: Option<u32>) -> std::io::Result<Choice> {
                 .map_err(|e| crate::exit::one_line(&e))
                 .and_then(|held| complete(&held, step, world_size))
         };
+        verdicts.push((step, verdict));
+    }
+    let saved: BTreeMap<String, u64> = verdicts
+        .iter()
+        .filter_map(|(step, v)| v.as_ref().ok().map(|c| (c, *step)))
+        .flat_map(|(c, step)| c.shards.iter().map(move |s| (s.clone(), step)))
+        .collect();
+    for (step, verdict) in verdicts {
+        let verdict = verdict.and_then(|found| {
+            match saved
+                .iter()
+                .find(|(shard, _)| !found.shards.contains(*shard))
+            {
+                Some((shard, other)) => Err(format!(
+                    "its {shard} shards are missing (global_step_{other} has them)"
+                )),
+                None => Ok(found),
+            }
+        });
         match verdict {
             Ok(found) => {
                 choice.chosen = Some(found);
@@ -113,6 +137,7 @@ fn complete(step_dir: &Dir, step: u64, world_size: Option<u32>) -> Result<Comple
     let entries = step_dir.entries().map_err(|e| e.to_string())?;
     let mut roles = Vec::new();
     let mut sizes = BTreeSet::new();
+    let mut shards = BTreeSet::new();
     for (name, kind) in &entries {
         let Some(role) = name.to_str().filter(|_| *kind == Kind::Dir) else {
             continue;
@@ -120,9 +145,10 @@ fn complete(step_dir: &Dir, step: u64, world_size: Option<u32>) -> Result<Comple
         let held = step_dir
             .open_dir(role)
             .map_err(|e| crate::exit::one_line(&e))?;
-        if let Some(size) = role_world_size(&held, role)? {
+        if let Some((size, kinds)) = role_world_size(&held, role)? {
             roles.push(role.to_string());
             sizes.insert(size);
+            shards.extend(kinds.into_iter().map(|k| format!("{role}/{k}")));
         }
     }
     roles.sort();
@@ -146,12 +172,13 @@ fn complete(step_dir: &Dir, step: u64, world_size: Option<u32>) -> Result<Comple
         step,
         world_size: world,
         roles,
+        shards,
     })
 }
 
-/// The world size of one role's shards, None when the directory holds none (not a
-/// role); an error names the first shard missing or empty.
-fn role_world_size(role_dir: &Dir, role: &str) -> Result<Option<u32>, String> {
+/// The world size of one role's shards and the kinds saved, None when the directory holds
+/// none (not a role); an error names the first shard missing or empty.
+fn role_world_size(role_dir: &Dir, role: &str) -> Result<Option<(u32, Vec<&'static str>)>, String> {
     // kind -> world size -> ranks present
     let mut shards: BTreeMap<&str, BTreeMap<u32, BTreeSet<u32>>> = BTreeMap::new();
     for (name, kind) in role_dir.entries().map_err(|e| e.to_string())? {
@@ -187,7 +214,7 @@ fn role_world_size(role_dir: &Dir, role: &str) -> Result<Option<u32>, String> {
             ));
         }
     }
-    Ok(Some(world))
+    Ok(Some((world, shards.into_keys().collect())))
 }
 
 /// `model_world_size_2_rank_1.pt` -> (`model`, 2, 1).
@@ -247,10 +274,38 @@ mod tests {
             Some(Complete {
                 step: 4,
                 world_size: 2,
-                roles: vec!["actor".into()]
+                roles: vec!["actor".into()],
+                shards: ["actor/extra_state", "actor/model", "actor/optim"]
+                    .map(String::from)
+                    .into()
             })
         );
         assert!(c.tracker_agrees() && c.skipped.is_empty());
+    }
+
+    #[test]
+    fn a_kind_of_shard_missing_whole_is_missing_when_another_checkpoint_has_it() {
+        // World size 1: the one rank's optimizer shard gone is the kind gone.
+        let dir = tempfile::tempdir().unwrap();
+        save(dir.path(), 2, 1);
+        save(dir.path(), 4, 1);
+        std::fs::remove_file(
+            dir.path()
+                .join("global_step_4/actor/optim_world_size_1_rank_0.pt"),
+        )
+        .unwrap();
+        let c = choice(dir.path(), Some(1));
+        assert_eq!(c.chosen.as_ref().map(|c| c.step), Some(2));
+        assert_eq!(
+            c.skipped,
+            vec![(
+                4,
+                "its actor/optim shards are missing (global_step_2 has them)".to_string()
+            )]
+        );
+        // Alone, a checkpoint saved without an optimizer is what the job saves.
+        std::fs::remove_dir_all(dir.path().join("global_step_2")).unwrap();
+        assert_eq!(choice(dir.path(), Some(1)).chosen.map(|c| c.step), Some(4));
     }
 
     #[test]
