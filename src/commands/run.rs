@@ -68,6 +68,10 @@ pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
         follow: !printer.json,
         new: args.new,
         resumes,
+        restart: crate::config::jobspec::restart::effective(
+            job.spec.restart.as_ref(),
+            &args.restart.flags(),
+        )?,
     };
     let reporter = printer.reporter();
     let mut sink = super::training::LogSink::new(printer, "training");
@@ -181,12 +185,48 @@ fn print_stages(printer: &Printer, report: &RunReport, status: &JobStatus) {
         report.submission_id.clone().unwrap_or_default(),
         report.seconds
     ));
+    if !report.attempts.is_empty() {
+        printer.info(attempts_table(report));
+    }
     for drift in &report.drift {
         printer.warn(format!("drift (allowed): {drift}"));
     }
     if let Some(lock) = &report.lock {
         printer.info(format!("lock:   {lock}\nreport: {}", report_path(report)));
     }
+}
+
+/// The attempts of a supervised run, one row each.
+fn attempts_table(report: &RunReport) -> String {
+    let mut rows = vec![
+        [
+            "ATTEMPT",
+            "JOB",
+            "STATUS",
+            "ENDED BY",
+            "FROM",
+            "LAST STEP",
+            "",
+        ]
+        .map(String::from)
+        .to_vec(),
+    ];
+    for a in &report.attempts {
+        rows.push(vec![
+            a.n.to_string(),
+            a.submission_id.clone(),
+            a.status
+                .as_ref()
+                .map_or("RUNNING".to_string(), ToString::to_string),
+            a.cause.map_or("-".to_string(), |c| c.to_string()),
+            a.resumed_from
+                .as_ref()
+                .map_or("start".to_string(), |r| format!("global_step_{}", r.step)),
+            a.last_step.map_or("-".to_string(), |s| s.to_string()),
+            a.detail.clone().unwrap_or_default(),
+        ]);
+    }
+    table(&rows)
 }
 
 /// The run's job's saved driver log (`jobs/<id>/logs/driver.log`), reached through the

@@ -14,11 +14,14 @@
 //! each stage starts and ends, and `run.lock.yaml` (`lock.rs`), written just before the
 //! job is submitted: it pins exactly what the job gets.
 
+pub mod attempt;
 mod job;
 pub mod lock;
+mod observe;
 mod record;
 mod replay;
 pub mod resume;
+mod supervise;
 mod up;
 
 use std::path::PathBuf;
@@ -75,12 +78,26 @@ pub enum Error {
     Lock(#[from] crate::lock::Error),
     #[error(transparent)]
     Id(#[from] crate::ids::IdError),
+    #[error(transparent)]
+    Live(#[from] crate::submit::live::Error),
+    #[error(transparent)]
+    Training(#[from] crate::training::Error),
+    #[error("the run {run_id} that was being followed has no report any more")]
+    SupervisorGone { run_id: String },
+    #[error("run {run_id} interrupted: its job {job} was stopped")]
+    Interrupted {
+        run_id: String,
+        job: String,
+        jobspec: String,
+    },
 }
 
 impl Classify for Error {
     fn exit(&self) -> Exit {
         match self {
-            Error::Drift { .. } | Error::JobLost { .. } => Exit::Failed,
+            Error::Drift { .. } | Error::JobLost { .. } | Error::SupervisorGone { .. } => {
+                Exit::Failed
+            }
             Error::Record { source, .. } => crate::fsx::io_exit(source),
             Error::BadLock(_) | Error::SubmissionTaken { .. } => Exit::Usage,
             Error::Inputs(e) => e.exit(),
@@ -89,6 +106,9 @@ impl Classify for Error {
             Error::Image(e) => e.exit(),
             Error::Submit(e) => e.exit(),
             Error::Lock(e) => e.exit(),
+            Error::Live(e) => e.exit(),
+            Error::Training(e) => e.exit(),
+            Error::Interrupted { .. } => Exit::Stopped,
         }
     }
     fn hint(&self) -> Option<String> {
@@ -105,6 +125,12 @@ impl Classify for Error {
             Error::Image(e) => e.hint(),
             Error::Submit(e) => e.hint(),
             Error::Lock(e) => e.hint(),
+            Error::Live(e) => e.hint(),
+            Error::Training(e) => e.hint(),
+            Error::SupervisorGone { .. } => None,
+            Error::Interrupted { jobspec, .. } => Some(format!(
+                "`argus run {jobspec}` resumes the run from its newest complete checkpoint (the same run, its next attempt)"
+            )),
         }
     }
 }
@@ -136,6 +162,9 @@ pub struct RunOptions {
     pub new: bool,
     /// The job this run's job continues from its checkpoints (`run --resume`).
     pub resumes: Option<String>,
+    /// Supervise the run (restart it on failure): this invocation's policy. None: the
+    /// policy the run was started with, if any.
+    pub restart: Option<crate::config::jobspec::Restart>,
 }
 
 /// How an `argus run` ended.
@@ -174,13 +203,15 @@ impl<'a> Ctx<'a> {
     }
 }
 
-/// Takes the run's lock, saying who holds it while waiting.
+/// Takes the run's lock, saying who holds it while waiting; with no reporter, only when
+/// it is free now (`Timeout` with its holder otherwise).
 fn hold(
     host: &Layout,
     key: &RunKey,
     job: &LoadedJobSpec,
-    reporter: &dyn Reporter,
+    reporter: Option<&dyn Reporter>,
 ) -> Result<crate::lock::Lock, Error> {
+    let timeout = reporter.is_none().then_some(std::time::Duration::ZERO);
     let rel = std::path::PathBuf::from(format!(".argus/locks/run-{key}"));
     let what = format!(
         "the run of {} (key {})",
@@ -193,9 +224,13 @@ fn hold(
             &rel,
             &crate::lock::Acquire {
                 what: &what,
-                timeout: None,
+                timeout,
             },
-            |holder| reporter.note(&crate::lock::waiting_message(&what, holder)),
+            |holder| {
+                if let Some(r) = reporter {
+                    r.note(&crate::lock::waiting_message(&what, holder));
+                }
+            },
         )
     };
     // The wait blocks a thread: tell a multi-threaded runtime so it moves its other work.
@@ -226,9 +261,37 @@ pub async fn run(
         &job.spec,
         options.lock.as_ref().map(|(_, l)| l),
     );
-    let _held = hold(&host, &key, &job, reporter)?;
-
     let runs = host.runs();
+    // A run another `argus run` supervises is followed, not run a second time.
+    let _held = match hold(&host, &key, &job, None) {
+        Ok(lock) => lock,
+        Err(Error::Lock(crate::lock::Error::Timeout { holder, .. })) => {
+            match resume::newest(&runs, &key).filter(|r| r.restart.is_some() && !r.is_done()) {
+                Some(report) => {
+                    reporter.note(&format!(
+                        "run {} is supervised by {holder}: following it (Ctrl-C stops following; the run goes on)",
+                        report.run_id
+                    ));
+                    let target = Target::from_profile(
+                        loaded,
+                        crate::cluster::access::ray_client(loaded).await?,
+                    );
+                    return observe::follow(
+                        &target,
+                        &runs,
+                        &key,
+                        options.follow,
+                        reporter,
+                        &mut on_log,
+                    )
+                    .await;
+                }
+                None => hold(&host, &key, &job, Some(reporter))?,
+            }
+        }
+        Err(e) => return Err(e),
+    };
+
     let rec = match resume::decide(resume::newest(&runs, &key), options.new) {
         Start::Finished(report) => return Ok(Outcome::AlreadyFinished(report)),
         Start::Resume(mut report) => {
@@ -238,11 +301,15 @@ pub async fn run(
             ));
             report.resumed += 1;
             report.stages.clear();
+            if options.restart.is_some() {
+                report.restart = options.restart.clone();
+            }
             Recorder::resume(&runs, report)
         }
         Start::New => Recorder::create(
             &runs,
             RunReport {
+                restart: options.restart.clone(),
                 run_id: new_run_id(),
                 key: Some(key.to_string()),
                 started_at: now_rfc3339(),
@@ -336,7 +403,16 @@ async fn stages(
         id: &id,
     };
     stage_submit(ctx, &mut rec, &submitted, &seen, &job, &lock).await?;
-    stage_wait(ctx, &mut rec, &submitted, &spec, on_log).await?;
+    match options
+        .restart
+        .clone()
+        .or_else(|| rec.report.restart.clone())
+    {
+        Some(policy) => {
+            supervise::stage(ctx, &mut rec, &submitted, &job, &policy, on_log).await?;
+        }
+        None => stage_wait(ctx, &mut rec, &submitted, &spec, on_log).await?,
+    }
     if options.down_after {
         rec.begin("down")?;
         let note = up::down(ctx).await?;
@@ -493,13 +569,26 @@ async fn stage_wait(
     };
     let info = job::wait(job_of.target, job_of.records, id, &wait, on_log).await?;
     rec.end(info.status.to_string())?;
+    collect(ctx, rec, id, info.status, info.message)
+}
 
+/// collect: where the outputs of the run's (last) job are.
+fn collect(
+    ctx: &Ctx<'_>,
+    rec: &mut Recorder,
+    id: &str,
+    status: crate::ray::jobs::JobStatus,
+    message: Option<String>,
+) -> Result<(), Error> {
     rec.begin("collect")?;
     let job_dir = ctx.host.jobs().join(id);
-    rec.report.job_status = Some(info.status.clone());
-    rec.report.job_message = info.message.clone();
+    rec.report.job_status = Some(status);
+    rec.report.job_message = message;
     rec.report.driver_log = Some(job_dir.join("logs/driver.log").display().to_string());
-    rec.report.checkpoints = Some(job_dir.join("checkpoints").display().to_string());
+    // The attempts of a supervised run share the first one's checkpoint directory.
+    let first = rec.report.attempts.first().map(|a| a.submission_id.as_str());
+    let checkpoints = ctx.host.jobs().join(first.unwrap_or(id)).join("checkpoints");
+    rec.report.checkpoints = Some(checkpoints.display().to_string());
     rec.end(rec.lock_path().display().to_string())?;
     Ok(())
 }

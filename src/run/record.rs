@@ -179,6 +179,12 @@ pub struct RunReport {
     pub drift: Vec<String>,
     /// Seconds of the latest attempt.
     pub seconds: f64,
+    /// The restart policy the run is supervised with (none: not supervised).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<crate::config::jobspec::Restart>,
+    /// The jobs of a supervised run, oldest first; `submission_id` is the last one's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<super::attempt::Attempt>,
 }
 
 impl RunReport {

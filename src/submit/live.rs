@@ -126,9 +126,6 @@ pub async fn progress(
 /// Checks that `old_id` can be resumed (argus has its record, it has ended, its
 /// checkpoint directory holds a checkpoint) and says from where.
 pub async fn resume_point(target: &Target, old_id: &str) -> Result<ResumePoint, Error> {
-    let records = target.records();
-    let record = load(records.as_ref(), old_id)?
-        .ok_or_else(|| TrainingError::NoRecord(old_id.to_string()))?;
     // Only the cluster knows whether it still runs: a record left PENDING by a cluster
     // that went down does not stop a resume (a cluster that forgot the job runs nothing).
     let api = JobsApi { ray: &target.ray };
@@ -141,6 +138,16 @@ pub async fn resume_point(target: &Target, old_id: &str) -> Result<ResumePoint, 
         }
         .into());
     }
+    checkpoint_point(target, old_id)
+}
+
+/// Where `old_id` can be resumed from, for a caller that knows it no longer runs (a
+/// supervisor that stopped it, or saw the node its driver ran on die while Ray still
+/// says RUNNING).
+pub fn checkpoint_point(target: &Target, old_id: &str) -> Result<ResumePoint, Error> {
+    let records = target.records();
+    let record = load(records.as_ref(), old_id)?
+        .ok_or_else(|| TrainingError::NoRecord(old_id.to_string()))?;
     let recorded = |rest: &str| -> Result<Option<Vec<u8>>, TrainingError> {
         let Some(records) = records.as_ref() else {
             return Ok(None);

@@ -227,6 +227,18 @@ pub async fn record_end(
     info: &JobInfo,
     stopped_by_argus: Option<String>,
 ) {
+    record_end_with(target, id, info, stopped_by_argus, None).await;
+}
+
+/// [`record_end`], with the log as it was streamed to argus for when Ray no longer has it
+/// (the node its driver ran on is gone).
+pub async fn record_end_with(
+    target: &Target,
+    id: &str,
+    info: &JobInfo,
+    stopped_by_argus: Option<String>,
+    streamed: Option<&str>,
+) {
     let Some(records) = target.records() else {
         return;
     };
@@ -245,7 +257,16 @@ pub async fn record_end(
         record.stopped_by_argus = stopped_by_argus;
     }
     let api = JobsApi { ray: &target.ray };
-    let logs = api.logs(id).await.ok().map(|text| redacted(info, &text));
+    let logs = match api.logs(id).await {
+        Ok(text) => Some(text),
+        Err(e) => {
+            tracing::info!(
+                "the log of job {id} is not on the cluster ({e}): saving what was streamed"
+            );
+            streamed.map(str::to_string)
+        }
+    }
+    .map(|text| redacted(info, &text));
     if let Err(e) = records.finish(&mut record, info, logs.as_deref()) {
         tracing::warn!("cannot record the end of job {id}: {e}");
     }

@@ -54,6 +54,7 @@ class TaskRunner:
         marker = os.path.join(ckpt, "latest_checkpointed_iteration.txt")
         sleep = float(os.environ.get("FAKE_STEP_SLEEP", "0.3"))
         hang_after = int(os.environ.get("FAKE_HANG_AFTER", "0"))
+        fail_at = int(os.environ.get("FAKE_FAIL_AT", "0"))
         scale = float(os.environ.get("FAKE_SCORE_SCALE", "1"))
         start = 1
         say(f"resume_mode={mode} default_local_dir={ckpt}")
@@ -101,7 +102,13 @@ class TaskRunner:
                 with open(marker + ".tmp", "w") as f:
                     f.write(str(step))
                 os.replace(marker + ".tmp", marker)
-            if step == hang_after:
+            if step == fail_at:
+                raise ValueError(f"FAKE_FAIL_AT: the batch of step {step} is bad")
+            # A hang happens once per checkpoint directory (a restarted job goes on).
+            hung = os.path.join(ckpt, "hung")
+            if step == hang_after and not os.path.exists(hung):
+                os.makedirs(ckpt, exist_ok=True)
+                open(hung, "w").close()
                 time.sleep(600)
         return total
 
@@ -120,7 +127,8 @@ if __name__ == "__main__":
             "trainer.default_local_dir": os.environ.get("ARGUS_CHECKPOINT_DIR", own),
         }
     ray.init()
-    ray.get(TaskRunner.remote().run.remote(cfg))
+    gpus = float(os.environ.get("FAKE_GPUS", "0"))
+    ray.get(TaskRunner.options(num_gpus=gpus).remote().run.remote(cfg))
     # The actor's last lines reach this driver's log through Ray's log monitor: leave it a
     # moment before the driver (and so the job) ends, as verl's own teardown does.
     time.sleep(3)
@@ -503,10 +511,12 @@ impl Drop for Tmux {
 }
 
 /// One small cluster with the stand-in verl snapshotted, and how its scenarios call argus.
-struct Training {
-    ctx: TestContext,
-    profile: PathBuf,
-    shared: PathBuf,
+pub struct Training {
+    pub ctx: TestContext,
+    pub profile: PathBuf,
+    pub shared: PathBuf,
+    /// The cluster's name.
+    pub name: String,
     started: std::time::Instant,
 }
 
@@ -543,11 +553,12 @@ impl Training {
             ctx,
             profile,
             shared,
+            name,
             started,
         })
     }
 
-    fn argus(&self, args: &[&str]) -> Run {
+    pub fn argus(&self, args: &[&str]) -> Run {
         argus(&self.ctx, &self.profile, args)
     }
 
@@ -560,8 +571,14 @@ impl Training {
         )
     }
 
-    /// Runs one scenario, saying when it starts.
+    /// Runs one scenario, saying when it starts. `ARGUS_TEST_SCENARIOS=<text>` runs only
+    /// those whose title has it (to work on a few; the full test runs them all).
     fn scenario(&self, title: &str, scenario: fn(&Training)) {
+        if let Ok(only) = std::env::var("ARGUS_TEST_SCENARIOS")
+            && !title.contains(&only)
+        {
+            return;
+        }
         eprintln!("[{:>6.1?}] {title}", self.started.elapsed());
         scenario(self);
     }
@@ -598,6 +615,20 @@ fn training_jobs_on_a_real_cluster() {
     t.scenario(
         "argus run --resume",
         a_stopped_run_is_resumed_by_a_second_run,
+    );
+    use crate::supervise::*;
+    t.scenario(
+        "Supervised: a killed worker",
+        a_killed_worker_is_recovered_from_the_last_complete_checkpoint,
+    );
+    t.scenario("Supervised: a hang", a_hang_is_detected_and_restarted);
+    t.scenario(
+        "Supervised: a failure that repeats",
+        a_repeated_failure_gives_up_after_max,
+    );
+    t.scenario(
+        "Supervised: Ctrl-C, then run again",
+        ctrl_c_stops_the_run_and_a_second_run_resumes_it,
     );
     t.argus(&["down"]).code(0);
 }

@@ -1,0 +1,83 @@
+//! The attempts of a supervised run (`restart:` in the JobSpec): each is one Ray job;
+//! attempt N >= 2 continues the previous one from its newest complete checkpoint.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::jobspec::RestartOn;
+use crate::ray::jobs::JobStatus;
+
+/// One attempt, as the run's report records it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Attempt {
+    /// 1 for the first.
+    pub n: u32,
+    pub submission_id: String,
+    /// When it was submitted (RFC 3339).
+    pub started_at: String,
+    #[serde(default)]
+    pub ended_at: Option<String>,
+    /// Ray's last word on the job.
+    #[serde(default)]
+    pub status: Option<JobStatus>,
+    /// What ended it, when it did not succeed.
+    #[serde(default)]
+    pub cause: Option<RestartOn>,
+    /// What was seen: verl's error, the container OOM-killed, the host's engine gone.
+    #[serde(default)]
+    pub detail: Option<String>,
+    /// When argus saw it (RFC 3339).
+    #[serde(default)]
+    pub detected_at: Option<String>,
+    /// The checkpoint this attempt resumed from (none: from the start).
+    #[serde(default)]
+    pub resumed_from: Option<ResumedFrom>,
+    /// The last training step its log showed.
+    #[serde(default)]
+    pub last_step: Option<u64>,
+    /// Steps it ran past the checkpoint the next attempt resumes from.
+    #[serde(default)]
+    pub steps_lost: Option<u64>,
+    /// From the detection of the previous attempt's end to this attempt's first step.
+    #[serde(default)]
+    pub downtime_s: Option<f64>,
+    /// When its log showed its first training step (RFC 3339).
+    #[serde(default)]
+    pub first_step_at: Option<String>,
+    /// How long each part of the recovery that started this attempt took.
+    #[serde(default)]
+    pub recovery: Option<RecoveryTimes>,
+}
+
+/// A checkpoint an attempt resumed from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ResumedFrom {
+    pub step: u64,
+    /// As the containers see it.
+    pub path: String,
+    /// Newer checkpoints passed over, with why (a rank's shard missing, ...).
+    #[serde(default)]
+    pub skipped: Vec<(u64, String)>,
+}
+
+/// The parts of one recovery, in seconds.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct RecoveryTimes {
+    /// From the last sign of life (the container's death, the last step) to argus seeing
+    /// it; for a failed job, from its end.
+    pub detect_s: f64,
+    /// Stopping what was left of the job.
+    pub stop_s: f64,
+    /// The backoff, then bringing the cluster back to the profile.
+    pub repair_s: f64,
+    /// Choosing the checkpoint and submitting the next attempt.
+    pub resubmit_s: f64,
+}
+
+/// The Ray submission id of attempt `n` of a run whose first job is `first`.
+pub fn submission_id(first: &str, n: u32) -> String {
+    if n <= 1 {
+        first.to_string()
+    } else {
+        format!("{first}-attempt-{n}")
+    }
+}
