@@ -454,14 +454,17 @@ async fn restart_cause(docker: &Docker, seen: &Seen, since: u64) -> LostWhy {
         ("container", vec![seen.id.clone()]),
         ("event", vec!["die".to_string(), "oom".to_string()]),
     ]);
+    // Up to now (the die event is seconds old when the restart is seen): the engine
+    // ends the stream at once instead of waiting for the future.
     let options = EventsOptionsBuilder::new()
         .since(&since.to_string())
-        .until(&(unix_now() + 1).to_string())
+        .until(&unix_now().to_string())
         .filters(&filters)
         .build();
+    // What was read is kept when the time is up.
+    let (mut code, mut oom) = (None, false);
     let events = async {
         let mut stream = docker.events(Some(options));
-        let (mut code, mut oom) = (None, false);
         while let Some(Ok(event)) = stream.next().await {
             match event.action.as_deref() {
                 Some("oom") => oom = true,
@@ -475,11 +478,8 @@ async fn restart_cause(docker: &Docker, seen: &Seen, since: u64) -> LostWhy {
                 _ => {}
             }
         }
-        (code, oom)
     };
-    let (code, oom) = tokio::time::timeout(EVENTS_TIMEOUT, events)
-        .await
-        .unwrap_or((None, false));
+    let _ = tokio::time::timeout(EVENTS_TIMEOUT, events).await;
     LostWhy::Exited {
         code: code.unwrap_or(-1),
         oom_killed: oom || seen.oom_killed,

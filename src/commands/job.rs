@@ -222,7 +222,14 @@ async fn status(target: &Target, id: &str, printer: &Printer) -> Result<Exit> {
         if let Some(n) = &info.driver_node_id {
             rows.push(vec!["driver_node_id".into(), n.clone()]);
         }
+        let meta = info.metadata.clone().unwrap_or_default();
+        if let (Some(run), Some(n)) = (meta.get("argus_run"), meta.get("argus_attempt")) {
+            rows.push(vec!["run".into(), format!("{run}, attempt {n}")]);
+        }
         if let Some(r) = &record {
+            if let Some(old) = &r.resumes {
+                rows.push(vec!["resumes".into(), old.to_string()]);
+            }
             rows.push(vec!["workload".into(), r.workload.clone()]);
             rows.push(vec![
                 "code".into(),

@@ -82,6 +82,14 @@ pub enum Error {
     Live(#[from] crate::submit::live::Error),
     #[error(transparent)]
     Training(#[from] crate::training::Error),
+    #[error("the run's report cannot be used: {0}")]
+    BadReport(String),
+    #[error("job {id} still says {status} {seconds}s after argus told it to stop")]
+    CannotStop {
+        id: String,
+        status: String,
+        seconds: u64,
+    },
     #[error("the run {run_id} that was being followed has no report any more")]
     SupervisorGone { run_id: String },
     #[error("run {run_id} interrupted: its job {job} was stopped")]
@@ -99,7 +107,8 @@ impl Classify for Error {
                 Exit::Failed
             }
             Error::Record { source, .. } => crate::fsx::io_exit(source),
-            Error::BadLock(_) | Error::SubmissionTaken { .. } => Exit::Usage,
+            Error::BadLock(_) | Error::SubmissionTaken { .. } | Error::BadReport(_) => Exit::Usage,
+            Error::CannotStop { .. } => Exit::Unreachable,
             Error::Inputs(e) => e.exit(),
             Error::Config(_) | Error::NoHostPath(_) | Error::Id(_) => Exit::Usage,
             Error::Cluster(e) => e.exit(),
@@ -127,7 +136,17 @@ impl Classify for Error {
             Error::Lock(e) => e.hint(),
             Error::Live(e) => e.hint(),
             Error::Training(e) => e.hint(),
-            Error::SupervisorGone { .. } => None,
+            Error::SupervisorGone { .. } => Some(
+                "the `argus run` that supervised it stopped: run the same command again to take over"
+                    .into(),
+            ),
+            Error::BadReport(_) => Some(
+                "the report under runs/ was changed by something other than argus: `argus run --new` starts a new run"
+                    .into(),
+            ),
+            Error::CannotStop { id, .. } => Some(format!(
+                "a second attempt is not started while the first may still train: stop it (`argus job stop {id}`, or `argus down` and up again) and run the same command again"
+            )),
             Error::Interrupted { jobspec, .. } => Some(format!(
                 "`argus run {jobspec}` resumes the run from its newest complete checkpoint (the same run, its next attempt)"
             )),
@@ -276,15 +295,14 @@ pub async fn run(
                         loaded,
                         crate::cluster::access::ray_client(loaded).await?,
                     );
-                    return observe::follow(
-                        &target,
-                        &runs,
-                        &key,
-                        options.follow,
-                        reporter,
-                        &mut on_log,
-                    )
-                    .await;
+                    let supervised = || hold(&host, &key, &job, None).is_err();
+                    let run = observe::Followed {
+                        runs: &runs,
+                        run_id: &report.run_id,
+                        supervised: &supervised,
+                    };
+                    return observe::follow(&target, &run, options.follow, reporter, &mut on_log)
+                        .await;
                 }
                 None => hold(&host, &key, &job, Some(reporter))?,
             }
@@ -402,12 +420,15 @@ async fn stages(
         records: &records,
         id: &id,
     };
-    stage_submit(ctx, &mut rec, &submitted, &seen, &job, &lock).await?;
-    match options
+    let policy = options
         .restart
         .clone()
-        .or_else(|| rec.report.restart.clone())
-    {
+        .or_else(|| rec.report.restart.clone());
+    if policy.is_some() {
+        supervise::label(&mut job, &rec.report.run_id, 1);
+    }
+    stage_submit(ctx, &mut rec, &submitted, &seen, &job, &lock).await?;
+    match policy {
         Some(policy) => {
             supervise::stage(ctx, &mut rec, &submitted, &job, &policy, on_log).await?;
         }
@@ -586,8 +607,16 @@ fn collect(
     rec.report.job_message = message;
     rec.report.driver_log = Some(job_dir.join("logs/driver.log").display().to_string());
     // The attempts of a supervised run share the first one's checkpoint directory.
-    let first = rec.report.attempts.first().map(|a| a.submission_id.as_str());
-    let checkpoints = ctx.host.jobs().join(first.unwrap_or(id)).join("checkpoints");
+    let first = rec
+        .report
+        .attempts
+        .first()
+        .map(|a| a.submission_id.as_str());
+    let checkpoints = ctx
+        .host
+        .jobs()
+        .join(first.unwrap_or(id))
+        .join("checkpoints");
     rec.report.checkpoints = Some(checkpoints.display().to_string());
     rec.end(rec.lock_path().display().to_string())?;
     Ok(())

@@ -6,8 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use super::record::RunReport;
-use super::resume::{self, RunKey};
+use super::record::{RunReport, open_runs};
 use super::{Error, Outcome};
 use crate::ray::jobs::JobsApi;
 use crate::submit::Target;
@@ -15,6 +14,9 @@ use crate::ui::Reporter;
 
 /// How often the report is read.
 const POLL: Duration = Duration::from_secs(1);
+
+/// How often the supervisor's lock is tried (free: the supervisor is gone).
+const ALIVE_EVERY: Duration = Duration::from_secs(5);
 
 /// What one look at the run may print: each attempt's start and end, once.
 #[derive(Default)]
@@ -48,11 +50,52 @@ impl Said {
     }
 }
 
-/// Follows the run of `key` under `runs` until its report says it is done.
+/// The run being followed, and how to tell its supervisor still lives.
+pub struct Followed<'a> {
+    pub runs: &'a Path,
+    pub run_id: &'a str,
+    /// False once the supervisor's lock could be taken (then released again).
+    pub supervised: &'a (dyn Fn() -> bool + Sync),
+}
+
+impl Followed<'_> {
+    fn report(&self) -> Option<RunReport> {
+        let runs = open_runs(self.runs).ok()?;
+        RunReport::read_in(&runs, std::ffi::OsStr::new(self.run_id))
+    }
+
+    fn gone(&self) -> Error {
+        Error::SupervisorGone {
+            run_id: self.run_id.to_string(),
+        }
+    }
+
+    /// Returns once the run's report differs from `seen` (polled), or its supervisor is
+    /// gone (false).
+    async fn changed(&self, seen: &RunReport) -> bool {
+        let fingerprint = |r: &RunReport| serde_json::to_string(&(&r.stage, &r.attempts)).ok();
+        let before = fingerprint(seen);
+        let mut alive_checked = std::time::Instant::now();
+        loop {
+            tokio::time::sleep(POLL).await;
+            match self.report() {
+                Some(now) if fingerprint(&now) == before => {}
+                _ => return true,
+            }
+            if alive_checked.elapsed() >= ALIVE_EVERY {
+                if !(self.supervised)() {
+                    return false;
+                }
+                alive_checked = std::time::Instant::now();
+            }
+        }
+    }
+}
+
+/// Follows the run until its report says it is done.
 pub async fn follow(
     target: &Target,
-    runs: &Path,
-    key: &RunKey,
+    run: &Followed<'_>,
     follow_log: bool,
     reporter: &dyn Reporter,
     on_log: &mut (dyn FnMut(&str) + Send),
@@ -61,39 +104,31 @@ pub async fn follow(
     let mut said = Said::default();
     let mut tailed: Option<String> = None;
     loop {
-        let Some(report) = resume::newest(runs, key) else {
-            return Err(Error::SupervisorGone {
-                run_id: "(unknown)".into(),
-            });
+        let Some(report) = run.report() else {
+            return Err(run.gone());
         };
         said.tell(&report, reporter);
         if report.is_done() {
             return Ok(Outcome::Ran(report));
         }
         let current = report.attempts.last().map(|a| a.submission_id.clone());
-        let changed = changed(runs, key, &report);
-        match current.filter(|id| follow_log && tailed.as_ref() != Some(id)) {
+        let changed = run.changed(&report);
+        let alive = match current.filter(|id| follow_log && tailed.as_ref() != Some(id)) {
             Some(id) => {
                 tailed = Some(id.clone());
                 tokio::select! {
-                    _ = api.tail(&id, &mut *on_log) => {}
-                    _ = changed => {}
+                    _ = api.tail(&id, &mut *on_log) => true,
+                    alive = changed => alive,
                 }
             }
             None => changed.await,
-        }
-    }
-}
-
-/// Returns once the run's report differs from `seen` (polled).
-async fn changed(runs: &Path, key: &RunKey, seen: &RunReport) {
-    let fingerprint = |r: &RunReport| serde_json::to_string(&(&r.stage, &r.attempts)).ok();
-    let before = fingerprint(seen);
-    loop {
-        tokio::time::sleep(POLL).await;
-        match resume::newest(runs, key) {
-            Some(now) if fingerprint(&now) == before => {}
-            _ => return,
+        };
+        if !alive {
+            // The report may have ended as the supervisor left.
+            return match run.report() {
+                Some(report) if report.is_done() => Ok(Outcome::Ran(report)),
+                _ => Err(run.gone()),
+            };
         }
     }
 }

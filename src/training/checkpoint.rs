@@ -89,6 +89,12 @@ pub fn choose(dir: &Dir, world_size: Option<u32>) -> std::io::Result<Choice> {
     for (step, name, kind) in steps {
         let verdict = if kind != Kind::Dir {
             Err("not a directory (a link or a file is never followed)".to_string())
+        } else if tracker.is_none() {
+            // verl writes the tracker after a checkpoint's every file: without it, no
+            // checkpoint here was ever finished (a job killed while writing its first).
+            Err(format!(
+                "no {TRACKER}: verl never finished a checkpoint here"
+            ))
         } else if tracker.is_some_and(|t| step > t) {
             Err(format!(
                 "newer than the step {TRACKER} names: verl was still writing it"
@@ -281,6 +287,22 @@ mod tests {
             })
         );
         assert!(c.tracker_agrees() && c.skipped.is_empty());
+    }
+
+    #[test]
+    fn without_the_tracker_no_checkpoint_was_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        save(dir.path(), 2, 2);
+        std::fs::remove_file(dir.path().join(TRACKER)).unwrap();
+        let c = choice(dir.path(), Some(2));
+        assert_eq!(c.chosen, None);
+        assert_eq!(
+            c.skipped,
+            vec![(
+                2,
+                format!("no {TRACKER}: verl never finished a checkpoint here")
+            )]
+        );
     }
 
     #[test]

@@ -508,6 +508,27 @@ fn cases(good: &str) -> Vec<Case> {
             ],
         ),
         case(
+            "--hang-after with no restart policy (run)",
+            &["-p", "{profile}", "run", "{file}", "--hang-after", "5m"],
+            Some(JOB.into()),
+            &["--hang-after needs a restart policy"],
+        ),
+        case(
+            "--restart-on an unknown cause (run)",
+            &[
+                "-p",
+                "{profile}",
+                "run",
+                "{file}",
+                "--restart",
+                "1",
+                "--restart-on",
+                "oom",
+            ],
+            Some(JOB.into()),
+            &["--restart-on"],
+        ),
+        case(
             "--set override key with a space",
             &[
                 "-p",

@@ -117,6 +117,20 @@ pub fn a_killed_worker_is_recovered_from_the_last_complete_checkpoint(t: &Traini
     assert!(all[1]["recovery"]["repair_s"].as_f64().is_some());
     assert_eq!(report["job_status"], "SUCCEEDED");
     assert_eq!(report["submission_id"], format!("{id}-attempt-2"));
+    // job status names the run and the attempt, and the job it continues.
+    let status = t
+        .argus(&["job", "status", &format!("{id}-attempt-2")])
+        .code(0)
+        .stdout;
+    assert!(
+        status.contains(&format!(
+            "{}, attempt 2",
+            report["run_id"].as_str().unwrap_or("?")
+        )) && status
+            .lines()
+            .any(|l| l.starts_with("resumes") && l.trim_end().ends_with(id)),
+        "{status}"
+    );
     // The worker is back, running.
     assert_eq!(
         docker(&["inspect", "-f", "{{.State.Running}}", &worker]).trim(),
@@ -270,6 +284,57 @@ pub fn ctrl_c_stops_the_run_and_a_second_run_resumes_it(t: &Training) {
     assert_eq!(
         steps_of(t, &format!("{id}-attempt-2")),
         (1..=6).collect::<Vec<_>>()
+    );
+}
+
+/// A second `argus run` of a run being supervised follows it (no second supervisor, no
+/// second job) and ends with its outcome.
+pub fn a_second_run_follows_the_supervisor(t: &Training) {
+    let id = "sup-follow";
+    let path = spec(
+        t,
+        id,
+        4,
+        "env_vars: {FAKE_STEP_SLEEP: \"1.5\"}\nrestart: {max: 1}\n",
+    );
+    let first = t
+        .ctx
+        .argus()
+        .profile(&t.profile)
+        .args(["run", "--json"])
+        .arg_path(&path)
+        .spawn();
+    poll(
+        "the first run to supervise",
+        Duration::from_secs(180),
+        || {
+            report_of(t, id)
+                .filter(|r| r["stage"] == "wait")
+                .map(|_| ())
+        },
+    );
+    let second = t
+        .ctx
+        .argus()
+        .profile(&t.profile)
+        .args(["run", "--json"])
+        .arg_path(&path)
+        .run();
+    assert_eq!(second.code, 0, "{}", second.stderr);
+    assert!(
+        second.stderr.contains("is supervised by"),
+        "{}",
+        second.stderr
+    );
+    let followed: Value = serde_json::from_str(&second.stdout).expect("json");
+    assert_eq!(wait_child(first), Some(0));
+    let report = report_of(t, id).expect("report");
+    assert_eq!(followed["run_id"], report["run_id"]);
+    assert_eq!(followed["job_status"], "SUCCEEDED");
+    assert_eq!(
+        attempts(&report).len(),
+        1,
+        "one supervisor, one job: {report:#}"
     );
 }
 

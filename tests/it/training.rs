@@ -630,6 +630,10 @@ fn training_jobs_on_a_real_cluster() {
         "Supervised: Ctrl-C, then run again",
         ctrl_c_stops_the_run_and_a_second_run_resumes_it,
     );
+    t.scenario(
+        "Supervised: a second run follows",
+        a_second_run_follows_the_supervisor,
+    );
     t.argus(&["down"]).code(0);
 }
 

@@ -1,4 +1,5 @@
 use super::*;
+use crate::config::jobspec::RestartOn;
 
 fn policy(max: u32, on: &[RestartOn]) -> Restart {
     Restart {
@@ -74,4 +75,40 @@ fn max_counts_restarts_and_an_interrupt_is_not_one() {
         verdict(&[failed(1)], &policy(0, &RestartOn::ALL)),
         Verdict::GiveUp(_)
     ));
+}
+
+#[test]
+fn attempts_read_back_must_be_this_runs() {
+    let p = policy(2, &RestartOn::ALL);
+    let a = |n, id: &str| Attempt {
+        n,
+        submission_id: id.into(),
+        ..Default::default()
+    };
+    assert!(check_attempts(&[a(1, "run-1"), a(2, "run-1-attempt-2")], "run-1", &p).is_ok());
+    // An edited report naming someone else's job is refused, not acted on.
+    for bad in [
+        vec![a(1, "other")],
+        vec![a(1, "run-1"), a(3, "run-1-attempt-3")],
+        vec![a(1, "run-1"), a(2, "victim")],
+    ] {
+        assert!(matches!(
+            check_attempts(&bad, "run-1", &p),
+            Err(Error::BadReport(_))
+        ));
+    }
+    // The last attempt's id must be one: a first id near the length limit is refused at once.
+    let long = "x".repeat(125);
+    assert!(check_attempts(&[a(1, &long)], &long, &p).is_err());
+}
+
+#[test]
+fn an_end_recorded_before_the_job_stopped_is_acted_on_again() {
+    let mut a = Attempt::default();
+    assert!(!decided(&a));
+    a.detail = Some(INTERRUPTED.into());
+    assert!(decided(&a));
+    a.detail = None;
+    a.cause = Some(RestartOn::Hang);
+    assert!(decided(&a));
 }

@@ -25,6 +25,8 @@ pub enum End {
     Lost(Loss),
     /// Ctrl-C.
     Interrupted,
+    /// Decided before (recorded in the report), not watched again.
+    Decided,
 }
 
 /// What argus saw.
@@ -42,17 +44,21 @@ pub struct Loss {
 #[derive(Debug)]
 pub struct Steps {
     pub last_step: Option<u64>,
-    /// When the step last changed (or the watch began).
+    /// When the step last changed (or the watch began; before the first step, when the
+    /// log last said anything: verl loading a model or a checkpoint is not a hang).
     pub changed: Instant,
     pub first_step_at: Option<SystemTime>,
-    /// The log as it streamed (up to [`LOG_CAP`]): what is saved as the job's log when
-    /// the node its driver ran on is gone with it.
-    pub log: String,
+    /// The log as it streamed, its last [`LOG_CAP`] bytes: what is saved as the job's
+    /// log when Ray's copy is gone with the node its driver ran on.
+    log: String,
+    /// Bytes dropped from the log's start.
+    dropped: usize,
     follower: Follower,
 }
 
-/// The most of a streamed log kept in memory.
-pub const LOG_CAP: usize = 64 << 20;
+/// The most of a streamed log kept in memory (its end: where the error and the last
+/// steps are).
+pub const LOG_CAP: usize = 32 << 20;
 
 impl Steps {
     pub fn new() -> Arc<Mutex<Steps>> {
@@ -61,21 +67,49 @@ impl Steps {
             changed: Instant::now(),
             first_step_at: None,
             log: String::new(),
+            dropped: 0,
             follower: Follower::new(),
         }))
     }
 
+    /// The log kept, marked where its start was dropped.
+    pub fn take_log(&mut self) -> String {
+        let log = std::mem::take(&mut self.log);
+        match self.dropped {
+            0 => log,
+            n => format!("[argus: the first {n} bytes of the streamed log were not kept]\n{log}"),
+        }
+    }
+
+    fn keep(&mut self, text: &str) {
+        self.log.push_str(text);
+        if self.log.len() > LOG_CAP {
+            let mut cut = self.log.len() - LOG_CAP / 2;
+            while !self.log.is_char_boundary(cut) {
+                cut += 1;
+            }
+            self.log.drain(..cut);
+            self.dropped += cut;
+        }
+    }
+
     fn feed(&mut self, text: &str) {
-        if self.log.len() + text.len() <= LOG_CAP {
-            self.log.push_str(text);
+        self.keep(text);
+        if self.last_step.is_none() && !text.trim().is_empty() {
+            self.changed = Instant::now();
         }
         let Some(update) = self.follower.feed(text) else {
             return;
         };
-        if self.last_step != Some(update.step) {
-            self.last_step = Some(update.step);
+        self.saw(update.step);
+    }
+
+    /// The log showed `step`.
+    fn saw(&mut self, step: u64) {
+        if self.last_step != Some(step) {
+            self.last_step = Some(step);
             self.changed = Instant::now();
-            if update.step >= 1 && self.first_step_at.is_none() {
+            if step >= 1 && self.first_step_at.is_none() {
                 self.first_step_at = Some(SystemTime::now());
             }
         }
@@ -121,11 +155,23 @@ impl Watch<'_> {
             None => Vec::new(),
         };
         match ended {
-            Ok(info) if info.status == JobStatus::Failed && !lost.is_empty() => {
+            // Either cause restarts the run when the policy names it.
+            Ok(info)
+                if info.status == JobStatus::Failed
+                    && !lost.is_empty()
+                    && self.policy.restarts_on(RestartOn::NodeLost) =>
+            {
                 Ok(End::Lost(node_lost(&lost, 0.0)))
             }
             Ok(info) => Ok(End::Ended(info)),
             Err(_) if !lost.is_empty() => Ok(End::Lost(node_lost(&lost, 0.0))),
+            // The cluster no longer knows the job (its head was made again).
+            Err(Error::JobLost { .. }) => Ok(End::Lost(Loss {
+                cause: RestartOn::NodeLost,
+                detail: format!("the cluster no longer knows job {id} (its head was made again?)"),
+                detected_at: SystemTime::now(),
+                detect_s: 0.0,
+            })),
             Err(e) => Err(e),
         }
     }
@@ -181,7 +227,9 @@ impl Watch<'_> {
                 Err(_) => continue,
             };
             let quiet = quiet.min(running_since.map_or(Duration::ZERO, |t| t.elapsed()));
-            if quiet >= self.policy.hang_after {
+            if quiet >= self.policy.hang_after
+                && !self.newer_step_in_log(&api, id, last, steps).await
+            {
                 let since = match last {
                     Some(step) => format!("step {step}"),
                     None => "the job started running".to_string(),
@@ -200,6 +248,34 @@ impl Watch<'_> {
     }
 }
 
+impl Watch<'_> {
+    /// Before a hang is called: the whole log as Ray has it, read once, in case the
+    /// stream missed steps (a tail that closed early). True when it shows a step newer
+    /// than `last` (then noted).
+    async fn newer_step_in_log(
+        &self,
+        api: &JobsApi<'_>,
+        id: &str,
+        last: Option<u64>,
+        steps: &Arc<Mutex<Steps>>,
+    ) -> bool {
+        let Ok(log) = api.logs(id).await else {
+            return false;
+        };
+        let mut follower = Follower::new();
+        let newest = follower.feed(&format!("{log}\n")).map(|u| u.step);
+        match newest {
+            Some(step) if Some(step) > last => {
+                if let Ok(mut s) = steps.lock() {
+                    s.saw(step);
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
 fn engine_down(lost: &Lost) -> bool {
     matches!(lost.why, LostWhy::EngineDown { .. })
 }
@@ -214,5 +290,41 @@ fn node_lost(lost: &[Lost], detect_s: f64) -> Loss {
             .join("; "),
         detected_at: SystemTime::now(),
         detect_s,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn output_before_the_first_step_is_a_sign_of_life_and_after_it_only_steps_are() {
+        let steps = Steps::new();
+        let mut s = steps.lock().unwrap();
+        let start = s.changed;
+        std::thread::sleep(Duration::from_millis(5));
+        s.feed("Loading checkpoint shards: 50%\n");
+        assert!(s.changed > start, "loading is not a hang");
+        s.feed("(TaskRunner pid=1) step:3 - actor/pg_loss:0.1\n");
+        assert_eq!(s.last_step, Some(3));
+        assert!(s.first_step_at.is_some());
+        let at = s.changed;
+        std::thread::sleep(Duration::from_millis(5));
+        s.feed("a warning that is not a step\n");
+        assert_eq!(s.changed, at, "after the first step only a new step counts");
+    }
+
+    #[test]
+    fn the_kept_log_is_its_end_and_says_what_was_dropped() {
+        let steps = Steps::new();
+        let mut s = steps.lock().unwrap();
+        let line = format!("{}\n", "é".repeat(1000));
+        for _ in 0..(LOG_CAP / line.len() + 10) {
+            s.feed(&line);
+        }
+        let log = s.take_log();
+        assert!(log.len() <= LOG_CAP + 200);
+        assert!(log.starts_with("[argus: the first "));
+        assert!(log.ends_with(&line));
     }
 }
