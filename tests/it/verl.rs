@@ -280,7 +280,120 @@ fn verl_grpo_trains_on_cpu_and_resumes_from_its_own_checkpoints() {
         [1, 2]
     );
 
+    a_killed_worker_is_recovered_by_the_supervisor(&ctx, &profile, &shared);
     let _ = ctx.argus().profile(&profile).args(["down"]).run();
+}
+
+/// kill -9 of a worker container while verl trains (one FSDP rank on each worker): the
+/// supervised run sees the container die, brings it back, and verl resumes from its own
+/// last checkpoint as attempt 2; the run's metrics have steps 1..4 each once, as verl
+/// logged them.
+fn a_killed_worker_is_recovered_by_the_supervisor(
+    ctx: &TestContext,
+    profile: &Path,
+    shared: &Path,
+) {
+    let out = ctx.path("supervised.out");
+    let err = ctx.path("supervised.err");
+    let mut run = ctx
+        .argus()
+        .profile(profile)
+        .args([
+            "run",
+            "--json",
+            "profiles/jobs/verl-grpo-cpu.yaml",
+            "--set",
+            "total_training_steps=4",
+            "--set",
+            "save_freq=1",
+            "--restart",
+            "2",
+            "--restart-backoff",
+            "0s",
+        ])
+        .spawn_to(&out, &err);
+    let id = crate::harness::poll(
+        "the supervised run's job",
+        std::time::Duration::from_secs(300),
+        || {
+            std::fs::read_dir(shared.join("runs"))
+                .ok()?
+                .flatten()
+                .map(|d| crate::harness::read_json(&d.path().join("report.json")))
+                .find(|r| r["restart"].is_object())?["attempts"][0]["submission_id"]
+                .as_str()
+                .map(str::to_string)
+        },
+    );
+    let tracker = shared.join(format!(
+        "jobs/{id}/checkpoints/latest_checkpointed_iteration.txt"
+    ));
+    crate::harness::poll(
+        "verl's global_step_2",
+        std::time::Duration::from_secs(600),
+        || (std::fs::read_to_string(&tracker).ok()?.trim() == "2").then_some(()),
+    );
+    let text = std::fs::read_to_string(profile).expect("profile");
+    let cluster = text
+        .lines()
+        .find_map(|l| l.strip_prefix("name: "))
+        .expect("the profile's name");
+    let worker = ctx
+        .cluster_containers(cluster)
+        .into_iter()
+        .find(|n| n.contains("-gpu-"))
+        .expect("a worker container");
+    crate::harness::docker(&["kill", "-s", "KILL", &worker]);
+    let status = run.wait().expect("run");
+    let stderr = std::fs::read_to_string(&err).unwrap_or_default();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).expect("out")).expect("json");
+    let attempts = report["attempts"].as_array().expect("attempts");
+    assert_eq!(attempts.len(), 2, "{report:#}");
+    assert_eq!(attempts[0]["cause"], "node_lost", "{report:#}");
+    let detail = attempts[0]["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains(&worker) && detail.contains("137"),
+        "{detail}"
+    );
+    let from = attempts[1]["resumed_from"]["step"]
+        .as_u64()
+        .expect("resumed");
+    assert!(from >= 2, "{report:#}");
+    assert!(
+        attempts[0]["steps_lost"].as_u64().expect("lost") <= 1,
+        "save_freq 1"
+    );
+    assert_eq!(report["job_status"], "SUCCEEDED");
+    // verl's own word: it loaded the checkpoint and ran only the steps after it.
+    let second = attempts[1]["submission_id"].as_str().expect("id");
+    let log = std::fs::read_to_string(shared.join(format!("jobs/{second}/logs/driver.log")))
+        .expect("driver.log of attempt 2");
+    assert!(
+        log.contains(&format!(
+            "/mnt/shared/jobs/{id}/checkpoints/global_step_{from}"
+        )),
+        "{log}"
+    );
+    assert_eq!(
+        verl_step_lines(&log).keys().copied().collect::<Vec<_>>(),
+        ((from + 1)..=4).collect::<Vec<_>>()
+    );
+    let metrics = ctx
+        .argus()
+        .profile(profile)
+        .args(["job", "metrics", second, "--json"])
+        .run()
+        .code(0)
+        .json();
+    let steps: Vec<u64> = metrics["rows"]
+        .as_array()
+        .expect("rows")
+        .iter()
+        .filter_map(|r| r["step"].as_u64())
+        .collect();
+    assert_eq!(steps, [1, 2, 3, 4], "{metrics:#}");
 }
 
 #[test]
