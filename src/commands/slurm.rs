@@ -85,7 +85,13 @@ pub async fn run(cli: &Cli, command: &SlurmCommand, printer: &Printer) -> Result
 
 async fn submit(cli: &Cli, args: &SlurmSubmitArgs, printer: &Printer) -> Result<Exit> {
     let loaded = super::profile(cli)?;
-    let job = LoadedJobSpec::load(&args.jobspec, &args.sets)?;
+    let mut job = LoadedJobSpec::load(&args.jobspec, &args.sets)?;
+    // The policy travels to the batch step in the staged JobSpec (flags applied).
+    job.spec.restart = crate::config::jobspec::restart::effective(
+        job.spec.restart.as_ref(),
+        &args.restart.flags(),
+    )
+    .map_err(slurm::Error::from)?;
     let options = login::SubmitOptions {
         flags: AllocationFlags {
             nodes: args.nodes,
@@ -177,7 +183,12 @@ async fn status(cli: &Cli, run_id: &str, printer: &Printer) -> Result<Exit> {
     // While the allocation holds its nodes: what is on them, through srun.
     let live = slurm::attach::live_state(state.state.as_deref()) && files.alloc().exists();
     let cluster = if live {
-        Some(live_cluster(&loaded, run_id, &record.submission_id).await)
+        // The job running now: a supervised run's latest attempt.
+        let current = batch
+            .as_ref()
+            .and_then(|b| b.attempts.last())
+            .map_or(record.submission_id.as_str(), |a| a.submission_id.as_str());
+        Some(live_cluster(&loaded, run_id, current).await)
     } else {
         None
     };
@@ -280,6 +291,7 @@ fn status_text(
                 }
             }
         }
+        attempts_text(&mut text, b);
         if let Some(e) = &b.error {
             text.push_str(&format!("\nerror: {e}"));
         }
@@ -289,6 +301,58 @@ fn status_text(
     }
     text.push_str(&format!("\noutput: {}", record.output));
     text
+}
+
+/// A supervised run's attempts, one line each.
+fn attempts_text(text: &mut String, b: &slurm::record::BatchReport) {
+    let Some(policy) = &b.restart else {
+        return;
+    };
+    text.push_str(&format!(
+        "\nattempts: {} (restart: max {} on {}; Slurm requeued the batch {} time(s))",
+        b.attempts.len(),
+        policy.max,
+        policy
+            .on
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+        b.requeues
+    ));
+    for a in &b.attempts {
+        let mut line = format!(
+            "\n  {} {} {}",
+            a.n,
+            a.submission_id,
+            a.status
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_else(|| "running".into())
+        );
+        if let Some(from) = &a.resumed_from {
+            line.push_str(&format!(", resumed from step {}", from.step));
+        }
+        if let Some(step) = a.last_step {
+            line.push_str(&format!(", last step {step}"));
+        }
+        if let Some(lost) = a.steps_lost {
+            line.push_str(&format!(", {lost} step(s) lost"));
+        }
+        if let Some(down) = a.downtime_s {
+            line.push_str(&format!(", down {down:.0}s before it"));
+        }
+        if let Some(cause) = a.cause {
+            line.push_str(&format!(
+                "; ended: {cause}{}",
+                a.detail
+                    .as_deref()
+                    .map(|d| format!(" ({d})"))
+                    .unwrap_or_default()
+            ));
+        }
+        text.push_str(&line);
+    }
 }
 
 /// What a live Slurm run's cluster shows: each node's containers, Ray's nodes, the job.

@@ -21,6 +21,7 @@ pub mod relay;
 pub mod run;
 pub mod script;
 pub mod submit;
+pub mod supervise;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -79,6 +80,12 @@ pub enum Error {
     #[error(transparent)]
     Submit(#[from] crate::submit::Error),
     #[error(transparent)]
+    Live(#[from] crate::submit::live::Error),
+    #[error(transparent)]
+    Restart(#[from] crate::config::jobspec::restart::RestartFlagError),
+    #[error(transparent)]
+    Training(#[from] crate::training::Error),
+    #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
     #[error(transparent)]
     NoHostPath(#[from] crate::config::profile::NoHostPath),
@@ -103,6 +110,9 @@ impl Classify for Error {
             Error::Image(e) => e.exit(),
             Error::Cluster(e) => e.exit(),
             Error::Submit(e) => e.exit(),
+            Error::Live(e) => e.exit(),
+            Error::Restart(e) => e.exit(),
+            Error::Training(e) => e.exit(),
         }
     }
     fn hint(&self) -> Option<String> {
@@ -124,6 +134,9 @@ impl Classify for Error {
             Error::Image(e) => e.hint(),
             Error::Cluster(e) => e.hint(),
             Error::Submit(e) => e.hint(),
+            Error::Live(e) => e.hint(),
+            Error::Restart(e) => e.hint(),
+            Error::Training(e) => e.hint(),
             _ => None,
         }
     }

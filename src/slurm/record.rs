@@ -34,7 +34,8 @@ pub struct BatchReport {
     pub cluster: String,
     pub nodes: Vec<super::alloc::Node>,
     pub slot: u32,
-    /// The stage the batch step is in or ended in: nodes, ready, submit, wait, done.
+    /// The stage the batch step is in or ended in: nodes, ready, submit, wait, done;
+    /// `requeued` when it handed the run to its next allocation.
     pub stage: String,
     #[serde(default)]
     pub seconds_to_ready: Option<f64>,
@@ -47,4 +48,13 @@ pub struct BatchReport {
     #[serde(default)]
     pub error: Option<String>,
     pub driver_log: Option<String>,
+    /// The run's restart policy (none: not supervised).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restart: Option<crate::config::jobspec::Restart>,
+    /// The run's jobs, oldest first, across the allocations of a requeued batch.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<crate::run::attempt::Attempt>,
+    /// How many times Slurm started the batch again (`SLURM_RESTART_COUNT`).
+    #[serde(default)]
+    pub requeues: u32,
 }

@@ -13,18 +13,17 @@ use std::time::{Duration, Instant};
 
 use super::alloc::{self, Alloc};
 use super::record::{BatchReport, SlurmRecord};
-use super::{Error, RunFiles, cluster_profile, plan_inputs, ports};
+use super::{Error, RunFiles, cluster_profile, plan_inputs, ports, supervise};
+use crate::config::jobspec::LoadedJobSpec;
 use crate::config::{Layout, LoadedProfile};
 use crate::exit::Exit;
 use crate::ray::RayClient;
-use crate::ray::jobs::JobStatus;
 use crate::records::Records;
-use crate::submit::watch::WaitOptions;
-use crate::submit::{self, Target};
+use crate::submit::Target;
 
 /// Where a job's records keep its driver log.
-const LOGS: &str = "logs";
-const DRIVER_LOG: &str = "driver.log";
+pub(super) const LOGS: &str = "logs";
+pub(super) const DRIVER_LOG: &str = "driver.log";
 
 /// How long the node steps get to remove their containers once told to end.
 const NODE_STOP_GRACE: Duration = Duration::from_secs(60);
@@ -36,6 +35,9 @@ pub async fn run(
     on_log: &mut (dyn FnMut(&str) + Send),
 ) -> Result<Exit, Error> {
     let started = Instant::now();
+    // Slurm's warning before the allocation's end (`--signal=B:USR1@..`, supervised runs):
+    // listened for first, or it would end the process.
+    let mut usr1 = signal(tokio::signal::unix::SignalKind::user_defined1(), "SIGUSR1")?;
     let layout = loaded.host_layout()?;
     let files = RunFiles::open(&layout, run_id).map_err(|source| Error::Io {
         path: RunFiles::new(&layout, run_id).path(),
@@ -43,6 +45,7 @@ pub async fn run(
     })?;
     files.check_profile(loaded)?;
     let record: SlurmRecord = super::read_json(&files.record())?;
+    let job = staged_job(&files)?;
     // `ray.auth: token`: the token came with the batch step's environment, looked up as the
     // node steps and the login node look it up (by the profile's name, not the cluster's),
     // before anything is claimed.
@@ -52,28 +55,8 @@ pub async fn run(
         .await
         .map_err(|e| Error::Allocation(e.to_string()))??;
     let names: Vec<String> = alloc.nodes.iter().map(|n| n.name.clone()).collect();
-    let slots = layout
-        .create_dirs(super::SLOTS_DIR)
-        .map_err(|source| Error::Io {
-            path: layout.root().join(super::SLOTS_DIR),
-            source,
-        })?;
-    alloc.slot = {
-        let names = names.clone();
-        let slots = slots.try_clone().map_err(|source| Error::Io {
-            path: slots.path().to_path_buf(),
-            source,
-        })?;
-        tokio::task::spawn_blocking(move || {
-            ports::claim(&slots, job_id, &names, &mut |job| {
-                alloc::job_state(job)
-                    .map(|s| s.is_some_and(|s| alloc::is_alive(&s)))
-                    .unwrap_or(true)
-            })
-        })
-        .await
-        .map_err(|e| Error::Allocation(e.to_string()))??
-    };
+    let (slots, slot) = claim_slot(&layout, job_id, &names).await?;
+    alloc.slot = slot;
     let stop = files.stop();
     stop.remove().map_err(stop.io())?;
     super::write_json(&files.alloc(), &alloc)?;
@@ -84,8 +67,22 @@ pub async fn run(
         nodes: alloc.nodes.clone(),
         slot: alloc.slot,
         stage: "nodes".into(),
+        restart: job.spec.restart.clone(),
+        requeues: std::env::var("SLURM_RESTART_COUNT")
+            .ok()
+            .and_then(|c| c.trim().parse().ok())
+            .unwrap_or(0),
         ..Default::default()
     };
+    // Started again on a new allocation (requeued): the run goes on as its next attempt,
+    // unless it is over.
+    let previous = super::read_json::<BatchReport>(&files.batch())
+        .ok()
+        .filter(|b| b.slurm_job_id == job_id);
+    if let Some(exit) = supervise::carry_over(previous, &mut report) {
+        ports::release(&slots, job_id, &names);
+        return over(&files, &mut report, run_id, exit);
+    }
     super::write_json(&files.batch(), &report)?;
     eprintln!(
         "argus: Slurm job {job_id}: cluster {} on {} (port slot {})",
@@ -95,16 +92,21 @@ pub async fn run(
     );
 
     let mut nodes = start_node_steps(loaded, run_id, names.len())?;
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .map_err(|source| Error::Io {
-            path: "SIGTERM".into(),
-            source,
-        })?;
-    let outcome = tokio::select! {
-        r = stages(&cluster, &layout, token, &alloc, &record, &files, &mut report, started, &mut nodes, on_log) => r,
-        _ = term.recv() => Err(Error::Allocation("Slurm ended the batch step (scancel or the time limit)".into())),
+    let mut term = signal(tokio::signal::unix::SignalKind::terminate(), "SIGTERM")?;
+    let batch = Batch {
+        cluster: &cluster,
+        layout: &layout,
+        alloc: &alloc,
+        record: &record,
+        files: &files,
+        job: &job,
+        started,
     };
-    if outcome.is_err() {
+    let outcome = tokio::select! {
+        r = stages(&batch, token, &mut report, &mut nodes, &mut usr1, on_log) => r,
+        _ = term.recv() => Err(Error::Allocation("Slurm ended the batch step (scancel, the time limit, a node failure)".into())),
+    };
+    if !matches!(outcome, Ok(supervise::Outcome::Done(..))) {
         // The job did not end before the batch step: its records must not say it runs.
         let settled = super::attach::settle_records(
             &layout,
@@ -119,24 +121,92 @@ pub async fn run(
     // The node steps remove their containers when they end.
     stop_node_steps(&files, &mut nodes).await;
     ports::release(&slots, job_id, &names);
-    match &outcome {
-        Ok((status, _)) => {
+    record_outcome(&mut report, &outcome);
+    super::write_json(&files.batch(), &report)?;
+    let (status, message) = match outcome? {
+        supervise::Outcome::Done(status, message) => (status, message),
+        supervise::Outcome::Requeue(why) => {
+            eprintln!("argus: run {run_id} continues in a new allocation: {why}");
+            if let Err(e) = supervise::requeue(job_id).await {
+                report.stage = "done".into();
+                report.error = Some(crate::exit::one_line(&e));
+                super::write_json(&files.batch(), &report)?;
+                return Err(e);
+            }
+            return Ok(Exit::Stopped);
+        }
+    };
+    eprintln!(
+        "argus: job {} {status}{}",
+        report
+            .attempts
+            .last()
+            .map_or(record.submission_id.as_str(), |a| a.submission_id.as_str()),
+        message.map(|m| format!(": {m}")).unwrap_or_default()
+    );
+    Ok(status.exit())
+}
+
+/// How the batch step's stages ended, into its report.
+fn record_outcome(report: &mut BatchReport, outcome: &Result<supervise::Outcome, Error>) {
+    match outcome {
+        Ok(supervise::Outcome::Done(status, _)) => {
             report.stage = "done".into();
             report.job_status = Some(status.to_string());
             report.exit_code = Some(status.exit() as i32);
         }
-        Err(e) => {
-            report.error = Some(crate::exit::one_line(e));
-        }
+        Ok(supervise::Outcome::Requeue(_)) => report.stage = "requeued".into(),
+        Err(e) => report.error = Some(crate::exit::one_line(e)),
     }
-    super::write_json(&files.batch(), &report)?;
-    let (status, message) = outcome?;
+}
+
+/// Claims the job's port slot on its nodes: the slots' directory, the slot.
+async fn claim_slot(
+    layout: &Layout,
+    job_id: u64,
+    names: &[String],
+) -> Result<(crate::fsx::Dir, u32), Error> {
+    let slots = layout
+        .create_dirs(super::SLOTS_DIR)
+        .map_err(|source| Error::Io {
+            path: layout.root().join(super::SLOTS_DIR),
+            source,
+        })?;
+    let held = slots.try_clone().map_err(|source| Error::Io {
+        path: slots.path().to_path_buf(),
+        source,
+    })?;
+    let names = names.to_vec();
+    let slot = tokio::task::spawn_blocking(move || {
+        ports::claim(&held, job_id, &names, &mut |job| {
+            alloc::job_state(job)
+                .map(|s| s.is_some_and(|s| alloc::is_alive(&s)))
+                .unwrap_or(true)
+        })
+    })
+    .await
+    .map_err(|e| Error::Allocation(e.to_string()))??;
+    Ok((slots, slot))
+}
+
+/// A requeued batch whose run is over (past its restarts, or not restartable): recorded
+/// as done with the last attempt's end; its exit code.
+fn over(
+    files: &RunFiles,
+    report: &mut BatchReport,
+    run_id: &str,
+    exit: Exit,
+) -> Result<Exit, Error> {
+    report.stage = "done".into();
+    report.job_status = Some(supervise::last_status(&report.attempts).to_string());
+    report.exit_code = Some(exit as i32);
+    super::write_json(&files.batch(), report)?;
     eprintln!(
-        "argus: job {} {status}{}",
-        record.submission_id,
-        message.map(|m| format!(": {m}")).unwrap_or_default()
+        "argus: run {run_id} is over after {} attempt(s): {}",
+        report.attempts.len(),
+        report.job_status.as_deref().unwrap_or_default()
     );
-    Ok(status.exit())
+    Ok(exit)
 }
 
 /// `srun` of `argus slurm node` on every node, in the background.
@@ -193,19 +263,57 @@ async fn stop_node_steps(files: &RunFiles, child: &mut tokio::process::Child) {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn stages(
-    cluster: &LoadedProfile,
-    layout: &Layout,
-    token: Option<String>,
-    alloc: &Alloc,
-    record: &SlurmRecord,
-    files: &RunFiles,
-    report: &mut BatchReport,
+/// What the batch step's stages share.
+struct Batch<'a> {
+    cluster: &'a LoadedProfile,
+    layout: &'a Layout,
+    alloc: &'a Alloc,
+    record: &'a SlurmRecord,
+    files: &'a RunFiles,
+    /// The JobSpec as staged on the login node.
+    job: &'a LoadedJobSpec,
     started: Instant,
+}
+
+fn signal(
+    kind: tokio::signal::unix::SignalKind,
+    name: &str,
+) -> Result<tokio::signal::unix::Signal, Error> {
+    tokio::signal::unix::signal(kind).map_err(|source| Error::Io {
+        path: name.into(),
+        source,
+    })
+}
+
+/// The JobSpec as the login node resolved it (code pinned), from the run's files.
+fn staged_job(files: &RunFiles) -> Result<LoadedJobSpec, Error> {
+    let jobspec = files.jobspec();
+    let bytes = jobspec.read(super::FILE_CAP).map_err(jobspec.io())?;
+    let text = String::from_utf8(bytes)
+        .map_err(|e| Error::Invalid(format!("{}: {e}", jobspec.display())))?;
+    Ok(crate::inputs::recorded::from_text(
+        &text,
+        &jobspec.display().to_string(),
+    )?)
+}
+
+async fn stages(
+    batch: &Batch<'_>,
+    token: Option<String>,
+    report: &mut BatchReport,
     nodes: &mut tokio::process::Child,
+    usr1: &mut tokio::signal::unix::Signal,
     on_log: &mut (dyn FnMut(&str) + Send),
-) -> Result<(JobStatus, Option<String>), Error> {
+) -> Result<supervise::Outcome, Error> {
+    let Batch {
+        cluster,
+        layout,
+        alloc,
+        record,
+        files,
+        job,
+        started,
+    } = *batch;
     // Ready: exactly the planned nodes ALIVE, each at its node's address.
     let plan = crate::cluster::plan::plan(
         cluster,
@@ -249,53 +357,25 @@ async fn stages(
         started.elapsed().as_secs_f64()
     );
 
-    // Submit: the JobSpec as the login node resolved it, through `submit::prepare`.
-    let jobspec = files.jobspec();
-    let bytes = jobspec.read(super::FILE_CAP).map_err(jobspec.io())?;
-    let text = String::from_utf8(bytes)
-        .map_err(|e| Error::Invalid(format!("{}: {e}", jobspec.display())))?;
-    let mut job = crate::inputs::recorded::from_text(&text, &jobspec.display().to_string())?;
-    job.spec.submission_id = Some(record.submission_id.parse()?);
+    // Submit: the JobSpec as the login node resolved it, through `submit::prepare`; a
+    // supervised run's next attempts from its newest complete checkpoint.
     let target = Target::from_profile(cluster, ray);
-    let prepared = submit::prepare(&target, &job, true)?;
-    submit::submit(&target, &prepared).await?;
-    report.stage = "wait".into();
     let records = Records::new(layout.jobs());
-    report.driver_log = Some(
-        records
-            .dir(&record.submission_id)
-            .join(LOGS)
-            .join(DRIVER_LOG)
-            .display()
-            .to_string(),
-    );
-    super::write_json(&files.batch(), report)?;
-
-    let options = WaitOptions {
-        timeout: None,
-        time_limit: job.spec.time_limit.map(|t| t.0),
-        follow: true,
+    let ctx = supervise::Ctx {
+        target: &target,
+        files,
+        records: &records,
+        first_id: &record.submission_id,
+        job,
+        plan: &plan.containers,
     };
-    // The log as it streams goes to the job's records too: if Slurm ends the allocation
-    // before the job, `argus job logs` still has what it printed (at its end, the whole log
-    // from Ray replaces it).
-    let mut saved = open_saved_log(&records, &record.submission_id);
-    let secrets = crate::secrets::known();
-    let info = crate::submit::watch::wait(&target, &record.submission_id, &options, |text| {
-        on_log(text);
-        if let Some(file) = saved.as_mut() {
-            let _ = std::io::Write::write_all(file, secrets.redact_str(text).as_bytes());
-        }
-    })
-    .await?;
-    report.job_message = info.message.clone();
-    Ok((info.status, info.message))
+    supervise::attempts(&ctx, report, nodes, usr1, on_log).await
 }
 
 /// The job's saved driver log, `jobs/<id>/logs/driver.log`, opened to append through the
 /// handles of the job's records (made when missing; a link or a hard-linked file there is
 /// refused, never written through). None when it cannot be: the log still streams.
-fn open_saved_log(records: &Records, submission_id: &str) -> Option<std::fs::File> {
+pub(super) fn open_saved_log(records: &Records, submission_id: &str) -> Option<std::fs::File> {
     let logs = records.job(submission_id).ok()??.open_dir(LOGS).ok()?;
     match logs.open_append(DRIVER_LOG) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => logs

@@ -64,6 +64,31 @@ pub struct ScriptInputs {
     pub profile: PathBuf,
     /// Where Slurm writes the batch step's output (`%j` is the job id).
     pub output: PathBuf,
+    /// The run has a restart policy: Slurm requeues the batch (node failure, preemption,
+    /// argus before the time limit) and warns the batch step [`SIGNAL_GRACE_S`] before
+    /// the allocation's end.
+    pub supervised: bool,
+}
+
+/// How long before the allocation's end Slurm sends the batch step USR1 (a supervised
+/// run stops its job and requeues itself then).
+pub const SIGNAL_GRACE_S: u32 = 120;
+
+/// The options a supervised run's script sets, which a user's sbatch argument may not
+/// name (sbatch takes any unique prefix of a long option).
+const SUPERVISED: [&str; 4] = ["requeue", "no-requeue", "signal", "open-mode"];
+
+/// The option of [`SUPERVISED`] that `arg` names, if any.
+fn supervised_option(arg: &str) -> Option<&'static str> {
+    let name = arg.strip_prefix("--")?.split('=').next()?;
+    if name.len() < 2 {
+        return None;
+    }
+    SUPERVISED
+        .iter()
+        .find(|o| **o == name)
+        .or_else(|| SUPERVISED.iter().find(|o| o.starts_with(name)))
+        .copied()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -138,7 +163,22 @@ pub fn sbatch_options(inputs: &ScriptInputs) -> Result<Vec<String>, ScriptError>
             out.push(format!("--{flag}={}", plain(&format!("--{flag}"), value)?));
         }
     }
+    if inputs.supervised {
+        out.push("--requeue".to_string());
+        out.push(format!("--signal=B:USR1@{SIGNAL_GRACE_S}"));
+        // A requeued batch writes the same output: what the earlier attempts printed stays.
+        out.push("--open-mode=append".to_string());
+    }
     for arg in &a.sbatch_args {
+        if inputs.supervised
+            && let Some(option) = supervised_option(arg)
+        {
+            return Err(ScriptError::Owned {
+                arg: arg.clone(),
+                option: format!("--{option}"),
+                why: "the run has a restart policy (restart: or --restart): argus sets --requeue, --signal=B:USR1@120 and --open-mode=append itself".into(),
+            });
+        }
         if let Some((option, why)) = sbatch::owned_option(arg) {
             return Err(ScriptError::Owned {
                 arg: arg.clone(),
@@ -200,7 +240,38 @@ mod tests {
             argus: "/shared/bin/argus".into(),
             profile: "/shared/runs/r/slurm/profile.yaml".into(),
             output: "/shared/runs/r/slurm-%j.out".into(),
+            supervised: false,
         }
+    }
+
+    #[test]
+    fn a_supervised_run_is_requeued_and_warned_before_its_end() {
+        let mut i = inputs();
+        assert!(!script(&i).unwrap().contains("--requeue"));
+        i.supervised = true;
+        let text = script(&i).unwrap();
+        assert!(text.contains("#SBATCH --requeue\n"), "{text}");
+        assert!(text.contains("#SBATCH --signal=B:USR1@120\n"), "{text}");
+        assert!(text.contains("#SBATCH --open-mode=append\n"), "{text}");
+        for (arg, option) in [
+            ("--no-requeue", "--no-requeue"),
+            ("--signal=USR2@60", "--signal"),
+            ("--sig=USR2@60", "--signal"),
+            ("--open-mode=truncate", "--open-mode"),
+            ("--requeue", "--requeue"),
+        ] {
+            let mut again = i.clone();
+            again.allocation.sbatch_args = vec![arg.into()];
+            let err = script(&again).unwrap_err();
+            assert!(
+                matches!(&err, ScriptError::Owned { option: o, .. } if o == option),
+                "{arg}: {err}"
+            );
+        }
+        // Without a policy they are the user's.
+        let mut plain = inputs();
+        plain.allocation.sbatch_args = vec!["--no-requeue".into(), "--signal=USR2@60".into()];
+        assert!(script(&plain).is_ok());
     }
 
     #[test]

@@ -157,6 +157,7 @@ pub async fn stage(
         argus: argus.clone(),
         profile: files.profile_path(),
         output: files.output_pattern(),
+        supervised: job.spec.restart.is_some(),
     };
     let text = script::script(&inputs)?;
     let submission_id = match &job.spec.submission_id {
@@ -389,6 +390,7 @@ pub async fn follow(
     let mut offset = 0u64;
     let mut last_state = SlurmState::default();
     let mut last_stage = String::new();
+    let mut requeue_seen: Option<std::time::Instant> = None;
     // Until Slurm forgets the job or it reaches a final state: each change said once.
     let followed = poll_until(None, Duration::from_millis(500), async || {
         let now = match slurm_state(job_id).await {
@@ -412,17 +414,32 @@ pub async fn follow(
             }
             last_state = now.clone();
         }
-        if let Ok(batch) = super::read_json::<BatchReport>(&files.batch())
+        let batch = super::read_json::<BatchReport>(&files.batch()).ok();
+        if let Some(batch) = &batch
             && batch.stage != last_stage
         {
             on_line(&format!("batch step: {}", batch.stage));
-            last_stage = batch.stage;
+            last_stage = batch.stage.clone();
         }
         offset = tail(output.as_ref(), offset, &mut on_log);
         match &now.state {
             None => Poll::Ready(Ok(None)),
+            // A supervised run's batch on its way to its next allocation is not over.
+            Some(state)
+                if is_final(state)
+                    && may_be_requeued(batch.as_ref(), state)
+                    && requeue_seen
+                        .get_or_insert_with(std::time::Instant::now)
+                        .elapsed()
+                        < REQUEUE_WAIT =>
+            {
+                Poll::Pending(())
+            }
             Some(state) if is_final(state) => Poll::Ready(Ok(Some(state.clone()))),
-            _ => Poll::Pending(()),
+            _ => {
+                requeue_seen = None;
+                Poll::Pending(())
+            }
         }
     })
     .await;
@@ -435,6 +452,23 @@ pub async fn follow(
     super::write_json(&files.record(), &record)?;
     let batch = super::read_json::<BatchReport>(&files.batch()).ok();
     Ok(exit_of(batch.as_ref(), record.slurm_state.as_deref()))
+}
+
+/// How long a supervised run's Slurm job may show a final state on its way back to
+/// PENDING (requeued) before it is taken as over.
+const REQUEUE_WAIT: Duration = Duration::from_secs(60);
+
+/// Whether Slurm's final `state` may be a supervised run's batch being requeued: argus
+/// requeued it, or Slurm does on a node failure or a preemption.
+fn may_be_requeued(batch: Option<&BatchReport>, state: &str) -> bool {
+    batch.is_some_and(|b| {
+        b.restart.is_some()
+            && (b.stage == "requeued"
+                || matches!(
+                    state,
+                    "NODE_FAIL" | "PREEMPTED" | "REQUEUE_FED" | "REQUEUE_HOLD" | "REQUEUED"
+                ))
+    })
 }
 
 /// The most of the batch output passed on per look at it (the rest, at the next).

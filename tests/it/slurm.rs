@@ -841,3 +841,182 @@ fn a_run_with_token_auth_refuses_requests_without_the_token() {
         .code(0);
     assert_nothing_left(&slurm, &["a"], "after cancel");
 }
+
+/// A stand-in for verl's trainer: a step every STEP_S seconds, verl's step lines, and
+/// verl's checkpoint layout every SAVE_FREQ steps (one rank's shards, `data.pt`, then the
+/// tracker); it resumes after the step the tracker names.
+const TRAINER: &str = r#"
+import os, pathlib, time
+d = pathlib.Path(os.environ["ARGUS_CHECKPOINT_DIR"])
+d.mkdir(parents=True, exist_ok=True)
+total, save = int(os.environ["STEPS"]), int(os.environ["SAVE_FREQ"])
+tracker = d / "latest_checkpointed_iteration.txt"
+start = int(tracker.read_text()) if tracker.exists() else 0
+print(f"RESUMED FROM {start}", flush=True)
+for step in range(start + 1, total + 1):
+    time.sleep(float(os.environ.get("STEP_S", "2")))
+    print(f"step:{step} - critic/score/mean:0.5", flush=True)
+    if step % save == 0:
+        g = d / f"global_step_{step}"
+        (g / "actor").mkdir(parents=True, exist_ok=True)
+        for k in ("model", "optim", "extra_state"):
+            (g / "actor" / f"{k}_world_size_1_rank_0.pt").write_bytes(b"x")
+        (g / "data.pt").write_bytes(b"x")
+        (d / "tracker.tmp").write_text(str(step))
+        (d / "tracker.tmp").replace(tracker)
+print("TRAINING DONE", flush=True)
+"#;
+
+/// The steps a driver log shows, in order.
+fn steps_of(log: &str) -> Vec<u64> {
+    log.lines()
+        .filter_map(|l| l.split("step:").nth(1)?.split(' ').next()?.parse().ok())
+        .collect()
+}
+
+/// A node of the allocation set DOWN while the job trains: Slurm requeues the supervised
+/// batch, which starts again on the nodes left, continues the run as attempt 2 from the
+/// newest complete checkpoint, and completes; both attempts are recorded, and the second
+/// one's steps start right after the checkpoint.
+#[test]
+fn a_node_failure_requeues_a_supervised_run_which_resumes_from_its_checkpoint() {
+    let Some(mut ctx) = TestContext::docker() else {
+        return;
+    };
+    let slurm = Slurm::up_with_kill_wait(&ctx, &["a", "b", "c"], 1, KILL_WAIT_S);
+    let (profile, shared) = profile(&mut ctx);
+    std::fs::write(shared.join("code/train.py"), TRAINER).expect("trainer");
+    let spec = ctx.write(
+        "train.yaml",
+        "workload: custom\ncode_path: /mnt/shared/code\nentrypoint: python3 /mnt/shared/code/train.py\n\
+         env_vars: {STEPS: '14', SAVE_FREQ: '2', STEP_S: '2'}\n\
+         restart: {max: 2, backoff: 0s}\n",
+    );
+    let (run_id, job) = submit(&ctx, &slurm, &profile, &spec, &["--nodes", "2"]);
+    let script = std::fs::read_to_string(shared.join("runs").join(&run_id).join("slurm.sbatch"))
+        .expect("script");
+    assert!(script.contains("#SBATCH --requeue\n"), "{script}");
+    assert!(script.contains("#SBATCH --signal=B:USR1@120\n"), "{script}");
+
+    // Training, with a checkpoint at step 4 or later.
+    let tracker = shared
+        .join("jobs")
+        .join(&run_id)
+        .join("checkpoints/latest_checkpointed_iteration.txt");
+    let deadline = Instant::now() + Duration::from_secs(360);
+    let saved = loop {
+        let step: u64 = std::fs::read_to_string(&tracker)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0);
+        if step >= 4 {
+            break step;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no checkpoint 4 at {}",
+            tracker.display()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let nodes = slurm.hostnames(&slurm.run_ok(&["squeue", "-h", "-j", &job, "-o", "%N"]));
+    let down = nodes.last().expect("a node").clone();
+    slurm.run_ok(&[
+        "scontrol",
+        "update",
+        &format!("nodename={down}"),
+        "state=down",
+        "reason=argus-test",
+    ]);
+
+    // The run goes on in a new allocation and completes.
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let status = loop {
+        let status = argus(&ctx, &slurm, &profile)
+            .args(["--json", "slurm", "status", &run_id])
+            .run()
+            .code(0)
+            .json();
+        let done = status["batch"]["stage"] == "done"
+            && status["slurm"]["state"]
+                .as_str()
+                .is_none_or(|s| s == "COMPLETED");
+        if done {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "{status:#}");
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    // (With ReturnToService=2 the node is back as soon as its slurmd answers.)
+    let _ = slurm.run(&[
+        "scontrol",
+        "update",
+        &format!("nodename={down}"),
+        "state=resume",
+    ]);
+    let batch = &status["batch"];
+    assert_eq!(batch["job_status"], "SUCCEEDED", "{status:#}");
+    assert_eq!(batch["exit_code"], 0, "{status:#}");
+    assert!(batch["requeues"].as_u64() >= Some(1), "{status:#}");
+    let attempts = batch["attempts"].as_array().expect("attempts");
+    assert!(attempts.len() >= 2, "{status:#}");
+    assert_eq!(attempts[0]["cause"], "node_lost", "{status:#}");
+    assert_eq!(attempts[0]["status"], "STOPPED", "{status:#}");
+    let last = attempts.last().expect("last");
+    assert_eq!(
+        last["submission_id"],
+        format!("{run_id}-attempt-{}", attempts.len()),
+        "{status:#}"
+    );
+    let from = last["resumed_from"]["step"].as_u64().expect("resumed from");
+    assert!(
+        from >= saved,
+        "resumed from {from}, saved {saved}: {status:#}"
+    );
+    let lost = attempts[attempts.len() - 2]["steps_lost"]
+        .as_u64()
+        .expect("steps lost");
+    assert!(lost <= 2, "lost {lost} > save_freq: {status:#}");
+    // The last attempt printed each step after the checkpoint once, to the end.
+    let id = last["submission_id"].as_str().expect("id");
+    let log = std::fs::read_to_string(shared.join("jobs").join(id).join("logs/driver.log"))
+        .expect("driver log");
+    assert!(log.contains(&format!("RESUMED FROM {from}")), "{log}");
+    assert_eq!(steps_of(&log), (from + 1..=14).collect::<Vec<_>>(), "{log}");
+    assert!(log.contains("TRAINING DONE"), "{log}");
+    // `slurm status` shows the attempts to a human too.
+    let text = argus(&ctx, &slurm, &profile)
+        .args(["slurm", "status", &run_id])
+        .run()
+        .code(0);
+    assert!(text.stdout.contains("attempts: "), "{}", text.stdout);
+    assert!(text.stdout.contains("ended: node_lost"), "{}", text.stdout);
+}
+
+/// A restart policy with an sbatch argument that would undo it is bad input: exit 2,
+/// nothing submitted.
+#[test]
+fn a_restart_policy_with_a_conflicting_sbatch_arg_is_refused() {
+    let Some(mut ctx) = TestContext::docker_engine() else {
+        return;
+    };
+    let slurm = Slurm::up_with_kill_wait(&ctx, &["a"], 1, KILL_WAIT_S);
+    let (profile, shared) = profile(&mut ctx);
+    let spec = jobspec(&ctx, "probe", "");
+    for arg in ["--sbatch-arg=--no-requeue", "--sbatch-arg=--signal=USR2@60"] {
+        argus(&ctx, &slurm, &profile)
+            .args(["slurm", "submit", "--nodes", "1", "--restart", "2", arg])
+            .arg_path(&spec)
+            .run()
+            .code(2)
+            .stderr_has("restart policy");
+    }
+    // Without a policy the same argument is the user's own.
+    argus(&ctx, &slurm, &profile)
+        .args(["slurm", "submit", "--dry-run", "--sbatch-arg=--no-requeue"])
+        .arg_path(&spec)
+        .run()
+        .code(0)
+        .stdout_has("#SBATCH --no-requeue");
+    assert!(!shared.join("runs").exists());
+}
