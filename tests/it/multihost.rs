@@ -1,12 +1,15 @@
 //! One cluster across several hosts, on real Docker Engines (`crate::hosts`: a network
 //! namespace and a `dockerd` per emulated host): the image brought to the hosts that lack
 //! it, Ray spanning them with each node at its own host's address, the Jobs API reached
-//! through a tunnel, and an unreachable host named and survived.
+//! through a tunnel, an unreachable host named and survived, and a supervised run that
+//! outlives a host's engine stopping mid-run.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use crate::harness::{IMAGE, Profile, TestContext, inspect};
+use std::time::{Duration, Instant};
+
+use crate::harness::{IMAGE, Profile, TestContext, inspect, poll, read_json};
 use crate::hosts::{Hosts, Options};
 
 /// A profile with the head on `head` and one worker on each of `workers`; the endpoint of
@@ -193,6 +196,7 @@ fn a_cluster_spans_three_hosts_and_survives_one_going_away() {
     an_unknown_host_key_is_refused_before_dialing(&s);
     let status = up_brings_the_image_to_every_host_and_ray_spans_them(&s);
     a_jobs_driver_runs_on_a_worker_host_and_reads_the_shared_storage(&s, &status);
+    a_supervised_run_waits_for_a_host_whose_engine_stopped_and_resumes(&s);
     let before = a_second_up_changes_nothing(&s);
     a_host_gone_is_named_and_up_changes_nothing(&s, &before);
     a_host_back_without_its_container_is_repaired_alone(&s, &before);
@@ -315,6 +319,159 @@ fn a_jobs_driver_runs_on_a_worker_host_and_reads_the_shared_storage(
         s.head.as_str(),
         "never on the head"
     );
+}
+
+/// A stand-in for verl's trainer: a Ray actor pinned to one host (`MH_TRAINER_IP`, by
+/// Ray's `node:<ip>` resource) prints verl's step lines and saves verl's checkpoint layout
+/// (every shard of its one rank, then the tracker) every `MH_SAVE_FREQ` steps; started
+/// again, it goes on after the step the tracker names.
+const PINNED_TRAINER: &str = r#"
+import os
+import time
+
+import ray
+
+@ray.remote(num_cpus=0)
+class Trainer:
+    def run(self, ckpt, total, save_freq, sleep):
+        marker = os.path.join(ckpt, "latest_checkpointed_iteration.txt")
+        start = 1
+        if os.path.exists(marker):
+            with open(marker) as f:
+                last = int(f.read())
+            print(f"Load from checkpoint folder: {ckpt}/global_step_{last}", flush=True)
+            start = last + 1
+        for step in range(start, total + 1):
+            time.sleep(sleep)
+            print(f"step:{step} - actor/pg_loss:{-0.01 * step} - timing_s/step:{sleep}", flush=True)
+            if step % save_freq == 0:
+                actor = os.path.join(ckpt, f"global_step_{step}", "actor")
+                os.makedirs(actor, exist_ok=True)
+                for kind in ("model", "optim", "extra_state"):
+                    with open(os.path.join(actor, f"{kind}_world_size_1_rank_0.pt"), "w") as f:
+                        f.write(str(step))
+                with open(os.path.join(ckpt, f"global_step_{step}", "data.pt"), "w") as f:
+                    f.write(str(step))
+                with open(marker + ".tmp", "w") as f:
+                    f.write(str(step))
+                os.replace(marker + ".tmp", marker)
+        return total
+
+ckpt = os.environ.get("ARGUS_CHECKPOINT_DIR") or os.path.join(os.environ["ARGUS_JOB_DIR"], "checkpoints")
+ray.init()
+pinned = {"node:" + os.environ["MH_TRAINER_IP"]: 0.01}
+trainer = Trainer.options(resources=pinned).remote()
+ray.get(trainer.run.remote(ckpt, int(os.environ["MH_TOTAL"]), int(os.environ["MH_SAVE_FREQ"]), float(os.environ["MH_STEP_SLEEP"])))
+# The actor's last lines reach the driver's log through Ray's log monitor.
+time.sleep(3)
+"#;
+
+/// Waits for `child` until `timeout`, killing it then: its exit code.
+fn wait_or_kill(child: &mut std::process::Child, timeout: Duration, what: &str) -> Option<i32> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            return status.code();
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not end within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A supervised run whose trainer runs on host c: c's engine stops mid-run (its
+/// container with it). argus sees the host lost (its engine, not verl), waits for it
+/// (`host_wait`) rather than shrink the cluster, and once c is back brings its worker back
+/// and resumes from the last complete checkpoint: 2 attempts, steps 1..6 each once.
+fn a_supervised_run_waits_for_a_host_whose_engine_stopped_and_resumes(s: &Spanning) {
+    let id = "mh-sup";
+    s.ctx.write("mhcode/mhtrainer.py", PINNED_TRAINER);
+    let spec = s.ctx.write(
+        "sup.yaml",
+        &format!(
+            "workload: custom\nsubmission_id: {id}\ncode: {{source: mhcode, name: mhcode}}\nentrypoint: python3 -m mhtrainer\nenv_vars: {{MH_TRAINER_IP: \"{}\", MH_TOTAL: \"6\", MH_SAVE_FREQ: \"2\", MH_STEP_SLEEP: \"4\"}}\nrestart: {{max: 1, on: [node_lost], backoff: 0s, host_wait: 5m}}\n",
+            s.hosts.host("c").ip
+        ),
+    );
+    let (out, err) = (s.ctx.path("sup.out"), s.ctx.path("sup.err"));
+    let mut run = s
+        .argus()
+        .args(["run", "--json"])
+        .arg_path(&spec)
+        .spawn_to(&out, &err);
+    let stderr = || std::fs::read_to_string(&err).unwrap_or_default();
+    let marker = s.shared.join(format!(
+        "jobs/{id}/checkpoints/latest_checkpointed_iteration.txt"
+    ));
+    poll("the step-2 checkpoint", Duration::from_secs(300), || {
+        (std::fs::read_to_string(&marker).ok()?.trim() == "2").then_some(())
+    });
+    s.hosts.stop_engine("c");
+    // Seen as host c lost, and the repair waits for it (the run goes on only with c).
+    poll("argus to wait for host c", Duration::from_secs(60), || {
+        stderr().contains("waiting up to 5m").then_some(())
+    });
+    let report = std::fs::read_dir(s.shared.join("runs"))
+        .expect("runs")
+        .flatten()
+        .map(|d| read_json(&d.path().join("report.json")))
+        .find(|r| r["attempts"][0]["submission_id"] == id)
+        .expect("the run's report");
+    let first = &report["attempts"][0];
+    assert_eq!(first["cause"], "node_lost", "{report:#}\n{}", stderr());
+    let detail = first["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("host c's Docker engine stopped answering"),
+        "the engine named: {detail}"
+    );
+    assert_eq!(
+        report["attempts"].as_array().map(Vec::len),
+        Some(1),
+        "no attempt 2 while c is gone: {report:#}"
+    );
+    s.hosts.start_engine("c");
+    let code = wait_or_kill(&mut run, Duration::from_secs(420), "the supervised run");
+    let stderr = stderr();
+    assert_eq!(code, Some(0), "{stderr}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap_or_default())
+            .unwrap_or_else(|_| panic!("the report as JSON; stderr: {stderr}"));
+    let all = report["attempts"].as_array().cloned().unwrap_or_default();
+    assert_eq!(all.len(), 2, "{report:#}");
+    assert_eq!(all[1]["submission_id"], format!("{id}-attempt-2"));
+    assert_eq!(all[1]["status"], "SUCCEEDED", "{report:#}");
+    let resumed = all[1]["resumed_from"]["step"].as_u64().unwrap_or_default();
+    assert!(resumed >= 2, "resumed from a checkpoint: {report:#}");
+    assert!(
+        all[0]["steps_lost"].as_u64().expect("steps lost") <= 2,
+        "{report:#}"
+    );
+    assert_eq!(report["job_status"], "SUCCEEDED");
+    // The whole cluster again, c's worker at c's address.
+    let status = s.argus().args(["--json", "status"]).run().code(0).json();
+    assert_eq!(alive_nodes(&status), s.want());
+    let csv = s
+        .argus()
+        .args([
+            "job",
+            "metrics",
+            &format!("{id}-attempt-2"),
+            "--csv",
+            "--keys",
+            "actor/pg_loss",
+        ])
+        .run()
+        .code(0)
+        .stdout;
+    let steps: Vec<u64> = csv
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split(',').next()?.parse().ok())
+        .collect();
+    assert_eq!(steps, (1..=6).collect::<Vec<_>>(), "{csv}\n{report:#}");
 }
 
 /// A second up changes nothing.
