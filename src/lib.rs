@@ -27,6 +27,7 @@ pub mod exit;
 pub mod export;
 pub mod hydra;
 pub mod inputs;
+pub mod restart;
 pub mod run;
 pub mod slurm;
 pub mod snapshot;

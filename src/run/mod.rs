@@ -14,7 +14,6 @@
 //! each stage starts and ends, and `run.lock.yaml` (`lock.rs`), written just before the
 //! job is submitted: it pins exactly what the job gets.
 
-pub mod attempt;
 mod job;
 pub mod lock;
 mod observe;
@@ -82,6 +81,8 @@ pub enum Error {
     Live(#[from] crate::submit::live::Error),
     #[error(transparent)]
     Training(#[from] crate::training::Error),
+    #[error(transparent)]
+    Restart(#[from] crate::restart::Error),
     #[error("the run's report cannot be used: {0}")]
     BadReport(String),
     #[error("job {id} still says {status} {seconds}s after argus told it to stop")]
@@ -117,6 +118,7 @@ impl Classify for Error {
             Error::Lock(e) => e.exit(),
             Error::Live(e) => e.exit(),
             Error::Training(e) => e.exit(),
+            Error::Restart(e) => e.exit(),
             Error::Interrupted { .. } => Exit::Stopped,
         }
     }
@@ -136,6 +138,7 @@ impl Classify for Error {
             Error::Lock(e) => e.hint(),
             Error::Live(e) => e.hint(),
             Error::Training(e) => e.hint(),
+            Error::Restart(e) => e.hint(),
             Error::SupervisorGone { .. } => Some(
                 "the `argus run` that supervised it stopped: run the same command again to take over"
                     .into(),

@@ -184,7 +184,7 @@ pub struct RunReport {
     pub restart: Option<crate::config::jobspec::Restart>,
     /// The jobs of a supervised run, oldest first; `submission_id` is the last one's.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub attempts: Vec<super::attempt::Attempt>,
+    pub attempts: Vec<crate::restart::Attempt>,
     /// Why a supervised run stopped restarting (its `max` reached).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gave_up: Option<String>,

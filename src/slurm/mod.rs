@@ -86,6 +86,8 @@ pub enum Error {
     #[error(transparent)]
     Training(#[from] crate::training::Error),
     #[error(transparent)]
+    Attempt(#[from] crate::restart::Error),
+    #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
     #[error(transparent)]
     NoHostPath(#[from] crate::config::profile::NoHostPath),
@@ -113,6 +115,7 @@ impl Classify for Error {
             Error::Live(e) => e.exit(),
             Error::Restart(e) => e.exit(),
             Error::Training(e) => e.exit(),
+            Error::Attempt(e) => e.exit(),
         }
     }
     fn hint(&self) -> Option<String> {
@@ -137,6 +140,7 @@ impl Classify for Error {
             Error::Live(e) => e.hint(),
             Error::Restart(e) => e.hint(),
             Error::Training(e) => e.hint(),
+            Error::Attempt(e) => e.hint(),
             _ => None,
         }
     }

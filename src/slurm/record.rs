@@ -53,7 +53,7 @@ pub struct BatchReport {
     pub restart: Option<crate::config::jobspec::Restart>,
     /// The run's jobs, oldest first, across the allocations of a requeued batch.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub attempts: Vec<crate::run::attempt::Attempt>,
+    pub attempts: Vec<crate::restart::Attempt>,
     /// How many times Slurm started the batch again (`SLURM_RESTART_COUNT`).
     #[serde(default)]
     pub requeues: u32,

@@ -21,7 +21,7 @@ use crate::config::jobspec::{LoadedJobSpec, Restart, RestartOn};
 use crate::exit::Exit;
 use crate::ray::jobs::{JobStatus, JobsApi};
 use crate::records::Records;
-use crate::run::attempt::{Attempt, RecoveryTimes, ResumedFrom, submission_id};
+use crate::restart::{Attempt, RecoveryTimes, ResumedFrom, Steps, submission_id};
 use crate::submit::watch::WaitOptions;
 use crate::submit::{self, Target};
 
@@ -61,17 +61,13 @@ pub enum Decision {
     Requeue,
 }
 
-/// Attempts that ended with a cause (restarts used, plus the one that may need another).
-fn failures(attempts: &[Attempt]) -> usize {
-    attempts.iter().filter(|a| a.cause.is_some()).count()
-}
-
-/// Whether the policy allows another attempt after the last one.
+/// Whether the policy allows another attempt after the last one (the rule `argus run`'s
+/// supervisor follows too: [`crate::restart::verdict`]).
 pub fn may_restart(policy: Option<&Restart>, attempts: &[Attempt]) -> bool {
-    let Some(cause) = attempts.last().and_then(|a| a.cause) else {
-        return false;
-    };
-    policy.is_some_and(|p| p.restarts_on(cause) && failures(attempts) <= p.max as usize)
+    attempts.last().is_some_and(|a| a.cause.is_some())
+        && policy.is_some_and(|p| {
+            crate::restart::verdict(attempts, p) == crate::restart::Verdict::Restart
+        })
 }
 
 /// What follows the last attempt (`ending`: Slurm's warning of the allocation's end).
@@ -184,7 +180,7 @@ pub async fn attempts(
         let n = report.attempts.len() as u32 + 1;
         let id = submission_id(ctx.first_id, n);
         let began = Instant::now();
-        let (job, resumed_from) = next_job(ctx, report, &id).await?;
+        let (job, resumed_from) = next_job(ctx, report, &id)?;
         let prepared = submit::prepare(ctx.target, &job, true)?;
         submit::submit(ctx.target, &prepared).await?;
         if let Some(times) = recovery.as_mut() {
@@ -318,50 +314,23 @@ fn cause_of(ended: &Ended) -> (Option<RestartOn>, Option<String>) {
 }
 
 /// The JobSpec of attempt `id`: the staged one for the first; for the next ones, the
-/// previous attempt's resumed from the newest complete checkpoint (verl's resume, the
-/// same code and inputs, the same world size), or from the start when there is none.
-async fn next_job(
+/// previous attempt's resumed from the newest complete checkpoint
+/// ([`crate::restart::next_job`]; the previous job was seen stopped), or from the start
+/// when there is none.
+fn next_job(
     ctx: &Ctx<'_>,
     report: &mut BatchReport,
     id: &str,
 ) -> Result<(LoadedJobSpec, Option<ResumedFrom>), Error> {
-    let with_id = |mut job: LoadedJobSpec| -> Result<LoadedJobSpec, Error> {
-        job.spec.submission_id = Some(id.parse()?);
-        Ok(job)
-    };
     let Some(previous) = report.attempts.last_mut() else {
-        return Ok((with_id(ctx.job.clone())?, None));
+        let mut job = ctx.job.clone();
+        job.spec.submission_id = Some(id.parse()?);
+        return Ok((job, None));
     };
-    let point = match submit::live::resume_point(ctx.target, &previous.submission_id).await {
-        Ok(point) => point,
-        Err(submit::live::Error::Training(crate::training::Error::NoCheckpoint { .. })) => {
-            return Ok((with_id(ctx.job.clone())?, None));
-        }
-        Err(e) => return Err(e.into()),
-    };
-    previous.steps_lost = previous.last_step.map(|s| s.saturating_sub(point.step));
-    let resumed = crate::training::resumed_jobspec(&point, None, &[])?;
-    let from = ResumedFrom {
-        step: point.step,
-        path: point.from_step.clone().unwrap_or_else(|| {
-            format!(
-                "{}/global_step_{}",
-                point.checkpoint_dir.trim_end_matches('/'),
-                point.step
-            )
-        }),
-        skipped: point.skipped.clone(),
-    };
-    Ok((with_id(resumed)?, Some(from)))
-}
-
-/// What the log showed of the attempt's steps.
-struct Seen {
-    follower: crate::training::progress::Follower,
-    last_step: Option<u64>,
-    /// The last sign of progress: a new step, or the job not yet RUNNING.
-    last_change: Instant,
-    first_step_at: Option<String>,
+    let (job, from) = crate::restart::next_job(ctx.target, &previous.submission_id, ctx.job, id)?;
+    let resumed = from.as_ref().map_or(0, |f| f.step);
+    previous.steps_lost = previous.last_step.map(|s| s.saturating_sub(resumed));
+    Ok((job, from))
 }
 
 /// Follows attempt `id` to its end, or until a node is lost, it hangs, or Slurm warns of
@@ -382,12 +351,7 @@ async fn watch(
         time_limit: job.spec.time_limit.map(|t| t.0),
         follow: true,
     };
-    let seen = Mutex::new(Seen {
-        follower: crate::training::progress::Follower::new(),
-        last_step: None,
-        last_change: Instant::now(),
-        first_step_at: None,
-    });
+    let seen = Steps::new();
     // The log as it streams goes to the job's records too (see `run::open_saved_log`).
     let mut saved = super::run::open_saved_log(ctx.records, id);
     let secrets = crate::secrets::known();
@@ -396,15 +360,10 @@ async fn watch(
         if let Some(file) = saved.as_mut() {
             let _ = std::io::Write::write_all(file, secrets.redact_str(text).as_bytes());
         }
-        if let Ok(mut seen) = seen.lock()
-            && let Some(update) = seen.follower.feed(text)
-            && seen.last_step != Some(update.step)
-        {
-            seen.last_step = Some(update.step);
-            seen.last_change = Instant::now();
-            if seen.first_step_at.is_none() {
-                seen.first_step_at = Some(now_rfc3339());
-            }
+        if let Ok(mut seen) = seen.lock() {
+            // The log is saved as it streams (above): the steps only are followed.
+            seen.feed(text);
+            let _ = seen.take_log();
         }
     });
     let hang_after = policy
@@ -448,24 +407,34 @@ async fn looks(
     ctx: &Ctx<'_>,
     id: &str,
     report: &mut BatchReport,
-    seen: &Mutex<Seen>,
+    seen: &Mutex<Steps>,
     hang_after: Option<Duration>,
 ) -> Duration {
     let api = JobsApi {
         ray: &ctx.target.ray,
     };
+    // Since when Ray says RUNNING: quiet before that is not a hang.
+    let mut running_since: Option<Instant> = None;
     loop {
         tokio::time::sleep(LOOK_EVERY).await;
         let running = match hang_after {
             Some(_) => matches!(api.get(id).await, Ok(info) if info.status == JobStatus::Running),
             None => false,
         };
-        let Ok(mut s) = seen.lock() else { continue };
-        if !running {
-            s.last_change = Instant::now();
+        if running {
+            running_since.get_or_insert_with(Instant::now);
+        } else {
+            running_since = None;
         }
-        let quiet = s.last_change.elapsed();
-        let (last_step, first_step_at) = (s.last_step, s.first_step_at.clone());
+        let Ok(s) = seen.lock() else { continue };
+        let quiet = s
+            .changed
+            .elapsed()
+            .min(running_since.map_or(Duration::ZERO, |t| t.elapsed()));
+        let first_step_at = s
+            .first_step_at
+            .map(|t| humantime::format_rfc3339_millis(t).to_string());
+        let last_step = s.last_step;
         drop(s);
         let previous_detected = report
             .attempts
@@ -491,22 +460,17 @@ async fn looks(
     }
 }
 
-/// Stops job `id` and waits (bounded) for its end; its last status (STOPPED when the
-/// cluster cannot say).
+/// Stops job `id` and waits (bounded) for its end ([`crate::restart::stop`]). A job argus
+/// stopped is STOPPED, whatever its driver's last word; one that does not end in time is
+/// taken down with the allocation's node steps.
 async fn stop_job(target: &Target, id: &str) -> JobStatus {
     let api = JobsApi { ray: &target.ray };
-    let _ = tokio::time::timeout(Duration::from_secs(5), api.stop(id)).await;
-    let deadline = Instant::now() + STOP_WAIT;
-    while Instant::now() < deadline {
-        match tokio::time::timeout(Duration::from_secs(5), api.get(id)).await {
-            Ok(Ok(info)) if info.status.is_finished() => {
-                // A job argus stopped is STOPPED, whatever its driver's last word.
-                return JobStatus::Stopped;
-            }
-            Ok(Ok(_)) => {}
-            _ => return JobStatus::Stopped,
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    if let Err(stuck) = crate::restart::stop::stop_and_wait(&api, id, STOP_WAIT, |_| {}).await {
+        tracing::warn!(
+            "job {id} still says {} {}s after it was told to stop",
+            stuck.status,
+            STOP_WAIT.as_secs()
+        );
     }
     JobStatus::Stopped
 }

@@ -21,15 +21,17 @@ mod watch;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use super::attempt::{self, Attempt};
 use super::record::Recorder;
 use super::{Ctx, Error, Submitted, now_rfc3339};
 use crate::cluster::health::Watcher;
 use crate::config::jobspec::{LoadedJobSpec, Restart};
 use crate::exit::{Classify, Exit};
 use crate::ray::jobs::JobStatus;
+use crate::restart::Attempt;
+use crate::restart::Steps;
+use crate::restart::rule::{Verdict, check_attempts, decided, verdict};
 use crate::submit::watch::WaitOptions;
-use watch::{End, Steps, Watch};
+use watch::{End, Watch};
 
 /// Ctrl-C, listened for once for the whole supervision (a second one leaves at once);
 /// the listener goes with the last clone.
@@ -78,9 +80,6 @@ impl Interrupt {
     }
 }
 
-/// The detail of an attempt stopped by Ctrl-C.
-const INTERRUPTED: &str = "interrupted (Ctrl-C)";
-
 /// How long the cluster may stay unreachable while an attempt is watched before the
 /// supervision gives up (at least this; `host_wait` when longer).
 const UNREACHABLE_GRACE: Duration = Duration::from_secs(60);
@@ -104,7 +103,7 @@ pub(super) async fn stage(
             ..Default::default()
         });
     }
-    check_attempts(&rec.report.attempts, job_of.id, policy)?;
+    check_attempts(&rec.report.attempts, job_of.id, policy).map_err(Error::BadReport)?;
     rec.save()?;
     let wait = WaitOptions {
         timeout: None,
@@ -229,71 +228,6 @@ async fn watch_through_outages(
     }
 }
 
-/// Whether an attempt's end was decided (a cause seen, or Ctrl-C) though its job's end
-/// was not recorded yet.
-fn decided(attempt: &Attempt) -> bool {
-    attempt.cause.is_some() || attempt.detail.as_deref() == Some(INTERRUPTED)
-}
-
-/// The attempts read back from the report (on the shared storage, which others can
-/// write) are the ones this run makes: numbered from 1, each with its own id, the
-/// first one this run's job. And the last attempt the policy allows has an id that can
-/// be.
-fn check_attempts(attempts: &[Attempt], first: &str, policy: &Restart) -> Result<(), Error> {
-    for (i, a) in attempts.iter().enumerate() {
-        let n = i as u32 + 1;
-        if a.n != n || a.submission_id != attempt::submission_id(first, n) {
-            return Err(Error::BadReport(format!(
-                "attempt {} names job {:?}; attempt {n} of this run is {}",
-                a.n,
-                a.submission_id,
-                attempt::submission_id(first, n)
-            )));
-        }
-    }
-    attempt::submission_id(first, policy.max.saturating_add(1))
-        .parse::<crate::ids::SubmissionId>()?;
-    Ok(())
-}
-
-/// What the attempts so far call for.
-#[derive(Debug, PartialEq)]
-enum Verdict {
-    Done,
-    Restart,
-    GiveUp(String),
-}
-
-/// The rule, on the recorded attempts (the last one has ended). Pure.
-fn verdict(attempts: &[Attempt], policy: &Restart) -> Verdict {
-    let Some(last) = attempts.last() else {
-        return Verdict::Done;
-    };
-    if last.status == Some(JobStatus::Succeeded) {
-        return Verdict::Done;
-    }
-    let Some(cause) = last.cause else {
-        // Interrupted (Ctrl-C): the run goes on when it is run again, uncounted.
-        return match last.detail.as_deref() {
-            Some(INTERRUPTED) => Verdict::Restart,
-            _ => Verdict::Done,
-        };
-    };
-    if !policy.restarts_on(cause) {
-        return Verdict::Done;
-    }
-    let counted = attempts.iter().filter(|a| a.cause.is_some()).count();
-    if counted > policy.max as usize {
-        return Verdict::GiveUp(format!(
-            "giving up: attempt {} ended by {cause} and the policy allows {} restart{}",
-            last.n,
-            policy.max,
-            if policy.max == 1 { "" } else { "s" }
-        ));
-    }
-    Verdict::Restart
-}
-
 /// Puts what the attempt's log showed on the current attempt, and the downtime before
 /// its first step on it when it continued another (kept from the first look: a watch
 /// attached again replays the log).
@@ -325,6 +259,3 @@ pub(super) fn label(job: &mut LoadedJobSpec, run_id: &str, n: u32) {
         .metadata
         .insert("argus_attempt".into(), ScalarString(n.to_string()));
 }
-
-#[cfg(test)]
-mod tests;

@@ -4,16 +4,16 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
-use super::super::attempt::{self, Attempt, RecoveryTimes, ResumedFrom};
 use super::super::job::{self, Seen};
 use super::super::record::Recorder;
 use super::super::{Ctx, Error, Submitted, now_rfc3339, up};
+use super::Interrupt;
 use super::watch::{End, Loss};
-use super::{INTERRUPTED, Interrupt};
 use crate::cluster::health::Watcher;
 use crate::config::jobspec::{LoadedJobSpec, Restart, RestartOn};
 use crate::exit::{Classify, Exit};
-use crate::ray::jobs::{JobInfo, JobStatus, JobsApi, JobsError};
+use crate::ray::jobs::{JobInfo, JobStatus, JobsApi};
+use crate::restart::{self, Attempt, INTERRUPTED, RecoveryTimes};
 use crate::submit::watch as job_watch;
 
 /// How long what is left of a job may take to be seen stopped. Ray answers at once when
@@ -76,7 +76,8 @@ impl Supervisor<'_> {
             Seen::Nowhere => {}
         }
         let previous = rec.report.attempts[n - 2].clone();
-        let (mut job, resumed_from) = self.next_jobspec(&previous, id)?;
+        let (mut job, resumed_from) =
+            restart::next_job(target, &previous.submission_id, self.job, id)?;
         super::label(&mut job, &rec.report.run_id, current.n);
         match &resumed_from {
             Some(from) => {
@@ -109,42 +110,6 @@ impl Supervisor<'_> {
             recovery.resubmit_s += started.elapsed().as_secs_f64();
         }
         rec.save()
-    }
-
-    /// The JobSpec of the attempt after `previous`: the previous job's own, resuming from
-    /// its newest complete checkpoint; the run's JobSpec when there is none yet.
-    fn next_jobspec(
-        &self,
-        previous: &Attempt,
-        id: &str,
-    ) -> Result<(LoadedJobSpec, Option<ResumedFrom>), Error> {
-        use crate::submit::live::{Error as LiveError, checkpoint_point};
-        use crate::training::Error as TrainingError;
-        // The previous job was seen stopped: not asked again.
-        let (mut job, from) = match checkpoint_point(self.job_of.target, &previous.submission_id) {
-            Ok(point) => {
-                let job = crate::training::resumed_jobspec(&point, None, &[])?;
-                let path = point.from_step.clone().unwrap_or_else(|| {
-                    format!(
-                        "{}/global_step_{}",
-                        point.checkpoint_dir.trim_end_matches('/'),
-                        point.step
-                    )
-                });
-                let from = ResumedFrom {
-                    step: point.step,
-                    path,
-                    skipped: point.skipped.clone(),
-                };
-                (job, Some(from))
-            }
-            Err(LiveError::Training(TrainingError::NoCheckpoint { .. })) => {
-                (self.job.clone(), None)
-            }
-            Err(e) => return Err(e.into()),
-        };
-        job.spec.submission_id = Some(id.parse()?);
-        Ok((job, from))
     }
 
     /// Records how the current attempt ended (its cause first, saved), then stops what is
@@ -245,41 +210,18 @@ impl Supervisor<'_> {
     async fn stop_rest(&self, id: &str, reason: &str, log: &str) -> Result<JobInfo, Error> {
         let target = self.job_of.target;
         let api = JobsApi { ray: &target.ray };
-        let deadline = Instant::now() + STOP_DEADLINE;
-        let mut asked = false;
-        let mut said = false;
-        let mut last;
-        let info = loop {
-            match api.get(id).await {
-                Ok(info) if info.status.is_finished() => break Some(info),
-                Ok(info) => {
-                    if !asked {
-                        asked = api.stop(id).await.is_ok();
-                    }
-                    if !said && asked {
-                        self.ctx.reporter.note(&format!(
-                            "waiting for job {id} to end (Ray says {}; when the node its driver ran on died, Ray says so only once its health checks give the node up)",
-                            info.status
-                        ));
-                        said = true;
-                    }
-                    last = Some(info.status.to_string());
-                }
-                Err(JobsError::NotFound(_)) => break None,
-                Err(e) => {
-                    tracing::info!("job {id} cannot be asked about now ({e}): asking again");
-                    last = Some(format!("unknown ({e})"));
-                }
-            }
-            if Instant::now() >= deadline {
-                return Err(Error::CannotStop {
-                    id: id.to_string(),
-                    status: last.unwrap_or_default(),
-                    seconds: STOP_DEADLINE.as_secs(),
-                });
-            }
-            tokio::time::sleep(Duration::from_secs(1)).await;
+        let waiting = |status: &str| {
+            self.ctx.reporter.note(&format!(
+                "waiting for job {id} to end (Ray says {status}; when the node its driver ran on died, Ray says so only once its health checks give the node up)"
+            ))
         };
+        let info = restart::stop::stop_and_wait(&api, id, STOP_DEADLINE, waiting)
+            .await
+            .map_err(|stuck| Error::CannotStop {
+                id: id.to_string(),
+                status: stuck.status,
+                seconds: STOP_DEADLINE.as_secs(),
+            })?;
         let ended = info.clone().unwrap_or_else(|| JobInfo {
             submission_id: Some(id.to_string()),
             status: JobStatus::Stopped,
@@ -317,7 +259,7 @@ impl Supervisor<'_> {
             .unwrap_or_default();
         Ok(Attempt {
             n,
-            submission_id: attempt::submission_id(&first, n),
+            submission_id: restart::submission_id(&first, n),
             started_at: now_rfc3339(),
             recovery: Some(RecoveryTimes {
                 detect_s: seen.detect_s,
@@ -375,21 +317,38 @@ impl Supervisor<'_> {
     }
 }
 
-/// verl's own words on why a FAILED job failed: the last line of its log's tail that
-/// names an error, else the tail's last line, else Ray's message.
+/// verl's own words on why a FAILED job failed ([`restart::failure::job_error`] of its
+/// log's end), else the tail's last line, else Ray's message.
 async fn failure_detail(
     target: &crate::submit::Target,
     id: &str,
     info: &JobInfo,
 ) -> Option<String> {
-    let tail = job_watch::failure_tail(target, id, info)
-        .await
-        .unwrap_or_default();
-    let named = tail
-        .iter()
-        .rev()
-        .find(|l| l.contains("Error") || l.contains("Exception"))
-        .or(tail.last())
-        .cloned();
-    named.or_else(|| info.message.clone())
+    let api = JobsApi { ray: &target.ray };
+    let log = match api.logs(id).await {
+        Ok(log) => Some(log),
+        Err(_) => target
+            .records()
+            .and_then(|r| r.open_file(id, crate::training::DRIVER_LOG).ok().flatten())
+            .and_then(|file| crate::training::log_tail(file).ok()),
+    };
+    // Its end: where a failure is said (a log's whole length is not read for it).
+    let log = log.map(|mut text| {
+        let mut cut = text.len().saturating_sub(256 << 10);
+        while !text.is_char_boundary(cut) {
+            cut += 1;
+        }
+        text.drain(..cut);
+        text
+    });
+    let named = log.as_deref().and_then(restart::failure::job_error);
+    let tail = || {
+        log.as_deref()
+            .map(job_watch::driver_tail)
+            .and_then(|t| t.last().cloned())
+    };
+    named
+        .or_else(tail)
+        .or_else(|| info.message.clone())
+        .map(|text| crate::secrets::known().redact_str(&text).into_owned())
 }

@@ -1,3 +1,5 @@
+use std::time::Duration;
+
 use super::*;
 use crate::config::jobspec::RestartOn;
 
@@ -14,7 +16,7 @@ fn policy(max: u32, on: &[RestartOn]) -> Restart {
 fn ended(n: u32, status: JobStatus, cause: Option<RestartOn>) -> Attempt {
     Attempt {
         n,
-        submission_id: attempt::submission_id("run-1", n),
+        submission_id: submission_id("run-1", n),
         status: Some(status),
         cause,
         ..Default::default()
@@ -92,10 +94,7 @@ fn attempts_read_back_must_be_this_runs() {
         vec![a(1, "run-1"), a(3, "run-1-attempt-3")],
         vec![a(1, "run-1"), a(2, "victim")],
     ] {
-        assert!(matches!(
-            check_attempts(&bad, "run-1", &p),
-            Err(Error::BadReport(_))
-        ));
+        assert!(check_attempts(&bad, "run-1", &p).is_err());
     }
     // The last attempt's id must be one: a first id near the length limit is refused at once.
     let long = "x".repeat(125);

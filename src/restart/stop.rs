@@ -1,0 +1,52 @@
+//! Stopping what is left of a job and seeing it stopped. Ray answers at once when the
+//! job's driver lives; when the node the driver ran on died, Ray says RUNNING until its
+//! health checks give the node up (half a minute and more), and the job's actors on other
+//! nodes live until then: a next attempt must not train beside them.
+
+use std::time::{Duration, Instant};
+
+use crate::ray::jobs::{JobInfo, JobsApi, JobsError};
+
+/// The job did not end by the deadline: its last status as Ray said it.
+#[derive(Debug)]
+pub struct Stuck {
+    pub status: String,
+}
+
+/// Asks Ray to stop job `id` and polls until Ray says it ended (its last word) or does
+/// not know it (None). Only "not found" counts as gone; other errors are asked again until
+/// `deadline`. `on_wait` hears once when the stop was asked and the job still runs.
+pub async fn stop_and_wait(
+    api: &JobsApi<'_>,
+    id: &str,
+    deadline: Duration,
+    mut on_wait: impl FnMut(&str),
+) -> Result<Option<JobInfo>, Stuck> {
+    let until = Instant::now() + deadline;
+    let mut asked = false;
+    let mut said = false;
+    loop {
+        let last = match api.get(id).await {
+            Ok(info) if info.status.is_finished() => return Ok(Some(info)),
+            Ok(info) => {
+                if !asked {
+                    asked = api.stop(id).await.is_ok();
+                }
+                if asked && !said {
+                    on_wait(&info.status.to_string());
+                    said = true;
+                }
+                info.status.to_string()
+            }
+            Err(JobsError::NotFound(_)) => return Ok(None),
+            Err(e) => {
+                tracing::info!("job {id} cannot be asked about now ({e}): asking again");
+                format!("unknown ({e})")
+            }
+        };
+        if Instant::now() >= until {
+            return Err(Stuck { status: last });
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
