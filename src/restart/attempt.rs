@@ -37,6 +37,10 @@ pub struct Attempt {
     /// Steps it ran past the checkpoint the next attempt resumes from.
     #[serde(default)]
     pub steps_lost: Option<u64>,
+    /// Steps it trained and checkpointed whose log lines never came (it died between its
+    /// checkpoint and the step's line): the run's metrics have no row for them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unlogged_steps: Vec<u64>,
     /// From the detection of the previous attempt's end to this attempt's first step.
     #[serde(default)]
     pub downtime_s: Option<f64>,
@@ -73,11 +77,56 @@ pub struct RecoveryTimes {
     pub resubmit_s: f64,
 }
 
+impl Attempt {
+    /// What this attempt lost to the next one, resuming from `resumed` (none: from the
+    /// start): the steps past it, and the steps up to it whose lines never came.
+    pub fn note_resumed(&mut self, resumed: Option<u64>) {
+        let resumed = resumed.unwrap_or(0);
+        self.steps_lost = self.last_step.map(|last| last.saturating_sub(resumed));
+        let logged = self.last_step.unwrap_or(0);
+        let first = self
+            .resumed_from
+            .as_ref()
+            .map_or(1, |r| r.step + 1)
+            .max(logged + 1);
+        self.unlogged_steps = (first..=resumed).collect();
+    }
+}
+
 /// The Ray submission id of attempt `n` of a run whose first job is `first`.
 pub fn submission_id(first: &str, n: u32) -> String {
     if n <= 1 {
         first.to_string()
     } else {
         format!("{first}-attempt-{n}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_an_attempt_lost_to_the_next() {
+        let mut a = Attempt {
+            last_step: Some(5),
+            ..Default::default()
+        };
+        a.note_resumed(Some(4));
+        assert_eq!((a.steps_lost, a.unlogged_steps.clone()), (Some(1), vec![]));
+        // Killed between the checkpoint of step 2 and its line: step 2 was trained, unlogged.
+        a.last_step = Some(1);
+        a.note_resumed(Some(2));
+        assert_eq!((a.steps_lost, a.unlogged_steps.clone()), (Some(0), vec![2]));
+        // An attempt that resumed from step 4 and died before logging any step.
+        a.last_step = None;
+        a.resumed_from = Some(ResumedFrom {
+            step: 4,
+            ..Default::default()
+        });
+        a.note_resumed(Some(6));
+        assert_eq!(a.unlogged_steps, vec![5, 6]);
+        a.note_resumed(None);
+        assert_eq!((a.steps_lost, a.unlogged_steps.clone()), (None, vec![]));
     }
 }

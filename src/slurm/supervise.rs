@@ -328,8 +328,7 @@ fn next_job(
         return Ok((job, None));
     };
     let (job, from) = crate::restart::next_job(ctx.target, &previous.submission_id, ctx.job, id)?;
-    let resumed = from.as_ref().map_or(0, |f| f.step);
-    previous.steps_lost = previous.last_step.map(|s| s.saturating_sub(resumed));
+    previous.note_resumed(from.as_ref().map(|f| f.step));
     Ok((job, from))
 }
 

@@ -99,10 +99,7 @@ impl Supervisor<'_> {
         let mut prepared = crate::submit::prepare(target, &job, true)?;
         prepared.resumes = Some(previous.submission_id.clone());
         let attempts = &mut rec.report.attempts;
-        let resumed_step = resumed_from.as_ref().map_or(0, |r| r.step);
-        attempts[n - 2].steps_lost = attempts[n - 2]
-            .last_step
-            .map(|last| last.saturating_sub(resumed_step));
+        attempts[n - 2].note_resumed(resumed_from.as_ref().map(|r| r.step));
         attempts[n - 1].resumed_from = resumed_from;
         rec.save()?;
         job::submit(target, &prepared).await?;
