@@ -333,6 +333,21 @@ fn a_killed_worker_is_recovered_by_the_supervisor(
         std::time::Duration::from_secs(600),
         || (std::fs::read_to_string(&tracker).ok()?.trim() == "2").then_some(()),
     );
+    // verl saves a step's checkpoint before it logs the step: wait for the line too, so
+    // the kill lands after both (else step 2 is trained but never logged: recorded as
+    // `unlogged_steps`, and the metrics have no row for it).
+    crate::harness::poll(
+        "verl's step:2 line",
+        std::time::Duration::from_secs(120),
+        || {
+            let run = ctx
+                .argus()
+                .profile(profile)
+                .args(["job", "logs", &id])
+                .run();
+            run.stdout.contains("step:2 - ").then_some(())
+        },
+    );
     let text = std::fs::read_to_string(profile).expect("profile");
     let cluster = text
         .lines()
