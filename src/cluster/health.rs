@@ -43,6 +43,9 @@ pub struct Lost {
     /// The container's name; `None` when the host's engine itself is lost.
     pub container: Option<String>,
     pub why: LostWhy,
+    /// The Ray head is lost with it (its container, or its host's engine): the cluster's
+    /// Ray state is gone, and with it any way to stop a job through Ray.
+    pub head: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,6 +131,7 @@ struct Host {
 struct Expected {
     host: String,
     name: String,
+    head: bool,
     baseline: Option<Baseline>,
     /// How it exited before Docker restarted it: (its new start time, the cause).
     restart: Option<(Option<String>, LostWhy)>,
@@ -199,6 +203,7 @@ impl Watcher {
             .map(|c| Expected {
                 host: c.host.clone(),
                 name: c.name.clone(),
+                head: c.role == plan::Role::Head,
                 baseline: None,
                 restart: None,
             })
@@ -258,10 +263,13 @@ impl Watcher {
             let updates = match outcome.result {
                 Ok(updates) => updates,
                 Err(error) => {
+                    let host = self.hosts[i].spec.name.clone();
+                    let head = self.expected.iter().any(|e| e.head && e.host == host);
                     lost.push(Lost {
-                        host: self.hosts[i].spec.name.clone(),
+                        host,
                         container: None,
                         why: LostWhy::EngineDown { error },
+                        head,
                     });
                     continue;
                 }
@@ -281,6 +289,7 @@ impl Watcher {
                         host: e.host.clone(),
                         container: Some(e.name.clone()),
                         why,
+                        head: e.head,
                     });
                 }
             }
@@ -544,6 +553,7 @@ mod tests {
             host: "a".into(),
             container: Some("argus-x-worker-1".into()),
             why,
+            head: false,
         };
         assert!(lost.is_oom());
         assert_eq!(
@@ -613,6 +623,7 @@ mod tests {
             host: "h".into(),
             container: container.map(str::to_string),
             why,
+            head: false,
         };
         let cases = [
             (

@@ -223,7 +223,18 @@ fn attempts_table(report: &RunReport) -> String {
                 .as_ref()
                 .map_or("start".to_string(), |r| format!("global_step_{}", r.step)),
             a.last_step.map_or("-".to_string(), |s| s.to_string()),
-            a.detail.clone().unwrap_or_default(),
+            match a.unlogged_steps.as_slice() {
+                [] => a.detail.clone().unwrap_or_default(),
+                steps => format!(
+                    "{} (trained, never logged: steps {})",
+                    a.detail.clone().unwrap_or_default(),
+                    steps
+                        .iter()
+                        .map(ToString::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            },
         ]);
     }
     table(&rows)

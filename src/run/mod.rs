@@ -91,9 +91,9 @@ pub enum Error {
         status: String,
         seconds: u64,
     },
-    #[error("the run {run_id} that was being followed has no report any more")]
+    #[error("the `argus run` supervising run {run_id} stopped before the run ended")]
     SupervisorGone { run_id: String },
-    #[error("run {run_id} interrupted: its job {job} was stopped")]
+    #[error("run {run_id} interrupted (its last job: {job})")]
     Interrupted {
         run_id: String,
         job: String,
@@ -288,7 +288,8 @@ pub async fn run(
     let _held = match hold(&host, &key, &job, None) {
         Ok(lock) => lock,
         Err(Error::Lock(crate::lock::Error::Timeout { holder, .. })) => {
-            match resume::newest(&runs, &key).filter(|r| r.restart.is_some() && !r.is_done()) {
+            let newest = resume::newest(&runs, &key).map_err(Error::BadReport)?;
+            match newest.filter(|r| r.restart.is_some() && !r.is_done()) {
                 Some(report) => {
                     reporter.note(&format!(
                         "run {} is supervised by {holder}: following it (Ctrl-C stops following; the run goes on)",
@@ -313,7 +314,11 @@ pub async fn run(
         Err(e) => return Err(e),
     };
 
-    let rec = match resume::decide(resume::newest(&runs, &key), options.new) {
+    let newest = match options.new {
+        true => None,
+        false => resume::newest(&runs, &key).map_err(Error::BadReport)?,
+    };
+    let rec = match resume::decide(newest, options.new) {
         Start::Finished(report) => return Ok(Outcome::AlreadyFinished(report)),
         Start::Resume(mut report) => {
             reporter.note(&format!(

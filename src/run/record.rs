@@ -203,6 +203,17 @@ impl RunReport {
         Self::read_named(&runs, dir.file_name()?, path.file_name()?)
     }
 
+    /// The key a report names, when it names one, however the rest of it reads: a run of
+    /// a key whose report cannot be read is not passed over for a new one.
+    pub fn key_in(runs: &Dir, run_id: &OsStr) -> Option<String> {
+        let bytes = runs
+            .open_dir(run_id)
+            .and_then(|dir| dir.read(REPORT, REPORT_CAP))
+            .ok()?;
+        let value: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+        value.get("key")?.as_str().map(str::to_string)
+    }
+
     /// The report of the run `run_id` in `runs` (a handle), if it is one: its directory
     /// opened from the handle and the report read without following a link, and only
     /// when it names the run of its own directory (a `run_id` of `../x` would lead its
@@ -224,7 +235,17 @@ impl RunReport {
                 return None;
             }
         };
-        let report: RunReport = serde_json::from_slice(&bytes).ok()?;
+        let report: RunReport = match serde_json::from_slice(&bytes) {
+            Ok(report) => report,
+            Err(e) => {
+                // A report argus cannot read is said, not passed over in silence.
+                tracing::warn!(
+                    "{}: not a run report argus can read: {e}",
+                    runs.display(Path::new(run_id).join(file)).display()
+                );
+                return None;
+            }
+        };
         if run_id.to_str() != Some(report.run_id.as_str()) {
             tracing::warn!(
                 "{}: names run {:?}, not the run of its directory: ignored",

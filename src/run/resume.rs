@@ -60,19 +60,37 @@ impl std::fmt::Display for RunKey {
 }
 
 /// The newest run of `key` under `runs/` (by start time, then id). `runs/` and each run's
-/// directory are opened through handles: a link planted at either is not listed.
-pub fn newest(runs: &Path, key: &RunKey) -> Option<RunReport> {
-    let runs = super::record::open_runs(runs).ok()?;
-    runs.entries()
-        .ok()?
+/// directory are opened through handles: a link planted at either is not listed. A run of
+/// this key whose report argus cannot read (edited by hand, cut short) is an error naming
+/// it: a new run would take over its job.
+pub fn newest(runs: &Path, key: &RunKey) -> Result<Option<RunReport>, String> {
+    let Ok(runs) = super::record::open_runs(runs) else {
+        return Ok(None);
+    };
+    let mut found = Vec::new();
+    for (name, _) in runs.entries().unwrap_or_default() {
+        if name.to_string_lossy().starts_with('.') {
+            continue;
+        }
+        match RunReport::read_in(&runs, &name) {
+            Some(report) => found.push(report),
+            None if RunReport::key_in(&runs, &name).as_deref() == Some(key.as_str()) => {
+                return Err(format!(
+                    "{}: the report of a run of this JobSpec cannot be read",
+                    runs.display(Path::new(&name).join(super::record::REPORT))
+                        .display()
+                ));
+            }
+            None => {}
+        }
+    }
+    Ok(found
         .into_iter()
-        .filter(|(name, _)| !name.to_string_lossy().starts_with('.'))
-        .filter_map(|(name, _)| RunReport::read_in(&runs, &name))
         .filter(|r| r.key.as_deref() == Some(key.as_str()))
         .max_by(|a, b| {
             (a.started_at.as_str(), a.run_id.as_str())
                 .cmp(&(b.started_at.as_str(), b.run_id.as_str()))
-        })
+        }))
 }
 
 /// How this `argus run` starts.
@@ -183,7 +201,7 @@ mod tests {
             .unwrap();
         }
         std::fs::create_dir(root.path().join(".tmp-run-d")).unwrap();
-        let found = newest(root.path(), &key).unwrap();
+        let found = newest(root.path(), &key).unwrap().unwrap();
         assert_eq!(found.run_id, "run-b");
         assert!(
             matches!(decide(Some(found.clone()), false), Start::Resume(r) if r.run_id == "run-b")
@@ -192,6 +210,13 @@ mod tests {
         let done = report("run-a", "t", &key, "done");
         assert!(matches!(decide(Some(done), false), Start::Finished(_)));
         assert!(matches!(decide(None, false), Start::New));
-        assert!(newest(&root.path().join("absent"), &key).is_none());
+        assert!(newest(&root.path().join("absent"), &key).unwrap().is_none());
+        // A report of this key that cannot be read is named, not passed over.
+        std::fs::write(
+            root.path().join("run-b").join(crate::run::record::REPORT),
+            format!("{{\"key\": \"{key}\", \"run_id\": 5}}"),
+        )
+        .unwrap();
+        assert!(newest(root.path(), &key).unwrap_err().contains("run-b"));
     }
 }

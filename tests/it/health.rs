@@ -29,6 +29,7 @@ fn lost(container: &str, why: LostWhy) -> Lost {
         host: LOCAL.into(),
         container: Some(container.into()),
         why,
+        head: container.ends_with("-head"),
     }
 }
 

@@ -338,6 +338,67 @@ pub fn a_second_run_follows_the_supervisor(t: &Training) {
     );
 }
 
+/// The Ray head killed: nothing of the job can be stopped through Ray, so its remnants go
+/// with the cluster's containers; the cluster comes back and the run resumes from the
+/// newest complete checkpoint. Each step is in the metrics at most once, and a step the
+/// remnants trained after the head died but that no log kept is named as unlogged.
+pub fn a_killed_head_takes_the_cluster_down_and_up_and_resumes(t: &Training) {
+    let id = "sup-head";
+    let path = spec(
+        t,
+        id,
+        8,
+        "env_vars: {FAKE_STEP_SLEEP: \"2\", FAKE_GPUS: \"1\"}\nrestart: {max: 1, backoff: 0s}\n",
+    );
+    let out = t.ctx.path("sup-head.out");
+    let err = t.ctx.path("sup-head.err");
+    let mut run = t
+        .ctx
+        .argus()
+        .profile(&t.profile)
+        .args(["run", "--json"])
+        .arg_path(&path)
+        .spawn_to(&out, &err);
+    let marker = t.shared.join(format!(
+        "jobs/{id}/checkpoints/latest_checkpointed_iteration.txt"
+    ));
+    poll("global_step_2", Duration::from_secs(180), || {
+        (std::fs::read_to_string(&marker).ok()?.trim() == "2").then_some(())
+    });
+    // The actor's lines reach the driver's log through Ray, a moment after it printed them.
+    poll("the step:2 line", Duration::from_secs(60), || {
+        let logs = t.argus(&["job", "logs", id]);
+        logs.stdout.contains("step:2 - ").then_some(())
+    });
+    let head = format!("{}-head", t.name);
+    docker(&["kill", "-s", "KILL", &head]);
+    let status = run.wait().expect("run");
+    let stderr = std::fs::read_to_string(&err).unwrap_or_default();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("the Ray head is gone"), "{stderr}");
+    let report: Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap_or_default()).expect("json");
+    let all = attempts(&report);
+    assert_eq!(all.len(), 2, "{report:#}");
+    assert_eq!(all[0]["cause"], "node_lost");
+    assert!(
+        all[1]["resumed_from"]["step"].as_u64() >= Some(2),
+        "{report:#}"
+    );
+    let log = std::fs::read_to_string(t.shared.join(format!("jobs/{id}/logs/driver.log")))
+        .unwrap_or_default();
+    // What streamed before the head died is kept (Ray's copy died with it).
+    assert!(!log.is_empty(), "the streamed log was kept");
+    let mut steps = steps_of(t, &format!("{id}-attempt-2"));
+    let unlogged: Vec<u64> = all[0]["unlogged_steps"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default();
+    steps.extend(unlogged);
+    steps.sort();
+    assert_eq!(steps, (1..=8).collect::<Vec<_>>(), "{report:#}");
+}
+
 fn wait_child(mut child: std::process::Child) -> Option<i32> {
     child.wait().expect("wait").code()
 }

@@ -634,6 +634,10 @@ fn training_jobs_on_a_real_cluster() {
         "Supervised: a second run follows",
         a_second_run_follows_the_supervisor,
     );
+    t.scenario(
+        "Supervised: a killed head",
+        a_killed_head_takes_the_cluster_down_and_up_and_resumes,
+    );
     t.argus(&["down"]).code(0);
 }
 

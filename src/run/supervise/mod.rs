@@ -198,18 +198,23 @@ async fn watch_through_outages(
         .unwrap_or_default();
     let grace = UNREACHABLE_GRACE.max(supervisor.policy.host_wait);
     let mut unreachable_since: Option<Instant> = None;
+    // The longest log streamed: a watch attached again streams the log from its start,
+    // and one that could not attach streams nothing.
+    let mut kept = String::new();
     loop {
         let steps = Steps::new();
         let end = watch.attempt(&id, health, &steps, on_log).await;
-        let log = match steps.lock() {
-            Ok(mut s) => {
-                note_steps(rec, s.last_step, s.first_step_at);
-                s.take_log()
+        if let Ok(mut s) = steps.lock() {
+            note_steps(rec, s.last_step, s.first_step_at);
+            let log = s.take_log();
+            if log.len() >= kept.len() {
+                kept = log;
             }
-            Err(_) => String::new(),
-        };
+        }
+        let log = std::mem::take(&mut kept);
         match end {
             Err(e) if e.exit() == Exit::Unreachable => {
+                kept = log;
                 let since = *unreachable_since.get_or_insert_with(Instant::now);
                 if since.elapsed() >= grace {
                     return Err(e);
@@ -220,7 +225,7 @@ async fn watch_through_outages(
                 ));
                 tokio::select! {
                     _ = tokio::time::sleep(Duration::from_secs(5)) => {}
-                    _ = supervisor.interrupt.clone().wait() => return Ok((End::Interrupted, log)),
+                    _ = supervisor.interrupt.clone().wait() => return Ok((End::Interrupted, kept)),
                 }
             }
             other => return other.map(|end| (end, log)),

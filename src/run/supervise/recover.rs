@@ -136,15 +136,24 @@ impl Supervisor<'_> {
                 detail,
                 detected_at,
                 detect_s,
+                head,
             }) => {
                 self.ctx
                     .reporter
                     .note(&format!("attempt {}: {cause}: {detail}", current.n));
                 self.decide(rec, Some(cause), Some(detail), detected_at)?;
+                self.keep_log(&id, log);
                 settled.detect_s = detect_s;
+                if head {
+                    let stopping = Instant::now();
+                    self.end_with_the_cluster(rec, &id).await?;
+                    settled.stop_s = stopping.elapsed().as_secs_f64();
+                    return Ok(settled);
+                }
                 None
             }
             End::Interrupted => {
+                self.keep_log(&id, log);
                 self.ctx.reporter.note(&format!(
                     "interrupted: stopping job {id} (Ctrl-C again leaves it running)"
                 ));
@@ -209,7 +218,7 @@ impl Supervisor<'_> {
         let api = JobsApi { ray: &target.ray };
         let waiting = |status: &str| {
             self.ctx.reporter.note(&format!(
-                "waiting for job {id} to end (Ray says {status}; when the node its driver ran on died, Ray says so only once its health checks give the node up)"
+                "waiting for job {id} to end (Ray says {status}; when a node it ran on died, Ray ends it only once its health checks give the node up)"
             ))
         };
         let info = restart::stop::stop_and_wait(&api, id, STOP_DEADLINE, waiting)
@@ -226,8 +235,51 @@ impl Supervisor<'_> {
             end_time: Some(crate::records::now_ms()),
             ..Default::default()
         });
-        job_watch::record_end_with(target, id, &ended, Some(reason.to_string()), Some(log)).await;
+        let streamed = Some(log).filter(|l| !l.is_empty());
+        job_watch::record_end_with(target, id, &ended, Some(reason.to_string()), streamed).await;
         Ok(ended)
+    }
+
+    /// The log of job `id` as it streamed, saved as its log at once (Ray's copy may have
+    /// died with a node, and argus may be stopped before the job's end is recorded); the
+    /// end of the job saves Ray's whole log over it when Ray still has it.
+    fn keep_log(&self, id: &str, log: &str) {
+        if log.is_empty() {
+            return;
+        }
+        let text = crate::secrets::known().redact_str(log).into_owned();
+        if let Err(e) =
+            self.job_of
+                .records
+                .write_file(id, crate::training::DRIVER_LOG, text.as_bytes())
+        {
+            tracing::warn!("cannot keep the log of job {id}: {e}");
+        }
+    }
+
+    /// The head is gone, and the cluster's Ray state with it: what is left of job `id`
+    /// (its actors on the workers) cannot be stopped through Ray, so it goes with the
+    /// cluster's containers (`down`; the repair brings them back). The job's end is
+    /// recorded as argus ended it.
+    async fn end_with_the_cluster(&self, rec: &mut Recorder, id: &str) -> Result<(), Error> {
+        self.ctx.reporter.note(&format!(
+            "the Ray head is gone: taking the cluster's containers down so nothing of job {id} keeps running"
+        ));
+        up::down(self.ctx).await?;
+        let reason = "argus: node_lost: the Ray head was lost; the cluster's containers were taken down with what was left of the job";
+        let ended = JobInfo {
+            submission_id: Some(id.to_string()),
+            status: JobStatus::Stopped,
+            message: Some(reason.to_string()),
+            end_time: Some(crate::records::now_ms()),
+            ..Default::default()
+        };
+        job_watch::record_end_with(self.job_of.target, id, &ended, Some(reason.into()), None).await;
+        if let Some(current) = rec.report.attempts.last_mut() {
+            current.ended_at = Some(now_rfc3339());
+            current.status = Some(JobStatus::Stopped);
+        }
+        rec.save()
     }
 
     /// After an attempt ended in a way the policy restarts on: the backoff, the cluster
@@ -236,7 +288,9 @@ impl Supervisor<'_> {
     pub async fn recover(&self, rec: &mut Recorder, seen: &Settled) -> Result<Attempt, Error> {
         let previous = rec.report.attempts.last().cloned().unwrap_or_default();
         let repair_started = Instant::now();
-        if !self.policy.backoff.is_zero() {
+        // After a Ctrl-C the user ran it again: no backoff.
+        let interrupted = previous.cause.is_none();
+        if !self.policy.backoff.is_zero() && !interrupted {
             self.ctx.reporter.note(&format!(
                 "restarting in {}",
                 humantime::format_duration(self.policy.backoff)

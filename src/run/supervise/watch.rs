@@ -39,6 +39,9 @@ pub struct Loss {
     /// From the last sign of life to the detection (an upper bound for a lost node: the
     /// last healthy look; for a hang: since the last step).
     pub detect_s: f64,
+    /// The Ray head was lost (or the cluster no longer knows the job): nothing of the job
+    /// can be stopped through Ray; what is left of it goes with the cluster.
+    pub head: bool,
 }
 
 /// What one watch needs.
@@ -94,6 +97,7 @@ impl Watch<'_> {
             Err(Error::JobLost { .. }) => Ok(End::Lost(Loss {
                 cause: RestartOn::NodeLost,
                 detail: format!("the cluster no longer knows job {id} (its head was made again?)"),
+                head: true,
                 detected_at: SystemTime::now(),
                 detect_s: 0.0,
             })),
@@ -167,6 +171,7 @@ impl Watch<'_> {
                     ),
                     detected_at: SystemTime::now(),
                     detect_s: quiet.as_secs_f64(),
+                    head: false,
                 };
             }
         }
@@ -215,5 +220,6 @@ fn node_lost(lost: &[Lost], detect_s: f64) -> Loss {
             .join("; "),
         detected_at: SystemTime::now(),
         detect_s,
+        head: lost.iter().any(|l| l.head),
     }
 }
