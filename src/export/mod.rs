@@ -338,6 +338,11 @@ fn resolve_job(
             .warn(src, &yaml_path!["model_from"], "used by `argus run` only: the model must already be in the HF cache on the volume the pods mount")
             .set_hint(format!("argus prepare --model {model} --model-from {dir}, from a machine that mounts the shared storage"));
     }
+    if job.spec.restart.is_some() {
+        findings
+            .warn(src, &yaml_path!["restart"], "argus's supervision (restart from the newest complete checkpoint) is not carried: a RayJob has none of it; KubeRay's backoffLimit retries on a new cluster, from the start unless verl's resume_mode=auto finds the checkpoint on the volume")
+            .set_hint("supervise the run with `argus run`, or set the RayJob's spec.backoffLimit yourself");
+    }
     if job.spec.submission_id.is_none() {
         let id = derived_submission_id(profile, loaded, derived_code.as_deref());
         notes.push(format!(

@@ -989,6 +989,38 @@ fn json_lists_the_manifest_and_the_warnings() {
     );
 }
 
+/// A restart policy is argus's: the export says it is not carried, at its line.
+#[test]
+fn a_restart_policy_is_said_not_to_be_carried() {
+    let ctx = TestContext::new("exportrestart");
+    let grpo = std::fs::read_to_string("profiles/jobs/grpo.yaml").expect("grpo.yaml");
+    let job = ctx.write("grpo.yaml", &format!("{grpo}restart: {{max: 2}}\n"));
+    let restart_line = grpo.lines().count() + 1;
+    let report = export(
+        &ctx,
+        Path::new("profiles/h20-8gpu.yaml"),
+        Some(&job),
+        &["--json", "--pvc", PVC, "--image", IMAGE],
+    )
+    .code(0)
+    .json();
+    let warning = report["warnings"]
+        .as_array()
+        .expect("warnings")
+        .iter()
+        .find(|w| w["field"] == "restart")
+        .cloned()
+        .expect("a restart warning");
+    assert_eq!(warning["line"].as_u64(), Some(restart_line as u64));
+    assert!(
+        warning["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("not carried"),
+        "{warning}"
+    );
+}
+
 /// One refusal: the files, the flags, and what stderr must say.
 struct Refusal {
     what: &'static str,
