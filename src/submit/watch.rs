@@ -258,6 +258,9 @@ pub async fn record_end_with(
     }
     let api = JobsApi { ray: &target.ray };
     let logs = match api.logs(id).await {
+        // A log only grows: Ray's copy shorter than what streamed (its node gone mid-way)
+        // is not the whole of it.
+        Ok(text) if streamed.is_some_and(|s| s.len() > text.len()) => streamed.map(str::to_string),
         Ok(text) => Some(text),
         Err(e) => {
             tracing::info!(
