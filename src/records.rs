@@ -483,6 +483,12 @@ fn load_in(jobs: &fsx::Dir, id: &str) -> Result<Option<JobRecord>, Error> {
 }
 
 /// Now, in milliseconds since the epoch (how Ray and the records write times).
+/// Now as RFC 3339 with milliseconds (this host's clock): how records, reports and
+/// attempts write a time.
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
 pub fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

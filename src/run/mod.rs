@@ -263,9 +263,7 @@ fn hold(
     Ok(held?)
 }
 
-fn now_rfc3339() -> String {
-    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
-}
+pub(crate) use crate::records::now_rfc3339;
 
 /// Runs the pipeline, or resumes the run of the same key, or says it has ended.
 pub async fn run(

@@ -39,9 +39,7 @@ pub struct Submitted {
     pub submission_id: String,
 }
 
-fn now_rfc3339() -> String {
-    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
-}
+use crate::records::now_rfc3339;
 
 /// Runs a blocking Slurm call off the async runtime's workers.
 async fn blocking<T: Send + 'static>(

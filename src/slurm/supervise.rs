@@ -84,9 +84,7 @@ pub fn decide(policy: Option<&Restart>, attempts: &[Attempt], ending: bool) -> D
     }
 }
 
-fn now_rfc3339() -> String {
-    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
-}
+use crate::records::now_rfc3339;
 
 fn seconds_since(rfc3339: Option<&str>) -> Option<f64> {
     let then = humantime::parse_rfc3339_weak(rfc3339?).ok()?;

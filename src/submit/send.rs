@@ -197,7 +197,7 @@ async fn write_record(
         entrypoint: redact_text(&prepared.shown_entrypoint),
         cluster: target.cluster.clone(),
         dashboard: target.ray.endpoint().to_string(),
-        submitted_at: humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+        submitted_at: crate::records::now_rfc3339(),
         status: JobStatus::Pending,
         time_limit_s: prepared.time_limit_s,
         resumes,
