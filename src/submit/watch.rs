@@ -65,7 +65,12 @@ pub async fn wait(
     if options.follow && !info.status.is_finished() {
         // The websocket tail streams until the job ends; a guard polls the status meanwhile
         // (for the time limit and in case the stream stalls).
-        let tail = api.tail(id, &mut on_log);
+        // What the tail delivered, so that following /logs after it goes on from there.
+        let mut delivered = 0usize;
+        let tail = api.tail(id, |text: &str| {
+            delivered += text.len();
+            on_log(text)
+        });
         let guard = async {
             let mut stopped = None;
             let mut ended_at: Option<Instant> = None;
@@ -92,10 +97,15 @@ pub async fn wait(
         tokio::pin!(guard);
         tokio::select! {
             result = tail => {
-                if let Err(reason) = result {
-                    tracing::info!("log tail unavailable ({reason}); polling /logs instead");
-                    stopped_by_argus = poll_logs(&api, id, options, &mut on_log, started).await?;
+                // The tail ends with the job, or early (it could not be opened, its node's
+                // agent closed it): /logs, from where the tail stopped, follows the rest
+                // (at the job's end: the lines the tail had not delivered yet).
+                match result {
+                    Err(reason) => tracing::info!("log tail unavailable ({reason}); polling /logs instead"),
+                    Ok(()) => tracing::debug!("log tail closed; polling /logs for the rest"),
                 }
+                stopped_by_argus =
+                    poll_logs(&api, id, options, &mut on_log, started, delivered).await?;
             }
             result = &mut guard => stopped_by_argus = result?,
         }
@@ -185,20 +195,32 @@ impl InfeasibleWatch {
     }
 }
 
-/// Fallback for `--follow`: print what `/logs` adds, once a second, until the job ends.
+/// Fallback for `--follow`: print what `/logs` adds after its first `shown` bytes (what
+/// the tail already delivered), once a second, until the job ends.
 async fn poll_logs(
     api: &JobsApi<'_>,
     id: &str,
     options: &WaitOptions,
     on_log: &mut (impl FnMut(&str) + Send),
     started: Instant,
+    mut shown: usize,
 ) -> Result<Option<String>, Error> {
-    let mut shown = 0usize;
     let mut stopped = None;
     poll_fallible(Duration::from_secs(1), async || {
         let info = api.get(id).await?;
-        let logs = api.logs(id).await?;
+        // A log Ray cannot give now (its node gone) does not end the wait.
+        let logs = match api.logs(id).await {
+            Ok(logs) => logs,
+            Err(e) => {
+                tracing::debug!("the log of job {id} is not readable now: {e}");
+                String::new()
+            }
+        };
         if logs.len() > shown {
+            // A count from the tail can fall inside a character: go on from the next one.
+            while !logs.is_char_boundary(shown) {
+                shown += 1;
+            }
             on_log(&logs[shown..]);
             shown = logs.len();
         }
