@@ -94,6 +94,29 @@ pub enum Commands {
     /// not answer.
     Status,
 
+    /// Check every host of the profile before it fails a cluster or a job, and say why.
+    ///
+    /// Per host, each check with what was seen and, when it is not right, why it matters
+    /// and the fix: the engine (reachable, its Docker and API version); for real GPUs the
+    /// container runtime (NVIDIA's device driver, AMD's /dev/kfd) and the GPUs the host has
+    /// against device_ids; /dev/shm and memlock each node container gets against what Ray's
+    /// object store and NCCL need; free disk on the shared storage and the engine's data
+    /// root; its clock against this machine's; the profile image's id, the same on every
+    /// host; the shared storage, the same on every host (a file written on the head's host
+    /// read back on the others); the ports of each node's block and the network to the
+    /// head. With a JOBSPEC, also its model and datasets complete in the shared storage's
+    /// HF cache and datasets directory (nothing is downloaded).
+    ///
+    /// Looks only: short-lived probe containers of the cluster's image on each host (removed
+    /// afterwards) and, across hosts, one probe file on the shared storage (removed too);
+    /// nothing else is changed. Every check is bounded in time (5 s); the
+    /// cheap ones also run first inside `up`. Works before `up` (the image must be on a
+    /// host for the checks that look inside it) and on a running cluster.
+    ///
+    /// Exit 0 when every check is ok or a warning, 1 when a check failed, 4 when a check
+    /// could not be made (an engine that does not answer) and none failed.
+    Doctor(DoctorArgs),
+
     /// Build or inspect the runtime image.
     #[command(subcommand)]
     Image(ImageCommand),
@@ -140,7 +163,7 @@ pub enum Commands {
     /// drifted; a replay resumes by the same rule. Exit code: the job's (0/1/3).
     Run(RunArgs),
 
-    /// Inspect and control jobs: status, logs, stop, list, wait, metrics, plot.
+    /// Inspect and control jobs: status, logs, stop, list, wait, metrics, plot, diagnose.
     #[command(subcommand)]
     Job(JobCommand),
 
@@ -452,6 +475,25 @@ pub struct SubmitArgs {
 pub enum JobCommand {
     /// A job's status (from the cluster, or argus's record once the cluster forgot it).
     Status { id: String },
+    /// Collect a failure bundle of a job and say why it failed.
+    ///
+    /// Into jobs/<id>/diagnostics/<attempt>/ on the shared storage: the driver log, each
+    /// node's Ray logs (raylet, gcs_server, the job's workers' .out/.err and core-worker
+    /// logs, each as its tail) copied out of every container on every host, the
+    /// containers' states (exit codes, OOM-killed), `nvidia-smi` where there are NVIDIA
+    /// GPUs, their env (secrets redacted by name and by value), the resolved profile and
+    /// the job's JobSpec, and a manifest. Then the triage: the first error across all
+    /// nodes by time, matched against known causes (OOM-killed, CUDA out of memory,
+    /// NCCL/Gloo, ImportError, Hydra config, disk full, a node that died), printed as one
+    /// line with the file that holds it. Bounded: the tail of each log, under 50 MB and
+    /// about 30 s. `argus run` makes one by itself when a job fails or loses a node.
+    /// Exit 0 when the bundle was written, 2 for an unknown job.
+    Diagnose {
+        id: String,
+        /// The attempt the bundle is filed under (default: the job's attempt of its run, else 1).
+        #[arg(long)]
+        attempt: Option<u32>,
+    },
     /// A job's driver log.
     ///
     /// A log is text others wrote, so it is made safe for a terminal, on a terminal or
@@ -573,6 +615,18 @@ pub struct UpArgs {
     /// Seconds to wait for Ray to be ready (default: the profile's ray.ready_timeout_s).
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// A JobSpec whose model and datasets must be complete on the shared storage.
+    #[arg(value_name = "JOBSPEC")]
+    pub jobspec: Option<PathBuf>,
+    /// After `up`: an all-reduce between the worker containers (torch.distributed: gloo on
+    /// CPU, NCCL on GPUs; needs torch in the image, e.g. the verl image), its latency and
+    /// bandwidth per pair of workers, and the worker that does not answer.
+    #[arg(long)]
+    pub collective: bool,
 }
 
 #[derive(Debug, Args)]

@@ -23,6 +23,8 @@ pub mod cluster;
 mod commands;
 pub mod config;
 pub mod data;
+pub mod diagnose;
+pub mod doctor;
 pub mod exit;
 pub mod export;
 pub mod hydra;

@@ -19,7 +19,8 @@ import sys
 # order: a stage composes the ones after it, never one before it).
 LAYERS = {
     "main": 0, "crate": 0, "commands": 0.1, "cli": 0.2,
-    "run": 1.0, "slurm": 1.1, "export": 1.2, "restart": 1.25, "submit": 1.3, "training": 1.4,
+    "run": 1.0, "doctor": 1.05, "slurm": 1.1, "export": 1.2, "restart": 1.25,
+    "diagnose": 1.27, "submit": 1.3, "training": 1.4,
     "inputs": 1.5, "cluster": 1.6, "data": 1.7, "snapshot": 1.8,
     "config": 2, "ui": 2,
 }

@@ -375,24 +375,31 @@ pub async fn tail_logs(docker: &Docker, name: &str, lines: usize) -> String {
         .join("\n")
 }
 
-/// Runs a short-lived container to its end: its exit code and what it printed. The
-/// container is created unnamed (Docker names it), so it can never take or remove
-/// somebody else's container, and it is removed by its id afterwards, also when waiting
-/// for it fails.
-pub async fn run_to_end(
+/// [`run_to_end`] bounded in time: past `limit` the container is removed all the same and
+/// the answer is `Ok(None)`. Its removal is bounded too (by `limit` again).
+pub async fn run_to_end_within(
     docker: &Docker,
     body: ContainerCreateBody,
-) -> Result<(i64, String), Error> {
+    limit: Duration,
+) -> Result<Option<(i64, String)>, Error> {
     use bollard::query_parameters::{RemoveContainerOptionsBuilder, WaitContainerOptions};
-    let created = docker
-        .create_container(
+    let created = tokio::time::timeout(
+        limit,
+        docker.create_container(
             None::<bollard::query_parameters::CreateContainerOptions>,
             body,
-        )
-        .await
-        .map_err(docker_err("create a short-lived container"))?;
-    let id = created.id;
-    let outcome = async {
+        ),
+    )
+    .await;
+    let id = match created {
+        Err(_) => return Ok(None),
+        Ok(created) => {
+            created
+                .map_err(docker_err("create a short-lived container"))?
+                .id
+        }
+    };
+    let outcome = tokio::time::timeout(limit, async {
         docker
             .start_container(
                 &id,
@@ -405,7 +412,6 @@ pub async fn run_to_end(
         while let Some(item) = waits.next().await {
             match item {
                 Ok(response) => code = response.status_code,
-                // A non-zero exit comes back as an error carrying the code.
                 Err(bollard::errors::Error::DockerContainerWaitError { code: c, .. }) => code = c,
                 Err(e) => return Err(docker_err(format!("wait for container {id}"))(e)),
             }
@@ -417,9 +423,22 @@ pub async fn run_to_end(
             text.push_str(&chunk.to_string());
         }
         Ok((code, text))
-    }
+    })
     .await;
     let options = RemoveContainerOptionsBuilder::new().force(true).build();
-    let _ = docker.remove_container(&id, Some(options)).await;
-    outcome
+    let _ = tokio::time::timeout(limit, docker.remove_container(&id, Some(options))).await;
+    outcome.map_or(Ok(None), |r| r.map(Some))
+}
+
+/// Runs a short-lived container to its end: its exit code and what it printed. The
+/// container is created unnamed (Docker names it), so it can never take or remove
+/// somebody else's container, and it is removed by its id afterwards, also when waiting
+/// for it fails.
+pub async fn run_to_end(
+    docker: &Docker,
+    body: ContainerCreateBody,
+) -> Result<(i64, String), Error> {
+    // Unbounded: a deadline this far away is never reached.
+    let outcome = run_to_end_within(docker, body, Duration::MAX).await?;
+    Ok(outcome.unwrap_or((-1, String::new())))
 }

@@ -7,8 +7,11 @@
 
 pub mod access;
 pub mod auth;
+pub mod collect;
 pub mod docker;
+pub mod doctor;
 pub mod health;
+pub mod held;
 pub mod hosts;
 pub mod image;
 pub mod node;
@@ -75,6 +78,10 @@ pub enum Error {
     NoTokenAuth { image: String, version: String },
     #[error("refusing to dial {endpoint}: {detail}")]
     SshHostKey { endpoint: String, detail: String },
+    #[error("cannot learn which interface host {host} reaches the head through: {detail}")]
+    RouteProbe { host: String, detail: String },
+    #[error("{}", doctor::findings_text(.0))]
+    Preflight(Vec<doctor::Finding>),
     #[error("host {host} does not see the shared storage the head's host sees: {detail}")]
     SharedStorageDiffers { host: String, detail: String },
     #[error("container {name} stopped while starting Ray (exit code {exit_code}):\n{logs}")]
@@ -136,6 +143,8 @@ impl Classify for Error {
             | Error::NameTaken { .. }
             | Error::SharedStorage { .. }
             | Error::SharedStorageDiffers { .. }
+            | Error::Preflight(_)
+            | Error::RouteProbe { .. }
             | Error::NotReady { .. }
             | Error::NodeExited { .. } => Exit::Failed,
         }
@@ -155,7 +164,9 @@ impl Classify for Error {
             Error::NameTaken { name, .. } => Some(format!("remove or rename that container (docker rm -f {name}), or give the profile another name")),
             Error::SshHostKey { .. } => Some("argus never trusts a host key it is shown for the first time: check the host's key fingerprint and add it to known_hosts (connect once with ssh, or ssh-keyscan HOST >> ~/.ssh/known_hosts after checking it)".into()),
             Error::HostsUnreachable(_) => Some("each host's Docker Engine must answer at its endpoint (hosts[].docker): is it running, and can this machine reach it (ssh keys and known hosts, TLS certificates, firewall)? Nothing was changed on any host".into()),
+            Error::RouteProbe { .. } => Some("argus runs a short-lived container of the cluster's image with host networking on each host to find the interface NCCL and Gloo must use; see that it runs there, or set NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME in the profile's env (then argus does not probe)".into()),
             Error::SharedStorageDiffers { .. } => Some("mount the same storage (e.g. the NFS export) at shared.host_path on every host, or use shared.nfs so that Docker mounts it everywhere".into()),
+            Error::Preflight(findings) => Some(doctor::findings_fix(findings)),
             Error::NotReady { .. } => Some("`argus status` shows the containers and nodes; `docker logs <container>` shows Ray's output".into()),
             Error::Lock(e) => e.hint(),
             Error::Tunnel(e) => e.hint(),

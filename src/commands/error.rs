@@ -42,6 +42,8 @@ pub enum Error {
     #[error(transparent)]
     Training(#[from] crate::training::Error),
     #[error(transparent)]
+    Diagnose(#[from] crate::diagnose::Error),
+    #[error(transparent)]
     Live(#[from] crate::submit::live::Error),
     #[error(transparent)]
     Records(#[from] crate::records::Error),
@@ -99,6 +101,7 @@ impl Classify for Error {
             Error::Lock(e) => e.exit(),
             Error::Export(e) => e.exit(),
             Error::Training(e) => e.exit(),
+            Error::Diagnose(e) => e.exit(),
             Error::Live(e) => e.exit(),
             Error::Restart(e) => e.exit(),
             Error::Records(e) => e.exit(),
@@ -131,6 +134,7 @@ impl Classify for Error {
             Error::Lock(e) => e.hint(),
             Error::Export(e) => e.hint(),
             Error::Training(e) => e.hint(),
+            Error::Diagnose(e) => e.hint(),
             Error::Live(e) => e.hint(),
             Error::Restart(e) => e.hint(),
             Error::Records(e) => e.hint(),

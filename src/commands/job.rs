@@ -163,8 +163,12 @@ pub(super) fn tail_text(tail: &[String]) -> String {
 
 pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<Exit> {
     check_ids(command)?;
+    if let JobCommand::Diagnose { id, attempt } = command {
+        return diagnose(cli, id, *attempt, printer).await;
+    }
     let target = target(cli).await?;
     match command {
+        JobCommand::Diagnose { .. } => Ok(Exit::Usage),
         JobCommand::Status { id } => status(&target, id, printer).await,
         JobCommand::Logs { id, follow: false } => logs(&target, id, printer).await,
         JobCommand::Logs { id, follow: true } | JobCommand::Wait { id, .. } => {
@@ -186,6 +190,7 @@ pub async fn run(cli: &Cli, command: &JobCommand, printer: &Printer) -> Result<E
 fn check_ids(command: &JobCommand) -> Result<()> {
     match command {
         JobCommand::Status { id }
+        | JobCommand::Diagnose { id, .. }
         | JobCommand::Logs { id, .. }
         | JobCommand::Stop { id, .. }
         | JobCommand::Wait { id, .. }
@@ -209,8 +214,12 @@ async fn status(target: &Target, id: &str, printer: &Printer) -> Result<Exit> {
         .with_context(|| format!("cannot read the status of job {id}"))?;
     let progress = crate::submit::live::progress(target, id, &info, record.as_ref()).await;
     let tail = watch::failure_tail(target, id, &info).await;
+    let diagnosis = target
+        .records()
+        .and_then(|records| crate::diagnose::latest(&records, id));
     if printer.json {
-        printer.json(&serde_json::json!({"job": info, "record": record, "from_cluster": from_cluster, "progress": progress, "driver_tail": tail}));
+        let diagnosis = diagnosis.as_ref().map(|(attempt, found)| serde_json::json!({"attempt": attempt, "triage": found, "line": found.as_ref().map(|t| t.one_line())}));
+        printer.json(&serde_json::json!({"job": info, "record": record, "from_cluster": from_cluster, "progress": progress, "driver_tail": tail, "diagnosis": diagnosis}));
     } else {
         let mut rows = vec![
             vec!["submission_id".to_string(), id.to_string()],
@@ -242,6 +251,9 @@ async fn status(target: &Target, id: &str, printer: &Printer) -> Result<Exit> {
         if let Some(p) = &progress {
             rows.extend(super::training::progress_rows(p));
         }
+        if let Some((_, found)) = &diagnosis {
+            rows.push(vec!["diagnosis".into(), diagnosis_text(found.as_ref())]);
+        }
         rows.push(vec![
             "source".into(),
             if from_cluster {
@@ -256,6 +268,71 @@ async fn status(target: &Target, id: &str, printer: &Printer) -> Result<Exit> {
         }
         printer.data(text);
     }
+    Ok(Exit::Success)
+}
+
+/// A bundle's triage as `job status` and `job diagnose` show it.
+fn diagnosis_text(found: Option<&crate::diagnose::Triage>) -> String {
+    match found {
+        Some(t) => t.one_line(),
+        None => "nothing in the bundle names an error".into(),
+    }
+}
+
+/// `job diagnose ID`: the job's failure bundle, collected now, and its triage. The
+/// profile's containers are read whether Ray answers or not (a job the cluster forgot
+/// still has its records and the nodes' logs).
+async fn diagnose(cli: &Cli, id: &str, attempt: Option<u32>, printer: &Printer) -> Result<Exit> {
+    let loaded = super::profile(cli)?;
+    let target = match target(cli).await {
+        Ok(target) => target,
+        Err(e) => {
+            tracing::info!(
+                "the cluster's Ray is not reachable ({e:#}): reading the records and containers"
+            );
+            let ray = crate::ray::RayClient::new(&loaded.dashboard_url(), None);
+            Target::from_profile(&loaded, ray)
+        }
+    };
+    let attempt = attempt.unwrap_or_else(|| {
+        id.rsplit_once("-attempt-")
+            .and_then(|(_, n)| n.parse().ok())
+            .unwrap_or(1)
+    });
+    let job = crate::diagnose::Job {
+        loaded: &loaded,
+        target: &target,
+        id,
+        attempt,
+    };
+    let bundle = crate::diagnose::collect(&job, &crate::diagnose::Limits::default())
+        .await
+        .with_context(|| format!("cannot make the failure bundle of job {id}"))?;
+    if printer.json {
+        printer.json(&serde_json::json!({
+            "bundle": bundle.path,
+            "attempt": attempt,
+            "triage": bundle.triage,
+            "line": bundle.triage.as_ref().map(|t| t.one_line()),
+            "manifest": bundle.manifest,
+        }));
+        return Ok(Exit::Success);
+    }
+    let m = &bundle.manifest;
+    printer.info(format!(
+        "bundle {} ({} files, {:.1} MB, {:.1} s)",
+        bundle.path.display(),
+        m.files.len(),
+        m.bytes as f64 / 1e6,
+        m.seconds
+    ));
+    for missed in &m.not_collected {
+        printer.warn(format!("not collected: {}: {}", missed.what, missed.why));
+    }
+    printer.data(format!(
+        "diagnosis: {}",
+        diagnosis_text(bundle.triage.as_ref())
+    ));
     Ok(Exit::Success)
 }
 

@@ -6,6 +6,7 @@
 //! command that talks to Docker has its endpoint parsed: a malformed one is bad input.
 
 mod cluster;
+mod doctor;
 pub mod error;
 mod export;
 mod image;
@@ -30,6 +31,7 @@ pub async fn run(cli: &Cli, printer: &Printer) -> Result<Exit> {
         Commands::Up(args) => cluster::up(&docker_profile(cli)?, args, printer).await,
         Commands::Down(args) => cluster::down(&docker_profile(cli)?, args, printer).await,
         Commands::Status => cluster::status(&docker_profile(cli)?, printer).await,
+        Commands::Doctor(args) => doctor::run(&docker_profile(cli)?, args, printer).await,
         Commands::Image(ImageCommand::Build(args)) => {
             match &cli.profile {
                 Some(_) => drop(docker_profile(cli)?),
@@ -105,6 +107,7 @@ fn command_name(command: &Commands) -> &'static str {
         Commands::Up(_) => "up",
         Commands::Down(_) => "down",
         Commands::Status => "status",
+        Commands::Doctor(_) => "doctor",
         Commands::Image(_) => "image build",
         Commands::Snapshot(_) => "snapshot",
         Commands::Prepare(_) => "prepare",

@@ -476,7 +476,7 @@ const MAX_MANIFEST: u64 = 1 << 20;
 
 /// The outputs a manifest lists are the dataset's own files, each still with its sha256
 /// (read through the dataset directory's handle).
-fn outputs_intact(dir: &Dir, outputs: &[FileDigest]) -> bool {
+pub fn outputs_intact(dir: &Dir, outputs: &[FileDigest]) -> bool {
     let expected: Vec<String> = SPLITS.iter().map(|s| format!("{s}.parquet")).collect();
     outputs.len() == expected.len()
         && outputs.iter().zip(&expected).all(|(o, name)| {

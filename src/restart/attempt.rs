@@ -50,6 +50,10 @@ pub struct Attempt {
     /// How long each part of the recovery that started this attempt took.
     #[serde(default)]
     pub recovery: Option<RecoveryTimes>,
+    /// The triage of its failure bundle (`jobs/<id>/diagnostics/<n>/`): the first error
+    /// across the nodes and the file that holds it, one line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnosis: Option<String>,
 }
 
 /// A checkpoint an attempt resumed from.

@@ -595,8 +595,25 @@ async fn stage_wait(
         follow: ctx.options.follow,
     };
     let info = job::wait(job_of.target, job_of.records, id, &wait, on_log).await?;
+    if info.status == crate::ray::jobs::JobStatus::Failed {
+        rec.report.diagnosis = diagnose_failed(ctx, job_of).await;
+    }
     rec.end(info.status.to_string())?;
     collect(ctx, rec, id, info.status, info.message)
+}
+
+/// The failure bundle of the run's failed job, and its triage shown (bounded; one that
+/// cannot be made is a warning, never the run's outcome).
+async fn diagnose_failed(ctx: &Ctx<'_>, job_of: &Submitted<'_>) -> Option<String> {
+    let job = crate::diagnose::Job {
+        loaded: ctx.loaded,
+        target: job_of.target,
+        id: job_of.id,
+        attempt: 1,
+    };
+    let line = crate::diagnose::after_failure(&job, &Default::default()).await?;
+    ctx.reporter.note(&format!("diagnosis: {line}"));
+    Some(line)
 }
 
 /// collect: where the outputs of the run's (last) job are.

@@ -188,6 +188,10 @@ pub struct RunReport {
     /// Why a supervised run stopped restarting (its `max` reached).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gave_up: Option<String>,
+    /// The triage of a failed job's bundle (`jobs/<id>/diagnostics/1/`), one line; a
+    /// supervised run's are on its attempts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnosis: Option<String>,
 }
 
 impl RunReport {

@@ -602,6 +602,8 @@ pub fn plan_inputs(
             crate::cluster::node::LABEL_SLURM_JOB.to_string(),
             alloc.job_id.to_string(),
         )]),
+        // Not probed on Slurm nodes (yet): NCCL and Gloo choose, or the profile's env says.
+        collective_iface: BTreeMap::new(),
     }
 }
 

@@ -34,12 +34,20 @@ pub(super) fn cluster_env(p: &Profile, inputs: &PlanInputs) -> BTreeMap<String, 
     env
 }
 
-/// The profile's environment with a node's own `env` over it.
+/// The profile's environment with a node's own `env` over it; on a host whose interface to
+/// the head `up` learned (`iface`), the collectives' interface variables the profile and the
+/// node leave unset.
 pub(super) fn with_node_env(
     env: &BTreeMap<String, String>,
     node: &NodeSpec,
+    iface: Option<&String>,
 ) -> BTreeMap<String, String> {
     let mut env = env.clone();
     env.extend(node.env.clone());
+    if let Some(iface) = iface {
+        for var in ["NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"] {
+            env.entry(var.to_string()).or_insert_with(|| iface.clone());
+        }
+    }
     env
 }

@@ -196,6 +196,10 @@ pub struct PlanInputs {
     pub first_block: BTreeMap<String, u32>,
     /// Labels added to every container.
     pub labels: BTreeMap<String, String>,
+    /// Host networking across hosts: the interface each host reaches the head through, set
+    /// as `NCCL_SOCKET_IFNAME` and `GLOO_SOCKET_IFNAME` on its nodes unless the profile or
+    /// the node sets them (learned by a probe in `up`: `doctor::network::ifaces_for_up`).
+    pub collective_iface: BTreeMap<String, String>,
 }
 
 pub fn network_name(cluster: &str) -> String {

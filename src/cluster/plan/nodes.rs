@@ -103,6 +103,7 @@ pub(super) fn head(cx: &Context, blocks: &mut Blocks) -> ContainerPlan {
             p.ray.dashboard_port,
         )]
     };
+    let env = with_node_env(&cx.env, &p.head, cx.inputs.collective_iface.get(&head_host));
     ContainerPlan {
         name: head.clone(),
         host: head_host,
@@ -112,7 +113,7 @@ pub(super) fn head(cx: &Context, blocks: &mut Blocks) -> ContainerPlan {
         image: p.image.clone(),
         image_id: cx.inputs.image_id.clone(),
         command,
-        env: with_node_env(&cx.env, &p.head),
+        env,
         cpus: p.head.cpus,
         memory: p.head.memory.map(|s| s.0),
         shm_size: p.head.shm_size.map(|s| s.0),
@@ -180,7 +181,7 @@ pub(super) fn workers(cx: &Context, blocks: &mut Blocks) -> Vec<ContainerPlan> {
                 image: p.image.clone(),
                 image_id: cx.inputs.image_id.clone(),
                 command,
-                env: with_node_env(&cx.env, &node),
+                env: with_node_env(&cx.env, &node, cx.inputs.collective_iface.get(host)),
                 cpus: node.cpus,
                 memory: node.memory.map(|s| s.0),
                 shm_size: node.shm_size.map(|s| s.0),

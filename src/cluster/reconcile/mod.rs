@@ -26,11 +26,12 @@ use crate::lock;
 use crate::ray::RayNode;
 use crate::ui::Reporter;
 
+pub use super::held::observe_ports;
 pub use diff::{Action, diff};
 use infra::{create_layout_inside, ensure_network, prepare_storage};
 pub(crate) use infra::{remove, start};
 use observe::cluster_networks;
-pub use observe::{Observed, observe, observe_all, observe_ports};
+pub use observe::{Observed, observe, observe_all};
 use wait::wait;
 
 #[derive(Debug, Clone, Serialize)]
@@ -111,7 +112,7 @@ pub async fn up(
     hosts::check_distinct(&engines).await?;
     let (image_id, images) = image_on_hosts(loaded, &engines, options.dry_run, reporter).await?;
     check_token_auth(loaded, &engines, &image_id).await?;
-    let plan = plan_cluster(loaded, &engines, &image_id, &token).await?;
+    let plan = plan_cluster(loaded, &engines, &image_id, &token, options.dry_run).await?;
     // A dry run only looks; anything that may act holds the cluster's lock from here.
     let _lock = if options.dry_run {
         None
@@ -140,6 +141,13 @@ pub async fn up(
         return Ok(report);
     }
 
+    // About to start containers: what would stop them is said now, not after the timeout.
+    if actions
+        .iter()
+        .any(|a| matches!(a, Action::Create { .. } | Action::Recreate { .. }))
+    {
+        super::doctor::preflight(&engines, &plan, loaded, reporter).await?;
+    }
     let head_engine = converge(&engines, &plan, &actions, reporter).await?;
     let ray = access::ray_client_on(loaded, &head_engine.docker, token).await?;
     let nodes = wait(&engines, &ray, &plan, options.timeout, reporter).await?;
@@ -173,16 +181,29 @@ async fn plan_cluster(
     engines: &[Engine],
     image_id: &str,
     token: &Option<String>,
+    dry_run: bool,
 ) -> Result<ClusterPlan, Error> {
     let (held, own) = observe_ports(engines, &loaded.profile.name).await?;
     let first_block = plan::choose_first_blocks(&loaded.profile, &held, &own)
         .map_err(|clash| Error::Ports(Box::new(clash)))?;
+    // Across hosts with host networking: the interface each host reaches the head through,
+    // for NCCL and Gloo. A dry run may not have the image on every host yet: then unset.
+    let collective_iface =
+        match super::doctor::network::ifaces_for_up(&loaded.profile, engines, image_id).await {
+            Ok(ifaces) => ifaces,
+            Err((host, detail)) if dry_run => {
+                tracing::debug!("dry run: no interface probe on host {host}: {detail}");
+                Default::default()
+            }
+            Err((host, detail)) => return Err(Error::RouteProbe { host, detail }),
+        };
     Ok(plan::plan(
         loaded,
         &PlanInputs {
             image_id: image_id.to_string(),
             token: token.clone(),
             first_block,
+            collective_iface,
             ..Default::default()
         },
     ))

@@ -123,7 +123,7 @@ impl Supervisor<'_> {
                 let failed = (info.status == JobStatus::Failed).then_some(RestartOn::Failed);
                 if failed.is_some() {
                     let detail = failure_detail(target, &id, &info).await;
-                    self.decide(rec, failed, detail, SystemTime::now())?;
+                    self.decide(rec, failed, detail, SystemTime::now()).await?;
                 }
                 // From the job's end (Ray's clock) to now.
                 settled.detect_s = info.end_time.map_or(0.0, |end| {
@@ -141,7 +141,8 @@ impl Supervisor<'_> {
                 self.ctx
                     .reporter
                     .note(&format!("attempt {}: {cause}: {detail}", current.n));
-                self.decide(rec, Some(cause), Some(detail), detected_at)?;
+                self.decide(rec, Some(cause), Some(detail), detected_at)
+                    .await?;
                 self.keep_log(&id, log);
                 settled.detect_s = detect_s;
                 if head {
@@ -157,7 +158,8 @@ impl Supervisor<'_> {
                 self.ctx.reporter.note(&format!(
                     "interrupted: stopping job {id} (Ctrl-C again leaves it running)"
                 ));
-                self.decide(rec, None, Some(INTERRUPTED.to_string()), SystemTime::now())?;
+                self.decide(rec, None, Some(INTERRUPTED.to_string()), SystemTime::now())
+                    .await?;
                 settled.interrupted = true;
                 None
             }
@@ -191,8 +193,10 @@ impl Supervisor<'_> {
         Ok(settled)
     }
 
-    /// The current attempt's end as argus decided it, saved before anything acts on it.
-    fn decide(
+    /// The current attempt's end as argus decided it, saved before anything acts on it;
+    /// then, for a failure or a lost node, its failure bundle (bounded; one that cannot
+    /// be made is a warning, never the run's outcome) and its triage on the attempt.
+    async fn decide(
         &self,
         rec: &mut Recorder,
         cause: Option<RestartOn>,
@@ -205,6 +209,26 @@ impl Supervisor<'_> {
             if cause.is_some() {
                 current.detected_at = Some(humantime::format_rfc3339_millis(at).to_string());
             }
+        }
+        rec.save()?;
+        let Some(current) = rec.report.attempts.last().filter(|_| cause.is_some()) else {
+            return Ok(());
+        };
+        let (id, n) = (current.submission_id.clone(), current.n);
+        let job = crate::diagnose::Job {
+            loaded: self.ctx.loaded,
+            target: self.job_of.target,
+            id: &id,
+            attempt: n,
+        };
+        let line = crate::diagnose::after_failure(&job, &Default::default()).await;
+        if let Some(line) = &line {
+            self.ctx
+                .reporter
+                .note(&format!("attempt {n}: diagnosis: {line}"));
+        }
+        if let Some(current) = rec.report.attempts.last_mut() {
+            current.diagnosis = line;
         }
         rec.save()
     }

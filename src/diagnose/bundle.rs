@@ -1,0 +1,931 @@
+//! One failure bundle: gathered (the job's record and driver log, the cluster's containers
+//! through [`crate::cluster::collect`]), redacted, triaged, and written into the job's
+//! directory under a temporary name, then renamed to `diagnostics/<attempt>`.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::triage::{self, ContainerEnd, EndKind, Log, Triage, Window};
+use super::{DIR, Error, MANIFEST, TRIAGE};
+use crate::cluster::collect::{self as gather, LogFile, Wanted};
+use crate::config::LoadedProfile;
+use crate::fsx;
+use crate::ray::jobs::{JobInfo, JobsApi};
+use crate::records::{JobRecord, Records};
+use crate::secrets::{self, Secrets};
+use crate::submit::Target;
+
+/// The job a bundle is made for.
+pub struct Job<'a> {
+    pub loaded: &'a LoadedProfile,
+    pub target: &'a Target,
+    pub id: &'a str,
+    /// 1 for a plain job; the supervisor's attempt number otherwise.
+    pub attempt: u32,
+}
+
+/// How much a bundle may hold and take.
+#[derive(Debug, Clone, Serialize)]
+pub struct Limits {
+    /// The tail kept of each of Ray's log files.
+    pub file_bytes: u64,
+    /// All of one node's Ray logs.
+    pub node_bytes: u64,
+    /// The whole bundle.
+    pub total_bytes: u64,
+    /// The tail of the driver's log.
+    pub driver_bytes: u64,
+    /// For the containers' part (the rest is local and quick).
+    #[serde(with = "secs")]
+    pub time: Duration,
+}
+
+mod secs {
+    pub fn serialize<S: serde::Serializer>(
+        d: &std::time::Duration,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(d.as_secs_f64())
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            file_bytes: 1 << 20,
+            node_bytes: 14 << 20,
+            total_bytes: 48 << 20,
+            driver_bytes: 4 << 20,
+            time: Duration::from_secs(25),
+        }
+    }
+}
+
+/// One file of the bundle, as the manifest lists it.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Entry {
+    pub path: String,
+    pub bytes: u64,
+    /// Where it came from.
+    pub source: String,
+    /// The size of what it is the tail of, when it is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_bytes: Option<u64>,
+    #[serde(default)]
+    pub truncated: bool,
+}
+
+/// Something that could not be collected.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Missed {
+    pub what: String,
+    pub why: String,
+}
+
+/// `manifest.json`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Manifest {
+    pub job: String,
+    pub attempt: u32,
+    pub collected_at: String,
+    /// How long the collection took.
+    pub seconds: f64,
+    /// The bundle's size (every file but this manifest).
+    pub bytes: u64,
+    pub limits: serde_json::Value,
+    #[serde(default)]
+    pub ray_job_id: Option<String>,
+    /// The job's window the triage and the events were read in (RFC 3339).
+    #[serde(default)]
+    pub window: (Option<String>, Option<String>),
+    pub files: Vec<Entry>,
+    pub not_collected: Vec<Missed>,
+}
+
+/// A bundle as written.
+#[derive(Debug)]
+pub struct Bundle {
+    /// `jobs/<id>/diagnostics/<attempt>`, for messages.
+    pub path: PathBuf,
+    pub manifest: Manifest,
+    pub triage: Option<Triage>,
+}
+
+/// The files of a bundle being made, in the triage's file order.
+#[derive(Default)]
+struct Files {
+    files: Vec<(String, Vec<u8>, Entry)>,
+    missed: Vec<Missed>,
+    /// Log files the triage reads (indices into `files`).
+    logs: Vec<usize>,
+}
+
+impl Files {
+    fn add(&mut self, path: String, bytes: Vec<u8>, source: String, of: Option<u64>, log: bool) {
+        let entry = Entry {
+            path: path.clone(),
+            bytes: bytes.len() as u64,
+            source,
+            source_bytes: of,
+            truncated: of.is_some_and(|size| size > bytes.len() as u64),
+        };
+        if log {
+            self.logs.push(self.files.len());
+        }
+        self.files.push((path, bytes, entry));
+    }
+
+    fn miss(&mut self, what: impl Into<String>, why: impl Into<String>) {
+        self.missed.push(Missed {
+            what: what.into(),
+            why: why.into(),
+        });
+    }
+}
+
+/// Collects, triages and writes the bundle of `job` (see the module's doc). Errors only
+/// when the job is unknown or the bundle cannot be written; what cannot be collected is
+/// named in the manifest.
+pub async fn collect(job: &Job<'_>, limits: &Limits) -> Result<Bundle, Error> {
+    let started = Instant::now();
+    let id = job.id;
+    let records = job
+        .target
+        .records()
+        .ok_or_else(|| Error::NoRecords(id.to_string()))?;
+    let record = records
+        .load(id)?
+        .ok_or_else(|| Error::UnknownJob(id.to_string()))?;
+    let api = JobsApi {
+        ray: &job.target.ray,
+    };
+    let info = tokio::time::timeout(Duration::from_secs(5), api.get(id))
+        .await
+        .ok()
+        .and_then(Result::ok);
+    let mut redact = secrets::known();
+    if let Some(env) = info
+        .as_ref()
+        .and_then(|i| i.runtime_env.as_ref())
+        .and_then(|e| e.get("env_vars"))
+        .and_then(|e| e.as_object())
+    {
+        redact.add_vars(
+            env.iter()
+                .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?))),
+        );
+    }
+    let window = window_of(info.as_ref(), &record);
+    let mut files = Files::default();
+
+    // The driver's log: the one argus saved, else Ray's, else the head's file (below).
+    let driver = driver_log(&records, &api, id, limits.driver_bytes).await;
+    let want_driver_file = driver.is_none();
+
+    let job_hex = info.as_ref().and_then(|i| i.job_id.clone());
+    let since_s = window.from_ms.map_or(0, |ms| ms / 1000);
+    let nodes = crate::cluster::plan::plan(job.loaded, &Default::default())
+        .containers
+        .len()
+        .max(1) as u64;
+    let node_cap = limits.node_bytes.min(
+        limits
+            .total_bytes
+            .saturating_sub(limits.driver_bytes + (1 << 20))
+            / nodes,
+    );
+    let file_cap = limits.file_bytes;
+    let choose = |head: bool, listing: &[LogFile]| {
+        choose(
+            listing,
+            job_hex.as_deref(),
+            since_s as f64,
+            (head && want_driver_file).then_some(id),
+            file_cap,
+            node_cap,
+        )
+    };
+    let pick = |head: bool, f: &LogFile| {
+        pick_one(
+            f,
+            job_hex.as_deref(),
+            since_s as f64,
+            (head && want_driver_file).then_some(id),
+            file_cap,
+        )
+    };
+    let request = gather::Request {
+        since_s,
+        until_s: unix_now(),
+        choose: &choose,
+        pick: &pick,
+        node_cap,
+        deadline: started + limits.time,
+    };
+    let collected = gather::collect(job.loaded, &request).await?;
+    for host in &collected.unreachable {
+        files.miss(format!("host {}", host.host), host.to_string());
+    }
+    // Every secret-named value of every container's env is redacted everywhere.
+    for c in &collected.containers {
+        redact.add_vars(c.env.iter().filter_map(|kv| kv.split_once('=')));
+    }
+    let mut ends = Vec::new();
+    // Workers first: an error raised on a worker is named there, not on the head.
+    let mut order: Vec<&gather::Container> = collected.containers.iter().collect();
+    order.sort_by_key(|c| c.head);
+    for (i, c) in order.iter().enumerate() {
+        let dir = if gather::plain_name(&c.name) {
+            format!("nodes/{}", c.name)
+        } else {
+            format!("nodes/node-{i}")
+        };
+        add_container(&mut files, &mut ends, c, &dir, window);
+    }
+    match driver {
+        Some((text, of, source)) => files.add("driver.log".into(), text, source, Some(of), true),
+        None => {
+            if !files
+                .files
+                .iter()
+                .any(|(p, _, _)| p.ends_with(&format!("job-driver-{id}.log")))
+            {
+                files.miss(
+                    "driver.log",
+                    "argus saved no driver log and neither Ray nor the head has it",
+                );
+            }
+        }
+    }
+    add_config(&mut files, &records, job.loaded, id);
+
+    // The triage's file order: by kind of log across the nodes (workers' own first, the
+    // driver's last), then the nodes' order.
+    let mut logs_order = files.logs.clone();
+    logs_order.sort_by_key(|&i| triage_rank(&files.files[i].0));
+    let texts: Vec<(String, String)> = logs_order
+        .iter()
+        .map(|&i| {
+            let (path, bytes, _) = &files.files[i];
+            (path.clone(), String::from_utf8_lossy(bytes).into_owned())
+        })
+        .collect();
+    let logs: Vec<Log<'_>> = texts
+        .iter()
+        .map(|(path, text)| Log { path, text })
+        .collect();
+    // Read before redaction (a secret in a line must not hide the line), shown after it.
+    let found = triage::triage(&ends, &logs, window).map(|mut t| {
+        t.summary = redact.redact_str(&t.summary).into_owned();
+        t
+    });
+    drop(logs);
+    drop(texts);
+
+    let mut manifest = Manifest {
+        job: id.to_string(),
+        attempt: job.attempt,
+        collected_at: crate::records::now_rfc3339(),
+        seconds: 0.0,
+        bytes: 0,
+        limits: serde_json::to_value(limits).unwrap_or_default(),
+        ray_job_id: job_hex.clone(),
+        window: (window.from_ms.map(ms_text), window.to_ms.map(ms_text)),
+        files: Vec::new(),
+        not_collected: std::mem::take(&mut files.missed),
+    };
+    let triage_json = serde_json::to_vec_pretty(&found).unwrap_or_default();
+    files.add(
+        TRIAGE.into(),
+        triage_json,
+        "argus's triage".into(),
+        None,
+        false,
+    );
+    // Redacted by value (and the env by name, above), then cut to the bundle's cap.
+    let mut total = 0u64;
+    let mut kept = Vec::new();
+    for (path, bytes, mut entry) in files.files {
+        let text = redact
+            .redact_str(&String::from_utf8_lossy(&bytes))
+            .into_owned();
+        let bytes = text.into_bytes();
+        if total + bytes.len() as u64 > limits.total_bytes {
+            manifest.not_collected.push(Missed {
+                what: path,
+                why: format!(
+                    "the bundle's cap of {} bytes was reached",
+                    limits.total_bytes
+                ),
+            });
+            continue;
+        }
+        total += bytes.len() as u64;
+        entry.bytes = bytes.len() as u64;
+        manifest.files.push(entry);
+        kept.push((path, bytes));
+    }
+    manifest.bytes = total;
+    for missed in &mut manifest.not_collected {
+        missed.why = redact.redact_str(&missed.why).into_owned();
+    }
+    let path = write(
+        &records,
+        id,
+        job.attempt,
+        &kept,
+        &mut manifest,
+        started,
+        &redact,
+    )?;
+    Ok(Bundle {
+        path,
+        manifest,
+        triage: found,
+    })
+}
+
+/// A container's files: its state (and its end on the timeline), env, output, GPUs, logs.
+fn add_container(
+    files: &mut Files,
+    ends: &mut Vec<ContainerEnd>,
+    c: &gather::Container,
+    dir: &str,
+    window: Window,
+) {
+    let source = |what: &str| format!("container {} on host {}: {what}", c.name, c.host);
+    for (what, why) in &c.missed {
+        files.miss(format!("{dir} ({what})"), why.clone());
+    }
+    let Some(state) = &c.state else {
+        return;
+    };
+    let state_path = format!("{dir}/state.json");
+    ends.extend(ends_of(c, state, &state_path, window));
+    files.add(
+        state_path,
+        serde_json::to_vec_pretty(&serde_json::json!({
+            "container": c.name, "host": c.host, "head": c.head, "state": state,
+        }))
+        .unwrap_or_default(),
+        source("docker inspect, events"),
+        None,
+        false,
+    );
+    let env: Vec<String> = c
+        .env
+        .iter()
+        .map(|kv| match kv.split_once('=') {
+            Some((name, _)) if secrets::is_secret_name(name) => {
+                format!("{name}={}", secrets::REDACTED)
+            }
+            _ => kv.clone(),
+        })
+        .collect();
+    files.add(
+        format!("{dir}/env.txt"),
+        (env.join("\n") + "\n").into_bytes(),
+        source("env"),
+        None,
+        false,
+    );
+    if let Some(smi) = &c.nvidia_smi {
+        files.add(
+            format!("{dir}/nvidia-smi.txt"),
+            smi.clone().into_bytes(),
+            source("nvidia-smi"),
+            None,
+            false,
+        );
+    }
+    for tail in &c.files {
+        files.add(
+            format!("{dir}/ray/{}", tail.name),
+            tail.bytes.clone(),
+            source(&format!("{}/{}", gather::RAY_LOGS, tail.name)),
+            Some(tail.size),
+            true,
+        );
+    }
+    if let Some(output) = &c.output {
+        files.add(
+            format!("{dir}/output.log"),
+            output.clone().into_bytes(),
+            source("docker logs"),
+            None,
+            true,
+        );
+    }
+}
+
+/// Where a log comes in the triage's file order (lines without a time are named in this
+/// order): a worker's own `.err` and `.out` (where an actor's or a task's error is
+/// raised), its core-worker log, runtime-env setup, raylet, GCS, the container's output,
+/// then the driver's logs (where a worker's error arrives re-raised).
+fn triage_rank(path: &str) -> u8 {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    let worker = name.starts_with("worker-");
+    if worker && name.ends_with(".err") {
+        0
+    } else if worker {
+        1
+    } else if name.starts_with("python-core-worker-") {
+        2
+    } else if name.starts_with("runtime_env_setup-") {
+        3
+    } else if name.starts_with("raylet.") {
+        4
+    } else if name.starts_with("gcs_server.") {
+        5
+    } else if name == "output.log" {
+        6
+    } else if name.starts_with("python-core-driver-") {
+        7
+    } else if name.starts_with("job-driver-") {
+        8
+    } else {
+        9
+    }
+}
+
+/// How a container ended in the window: its `oom` events, its `die` events (those right
+/// after an `oom` are the same end), or its state when it is not running.
+fn ends_of(
+    c: &gather::Container,
+    state: &gather::State,
+    path: &str,
+    window: Window,
+) -> Vec<ContainerEnd> {
+    let limit = u64::try_from(state.memory_limit).ok().filter(|l| *l > 0);
+    let end = |what, at_ms| ContainerEnd {
+        container: c.name.clone(),
+        host: c.host.clone(),
+        path: path.to_string(),
+        what,
+        at_ms,
+    };
+    let mut out = Vec::new();
+    let mut last_oom: Option<u64> = None;
+    for e in &state.events {
+        match e.action.as_str() {
+            "oom" => {
+                last_oom = Some(e.time_ms);
+                out.push(end(EndKind::OomKilled { limit }, Some(e.time_ms)));
+            }
+            "die" => {
+                let code = e.exit_code.unwrap_or(-1);
+                let after_oom = last_oom.is_some_and(|t| e.time_ms.saturating_sub(t) < 10_000);
+                if code != 0 && !after_oom {
+                    out.push(end(EndKind::Exited { code }, Some(e.time_ms)));
+                }
+            }
+            _ => {}
+        }
+    }
+    let finished = state.finished_at.as_deref().and_then(rfc3339_ms);
+    let in_window = finished.is_some_and(|t| {
+        window.from_ms.is_none_or(|f| t >= f) && window.to_ms.is_none_or(|to| t <= to)
+    });
+    if out.is_empty() && (!state.running || in_window) {
+        if state.oom_killed && (in_window || !state.running) {
+            out.push(end(EndKind::OomKilled { limit }, finished));
+        } else if !state.running {
+            out.push(end(
+                EndKind::Exited {
+                    code: state.exit_code.unwrap_or(-1),
+                },
+                finished,
+            ));
+        }
+    }
+    out
+}
+
+/// The job's profile (resolved, redacted) and its recorded JobSpec.
+fn add_config(files: &mut Files, records: &Records, loaded: &LoadedProfile, id: &str) {
+    let profile = crate::inputs::recorded::redacted_value(&loaded.profile);
+    files.add(
+        "profile.yaml".into(),
+        crate::config::yaml::to_string(&profile).into_bytes(),
+        format!("profile {}", loaded.source.origin.display()),
+        None,
+        false,
+    );
+    match records.read_file(id, "config/jobspec.yaml", 4 << 20) {
+        Ok(Some(bytes)) => files.add(
+            "jobspec.yaml".into(),
+            bytes,
+            format!("{}", records.dir(id).join("config/jobspec.yaml").display()),
+            None,
+            false,
+        ),
+        Ok(None) => files.miss(
+            "jobspec.yaml",
+            "the job's record has no config/jobspec.yaml",
+        ),
+        Err(e) => files.miss("jobspec.yaml", e.to_string()),
+    }
+}
+
+/// The driver's log (its last `cap` bytes): (text, its whole size, where from).
+async fn driver_log(
+    records: &Records,
+    api: &JobsApi<'_>,
+    id: &str,
+    cap: u64,
+) -> Option<(Vec<u8>, u64, String)> {
+    if let Ok(Some(mut file)) = records.open_file(id, crate::training::DRIVER_LOG) {
+        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let mut bytes = Vec::new();
+        let read = file
+            .seek(SeekFrom::Start(size.saturating_sub(cap)))
+            .and_then(|_| file.take(cap).read_to_end(&mut bytes));
+        if read.is_ok() {
+            let from = records.dir(id).join(crate::training::DRIVER_LOG);
+            return Some((bytes, size, from.display().to_string()));
+        }
+    }
+    let log = tokio::time::timeout(Duration::from_secs(10), api.logs(id))
+        .await
+        .ok()?
+        .ok()?;
+    let size = log.len() as u64;
+    let mut cut = log
+        .len()
+        .saturating_sub(usize::try_from(cap).unwrap_or(usize::MAX));
+    while !log.is_char_boundary(cut) {
+        cut += 1;
+    }
+    Some((
+        log.as_bytes()[cut..].to_vec(),
+        size,
+        "Ray's job logs API".into(),
+    ))
+}
+
+/// The job's window: from a second before it started (clocks of one host agree; an
+/// earlier job's end, seconds before, must not count) to a minute after it ended.
+fn window_of(info: Option<&JobInfo>, record: &JobRecord) -> Window {
+    let start = info
+        .and_then(|i| i.start_time)
+        .or(record.start_time)
+        .or_else(|| rfc3339_ms(&record.submitted_at));
+    let end = info.and_then(|i| i.end_time).or(record.end_time);
+    Window {
+        from_ms: start.map(|s| s.saturating_sub(1_000)),
+        to_ms: end.map(|e| e + 60_000),
+    }
+}
+
+/// Which of a container's log files a bundle takes, most telling first, each as its last
+/// `file_cap` bytes, all within `node_cap`: the job's workers' `.err` and `.out` (named by
+/// the Ray job id when known, else written since the job started), their
+/// python-core-worker logs, the job's driver core log and runtime-env setup log, raylet
+/// and gcs_server, and (on the head, when argus saved no driver log) the driver's own.
+pub fn choose(
+    listing: &[LogFile],
+    job_hex: Option<&str>,
+    since_s: f64,
+    driver_of: Option<&str>,
+    file_cap: u64,
+    node_cap: u64,
+) -> Vec<Wanted> {
+    let picks = Picks {
+        job_hex,
+        since_s,
+        driver_of,
+    };
+    let worker_ids: Vec<&str> = listing
+        .iter()
+        .filter(|f| matches!(picks.class(f, None), Some(0 | 1)))
+        .filter_map(|f| f.name.strip_prefix("worker-")?.split('-').next())
+        .collect();
+    let mut classed: Vec<(usize, &LogFile)> = listing
+        .iter()
+        .filter_map(|f| Some((picks.class(f, Some(&worker_ids))?, f)))
+        .collect();
+    classed.sort_by_key(|(class, _)| *class);
+    let mut left = node_cap;
+    let mut out = Vec::new();
+    for (_, f) in classed {
+        let keep = f.size.min(file_cap).min(left);
+        if keep == 0 {
+            continue;
+        }
+        left -= keep;
+        out.push(Wanted {
+            name: f.name.clone(),
+            keep,
+        });
+    }
+    out
+}
+
+/// Which of a node's log files belong in the bundle of a job.
+struct Picks<'a> {
+    job_hex: Option<&'a str>,
+    since_s: f64,
+    driver_of: Option<&'a str>,
+}
+
+impl Picks<'_> {
+    fn of_job(&self, f: &LogFile) -> bool {
+        match self.job_hex {
+            Some(hex) => f.name.contains(hex),
+            None => f.mtime >= self.since_s,
+        }
+    }
+
+    /// The file's class (its rank in a bundle, most telling first), None when it is not
+    /// wanted. `worker_ids`: the job's workers, whose core-worker logs are wanted (None:
+    /// not known, those written since the job started).
+    fn class(&self, f: &LogFile, worker_ids: Option<&[&str]>) -> Option<usize> {
+        let name = f.name.as_str();
+        let worker = name.starts_with("worker-") && self.of_job(f);
+        let core_worker = name
+            .strip_prefix("python-core-worker-")
+            .and_then(|rest| rest.split('_').next())
+            .is_some_and(|wid| match worker_ids {
+                Some(ids) => ids.contains(&wid),
+                None => f.mtime >= self.since_s,
+            });
+        let checks = [
+            worker && name.ends_with(".err"),
+            worker && name.ends_with(".out"),
+            name.starts_with("python-core-driver-") && self.of_job(f),
+            core_worker,
+            name.starts_with("runtime_env_setup-") && self.of_job(f),
+            name == "raylet.err",
+            name == "raylet.out",
+            name == "gcs_server.err",
+            name == "gcs_server.out",
+            self.driver_of
+                .is_some_and(|id| name == format!("job-driver-{id}.log")),
+        ];
+        checks.iter().position(|c| *c)
+    }
+}
+
+/// For a node that is not running (its files come one after the other): how many of a
+/// file's last bytes to keep, by the rules of [`choose`] (a core-worker log by its time).
+pub fn pick_one(
+    f: &LogFile,
+    job_hex: Option<&str>,
+    since_s: f64,
+    driver_of: Option<&str>,
+    file_cap: u64,
+) -> u64 {
+    let picks = Picks {
+        job_hex,
+        since_s,
+        driver_of,
+    };
+    match picks.class(f, None) {
+        Some(_) => f.size.min(file_cap),
+        None => 0,
+    }
+}
+
+/// Writes the bundle: staged as `diagnostics/.tmp-<attempt>...`, its manifest last (with
+/// the time it all took), then renamed over `diagnostics/<attempt>`.
+fn write(
+    records: &Records,
+    id: &str,
+    attempt: u32,
+    files: &[(String, Vec<u8>)],
+    manifest: &mut Manifest,
+    started: Instant,
+    redact: &Secrets,
+) -> Result<PathBuf, Error> {
+    let shown = records.dir(id).join(DIR).join(attempt.to_string());
+    let failed = |source| Error::Write {
+        path: shown.clone(),
+        source,
+    };
+    let job = records
+        .job(id)
+        .map_err(failed)?
+        .ok_or_else(|| Error::UnknownJob(id.to_string()))?;
+    let diagnostics = job.create_dirs(DIR, &mut |_| {}).map_err(failed)?;
+    let name = attempt.to_string();
+    let tmp = fsx::temp_name(&name);
+    let stage = diagnostics.create_dir(&tmp, 0o777).map_err(failed)?;
+    let filled = (|| {
+        for (rel, bytes) in files {
+            put(&stage, rel, bytes)?;
+        }
+        manifest.seconds = started.elapsed().as_secs_f64();
+        let text = serde_json::to_string_pretty(manifest).unwrap_or_default();
+        put(&stage, MANIFEST, redact.redact_str(&text).as_bytes())?;
+        if diagnostics.kind(&name)?.is_some() {
+            diagnostics.remove_all(&name)?;
+        }
+        diagnostics.rename(&tmp, &diagnostics, &name)
+    })();
+    if let Err(e) = filled {
+        let _ = diagnostics.remove_all(&tmp);
+        return Err(failed(e));
+    }
+    Ok(diagnostics.display(&name))
+}
+
+/// Writes the new file `rel` below `dir`, making its directories.
+fn put(dir: &fsx::Dir, rel: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let rel = Path::new(rel);
+    let name = rel
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("no file name"))?;
+    let parent = rel.parent().unwrap_or(Path::new(""));
+    dir.create_dirs(parent, &mut |_| {})?.write_new(name, bytes)
+}
+
+/// The triage of a job's newest bundle (the highest attempt that has one): (attempt,
+/// what it found). None when the job has no bundle or it cannot be read.
+pub fn latest(records: &Records, id: &str) -> Option<(u32, Option<Triage>)> {
+    let job = records.job(id).ok()??;
+    let dir = job.open_dir(DIR).ok()?;
+    let newest = dir
+        .entries()
+        .ok()?
+        .into_iter()
+        .filter_map(|(name, _)| name.to_str()?.parse::<u32>().ok())
+        .max()?;
+    let bytes = dir
+        .read(Path::new(&newest.to_string()).join(TRIAGE), 1 << 20)
+        .ok()?;
+    let found: Option<Triage> = serde_json::from_slice(&bytes).ok()?;
+    Some((newest, found))
+}
+
+fn unix_now() -> u64 {
+    crate::records::now_ms() / 1000
+}
+
+fn rfc3339_ms(text: &str) -> Option<u64> {
+    let t = humantime::parse_rfc3339_weak(text.trim_end_matches('Z')).ok()?;
+    let ms = t.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis();
+    u64::try_from(ms).ok().filter(|ms| *ms > 0)
+}
+
+fn ms_text(ms: u64) -> String {
+    humantime::format_rfc3339_millis(std::time::UNIX_EPOCH + Duration::from_millis(ms)).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(name: &str, size: u64, mtime: f64) -> LogFile {
+        LogFile {
+            name: name.into(),
+            size,
+            mtime,
+        }
+    }
+
+    #[test]
+    fn the_jobs_own_logs_are_chosen_first_within_the_caps() {
+        let w1 = "aa11";
+        let w2 = "bb22";
+        let listing = vec![
+            file("gcs_server.out", 5000, 10.0),
+            file("raylet.out", 3000, 10.0),
+            file("raylet.err", 0, 10.0),
+            file(&format!("worker-{w1}-02000000-77.err"), 100, 10.0),
+            file(&format!("worker-{w1}-02000000-77.out"), 50, 10.0),
+            file(&format!("worker-{w2}-01000000-66.err"), 100, 10.0),
+            file(&format!("python-core-worker-{w1}_77.log"), 2000, 10.0),
+            file(&format!("python-core-worker-{w2}_66.log"), 2000, 10.0),
+            file("python-core-driver-02000000ffff_9.log", 10, 10.0),
+            file("job-driver-j1.log", 10, 10.0),
+            file("dashboard.log", 10, 10.0),
+        ];
+        let names = |w: Vec<Wanted>| w.into_iter().map(|w| (w.name, w.keep)).collect::<Vec<_>>();
+        let got = names(choose(&listing, Some("02000000"), 0.0, None, 1000, 100_000));
+        assert_eq!(
+            got,
+            [
+                (format!("worker-{w1}-02000000-77.err"), 100),
+                (format!("worker-{w1}-02000000-77.out"), 50),
+                ("python-core-driver-02000000ffff_9.log".into(), 10),
+                (format!("python-core-worker-{w1}_77.log"), 1000),
+                ("raylet.out".into(), 1000),
+                ("gcs_server.out".into(), 1000),
+            ]
+        );
+        // The node's cap cuts the least telling; the driver's file only when asked.
+        let got = names(choose(
+            &listing,
+            Some("02000000"),
+            0.0,
+            Some("j1"),
+            1000,
+            1200,
+        ));
+        assert_eq!(got.iter().map(|(_, k)| k).sum::<u64>(), 1200);
+        assert_eq!(got[0].0, format!("worker-{w1}-02000000-77.err"));
+        assert_eq!(got.last().unwrap(), &("raylet.out".to_string(), 40));
+        let got = names(choose(
+            &listing,
+            Some("02000000"),
+            0.0,
+            Some("j1"),
+            1000,
+            1 << 20,
+        ));
+        assert_eq!(got.last().unwrap().0, "job-driver-j1.log");
+        // Without the Ray job id: the workers' files written since the job started.
+        let mut old = listing.clone();
+        old[5].mtime = 1.0;
+        let got = names(choose(&old, None, 5.0, None, 1000, 1 << 20));
+        assert!(got.iter().any(|(n, _)| n.contains(w1)));
+        assert!(
+            !got.iter()
+                .any(|(n, _)| n.contains(w2) && n.starts_with("worker-"))
+        );
+    }
+
+    #[test]
+    fn the_workers_own_logs_come_first_and_the_drivers_last() {
+        let mut paths = vec![
+            "driver.log",
+            "nodes/w0/ray/python-core-driver-02000000ff_1.log",
+            "nodes/w0/ray/raylet.out",
+            "nodes/w0/output.log",
+            "nodes/w1/ray/python-core-worker-ab_2.log",
+            "nodes/w1/ray/worker-ab-02000000-2.out",
+            "nodes/w1/ray/worker-ab-02000000-2.err",
+            "nodes/h/ray/gcs_server.out",
+        ];
+        paths.sort_by_key(|p| triage_rank(p));
+        assert_eq!(
+            paths,
+            [
+                "nodes/w1/ray/worker-ab-02000000-2.err",
+                "nodes/w1/ray/worker-ab-02000000-2.out",
+                "nodes/w1/ray/python-core-worker-ab_2.log",
+                "nodes/w0/ray/raylet.out",
+                "nodes/h/ray/gcs_server.out",
+                "nodes/w0/output.log",
+                "nodes/w0/ray/python-core-driver-02000000ff_1.log",
+                "driver.log",
+            ]
+        );
+    }
+
+    #[test]
+    fn an_oom_and_the_die_that_follows_are_one_end() {
+        let state = gather::State {
+            status: "running".into(),
+            running: true,
+            memory_limit: 1 << 30,
+            events: vec![
+                gather::Event {
+                    action: "oom".into(),
+                    time_ms: 1_000,
+                    exit_code: None,
+                },
+                gather::Event {
+                    action: "die".into(),
+                    time_ms: 1_500,
+                    exit_code: Some(137),
+                },
+                gather::Event {
+                    action: "die".into(),
+                    time_ms: 90_000,
+                    exit_code: Some(1),
+                },
+            ],
+            ..Default::default()
+        };
+        let c = gather::Container {
+            name: "c-w-1".into(),
+            host: "h".into(),
+            ..Default::default()
+        };
+        let ends = ends_of(&c, &state, "nodes/c-w-1/state.json", Window::default());
+        assert_eq!(ends.len(), 2);
+        assert_eq!(
+            ends[0].what,
+            EndKind::OomKilled {
+                limit: Some(1 << 30)
+            }
+        );
+        assert_eq!(ends[1].what, EndKind::Exited { code: 1 });
+        // Exited now, no events: its state says how.
+        let state = gather::State {
+            status: "exited".into(),
+            exit_code: Some(137),
+            oom_killed: true,
+            finished_at: Some("2026-11-26T06:00:00.123456789Z".into()),
+            ..Default::default()
+        };
+        let ends = ends_of(&c, &state, "p", Window::default());
+        assert_eq!(ends[0].what, EndKind::OomKilled { limit: None });
+        assert_eq!(ends[0].at_ms, rfc3339_ms("2026-11-26T06:00:00.123Z"));
+        assert!(ends[0].at_ms.is_some());
+    }
+}

@@ -1,0 +1,473 @@
+//! `argus doctor`, on the real engine and on emulated hosts (`crate::hosts`): nothing found
+//! on healthy profiles, within its time bound; each injected fault named by its check with
+//! its cause; an engine that does not answer is exit 4; and `up`'s preflight refusing in
+//! its first seconds what would fail later.
+//!
+//! Not injected: a skewed clock. Every emulated host's engine runs on this machine's kernel,
+//! and CLOCK_REALTIME has no namespace (time namespaces shift only the monotonic and boot
+//! clocks); dockerd is a Go program reading the time through the vDSO, which libfaketime's
+//! LD_PRELOAD does not reach. The clock check's arithmetic is unit-tested
+//! (`cluster::doctor::clock`).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::harness::{IMAGE, Profile, TestContext, free_port};
+use crate::hosts::{Hosts, Options};
+
+/// The whole doctor must answer within this.
+const BOUND: Duration = Duration::from_secs(10);
+
+/// `argus --json doctor [args]`: the report, the exit code, how long it took.
+fn doctor(argus: crate::harness::Argus, args: &[&str]) -> (serde_json::Value, i32, Duration) {
+    let started = Instant::now();
+    let run = argus.args(["--json", "doctor"]).args(args).run();
+    let took = started.elapsed();
+    let report = run.json();
+    assert!(
+        took < BOUND,
+        "doctor took {took:?}\n{report:#}\n{}",
+        run.stderr
+    );
+    (report, run.code, took)
+}
+
+/// Every check of the report: (host, name, status).
+fn checks(report: &serde_json::Value) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for host in report["hosts"].as_array().into_iter().flatten() {
+        for c in host["checks"].as_array().into_iter().flatten() {
+            out.push((
+                host["host"].as_str().unwrap_or_default().to_string(),
+                c["name"].as_str().unwrap_or_default().to_string(),
+                c["status"].as_str().unwrap_or_default().to_string(),
+            ));
+        }
+    }
+    out
+}
+
+/// The check `name` of `host`.
+#[track_caller]
+fn check<'a>(report: &'a serde_json::Value, host: &str, name: &str) -> &'a serde_json::Value {
+    report["hosts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|h| h["host"] == host)
+        .flat_map(|h| h["checks"].as_array().into_iter().flatten())
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no check {name} on {host}: {report:#}"))
+}
+
+/// Checks that are not ok.
+fn findings(report: &serde_json::Value) -> Vec<(String, String, String)> {
+    checks(report)
+        .into_iter()
+        .filter(|(_, _, status)| status != "ok")
+        .collect()
+}
+
+/// A model in the HF cache layout under `shared`: `files` linked to blobs (a missing blob
+/// for each name in `dangling`).
+fn cache_model(shared: &Path, repo: &str, files: &[&str], dangling: &[&str]) {
+    let dir = shared.join(format!("common/hf/hub/models--{}", repo.replace('/', "--")));
+    let commit = "0123456789abcdef0123456789abcdef01234567";
+    let snapshot = dir.join("snapshots").join(commit);
+    std::fs::create_dir_all(&snapshot).expect("snapshot dir");
+    std::fs::create_dir_all(dir.join("blobs")).expect("blobs");
+    std::fs::create_dir_all(dir.join("refs")).expect("refs");
+    std::fs::write(dir.join("refs/main"), commit).expect("ref");
+    for (i, file) in files.iter().enumerate() {
+        let etag = format!("{:064x}", i + 1);
+        if !dangling.contains(file) {
+            std::fs::write(dir.join("blobs").join(&etag), file.as_bytes()).expect("blob");
+        }
+        std::os::unix::fs::symlink(format!("../../blobs/{etag}"), snapshot.join(file))
+            .expect("link");
+    }
+}
+
+/// On this machine's engine: the built-in profile is found healthy (every check ok) within
+/// the bound; a small `/dev/shm`, a JobSpec's model missing or incomplete in the cache, its
+/// dataset not prepared, and an engine that does not answer are each named; `up` refuses NVIDIA workers on an engine
+/// without NVIDIA's runtime in its first seconds, creating nothing.
+#[test]
+fn doctor_finds_nothing_on_the_builtin_profile_and_names_each_fault() {
+    let Some(mut ctx) = TestContext::docker() else {
+        return;
+    };
+    // The built-in profile as shipped (its image built), with this test's name, storage
+    // (made, as `up` or `prepare` would) and dashboard port.
+    crate::verl::ensure_verl_image();
+    let (local, shared) = crate::verl::builtin_profile(&mut ctx, "");
+    std::fs::create_dir_all(&shared).expect("shared");
+    let builtin = || ctx.argus().profile(&local);
+    let (report, code, took) = doctor(builtin(), &[]);
+    eprintln!("doctor on the built-in profile: {took:?}");
+    assert_eq!(findings(&report), [], "{report:#}");
+    assert_eq!(code, 0, "{report:#}");
+    assert_eq!(report["status"], "ok");
+    let names: Vec<String> = checks(&report).into_iter().map(|c| c.1).collect();
+    for name in [
+        "engine",
+        "clock",
+        "image",
+        "shm",
+        "memlock",
+        "disk_shared",
+        "disk_engine",
+    ] {
+        assert!(names.iter().any(|n| n == name), "{name} checked: {names:?}");
+    }
+
+    // /dev/shm too small: 64 MiB for a worker whose object store is Ray's default (30% of
+    // its 2 GiB): Ray would put it in /tmp.
+    let small = Profile::new(&ctx.cluster("shm"))
+        .shared(&shared)
+        .port(free_port())
+        .head("shm_size", "1g")
+        .head("object_store_memory", "256m")
+        .worker("memory", "2g")
+        .worker("shm_size", "64m")
+        .write(&ctx, "small-shm.yaml");
+    let (report, code, _) = doctor(ctx.argus().profile(&small), &[]);
+    let shm = check(&report, "local", "shm");
+    assert_eq!(shm["status"], "warn", "{report:#}");
+    assert!(
+        shm["why"].as_str().unwrap_or_default().contains(
+            "-gpu-0's object store (614.40 MiB) does not fit in its /dev/shm (64.00 MiB)"
+        ),
+        "{shm:#}"
+    );
+    assert!(
+        shm["fix"].as_str().unwrap_or_default().contains("shm_size"),
+        "{shm:#}"
+    );
+    assert_eq!(code, 0, "a warning is not a failure: {report:#}");
+
+    // A JobSpec's model: complete, incomplete (a blob missing), absent.
+    cache_model(
+        &shared,
+        "acme/whole",
+        &["config.json", "model.safetensors"],
+        &[],
+    );
+    cache_model(
+        &shared,
+        "acme/torn",
+        &["config.json", "model.safetensors"],
+        &["model.safetensors"],
+    );
+    let profile = Profile::small(&ctx.cluster("job"))
+        .shared(&shared)
+        .port(free_port())
+        .write(&ctx, "job-profile.yaml");
+    let job = |model: &str| {
+        ctx.write(
+            &format!("{}.yaml", model.replace('/', "-")),
+            &format!("workload: custom\ncode_path: /mnt/shared/code\nmodel_id: {model}\nentrypoint: python3 -c pass\n"),
+        )
+    };
+    let model_check = |model: &str| {
+        let spec = job(model);
+        let (report, code, _) = doctor(
+            ctx.argus().profile(&profile),
+            &[spec.to_str().expect("utf-8 path")],
+        );
+        (check(&report, "cluster", "model_cache").clone(), code)
+    };
+    let (whole, code) = model_check("acme/whole");
+    assert_eq!(whole["status"], "ok", "{whole:#}");
+    assert!(
+        whole["seen"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("complete (2 files)"),
+        "{whole:#}"
+    );
+    assert_eq!(code, 0);
+    let (torn, code) = model_check("acme/torn");
+    assert_eq!(torn["status"], "fail", "{torn:#}");
+    assert!(
+        torn["seen"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("incomplete: model.safetensors without its blob"),
+        "{torn:#}"
+    );
+    assert_eq!(code, 1);
+    let (absent, code) = model_check("acme/absent");
+    assert_eq!(absent["status"], "fail", "{absent:#}");
+    assert!(
+        absent["seen"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("acme/absent is not in the shared HF cache"),
+        "{absent:#}"
+    );
+    assert!(
+        absent["fix"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("argus prepare --model acme/absent")
+    );
+    assert_eq!(code, 1);
+
+    // A dataset: named until `prepare` has made it (from the shipped sample), then complete.
+    let with_data = ctx.write(
+        "data.yaml",
+        "workload: custom\ncode_path: /mnt/shared/code\ntrain_file: gsm8k\nentrypoint: python3 -c pass\n",
+    );
+    let data_check = || {
+        let (report, code, _) = doctor(
+            ctx.argus().profile(&profile),
+            &[with_data.to_str().expect("utf-8 path")],
+        );
+        (check(&report, "cluster", "dataset_cache").clone(), code)
+    };
+    let (data, code) = data_check();
+    assert_eq!(data["status"], "fail", "{data:#}");
+    assert!(
+        data["seen"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("gsm8k is not prepared"),
+        "{data:#}"
+    );
+    assert_eq!(code, 1);
+    ctx.argus()
+        .profile(&profile)
+        .args([
+            "prepare",
+            "--dataset",
+            "gsm8k",
+            "--from",
+            "profiles/jobs/quickstart/gsm8k-sample",
+        ])
+        .run()
+        .code(0);
+    let (data, code) = data_check();
+    assert_eq!(data["status"], "ok", "{data:#}");
+    assert!(
+        data["seen"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("gsm8k complete (train.parquet, test.parquet"),
+        "{data:#}"
+    );
+    assert_eq!(code, 0);
+
+    // An engine that does not answer: could not check, exit 4.
+    let closed = free_port();
+    let gone_name = ctx.cluster("gone");
+    let gone = ctx.write(
+        "gone.yaml",
+        &format!(
+            "name: {}\nimage: {IMAGE}\ndocker: {{host: 'tcp://127.0.0.1:{closed}'}}\nshared: {{host_path: {}}}\nworkers: [{{name: g, count: 1}}]\n",
+            gone_name,
+            shared.display()
+        ),
+    );
+    let (report, code, _) = doctor(ctx.argus().profile(&gone), &[]);
+    assert_eq!(code, 4, "{report:#}");
+    assert_eq!(report["status"], "unknown");
+    assert_eq!(check(&report, "local", "engine")["status"], "unknown");
+
+    // up's preflight: NVIDIA workers on an engine without NVIDIA's runtime are refused in
+    // the first seconds (not after the readiness timeout), and nothing is created.
+    let name = ctx.cluster("gpu");
+    let nvidia = Profile::small(&name)
+        .shared(&shared)
+        .port(free_port())
+        .worker("gpu_mode", "nvidia")
+        .worker("device_ids", "[[0, 1]]")
+        .write(&ctx, "nvidia.yaml");
+    let started = Instant::now();
+    let up = ctx
+        .argus()
+        .profile(&nvidia)
+        .args(["up", "--timeout", "120"])
+        .run()
+        .code(1)
+        .stderr_has("gpu_runtime");
+    assert!(
+        started.elapsed() < BOUND,
+        "refused after {:?}: {}",
+        started.elapsed(),
+        up.stderr
+    );
+    assert!(
+        up.stderr.contains("NVIDIA Container Toolkit"),
+        "{}",
+        up.stderr
+    );
+    assert_eq!(ctx.cluster_containers(&name), Vec::<String>::new());
+}
+
+/// A profile across `hosts` (unix sockets), the head on a, a worker on each of b and c,
+/// host networking.
+fn spanning(ctx: &mut TestContext, hosts: &Hosts, shared: &Path, nvidia: bool) -> PathBuf {
+    let mut yaml = String::from("hosts:\n");
+    for h in ["a", "b", "c"] {
+        let host = hosts.host(h);
+        yaml.push_str(&format!(
+            "  - {{name: {h}, docker: '{}', address: {}}}\n",
+            host.unix, host.ip
+        ));
+    }
+    let mut profile = Profile::small(&ctx.cluster("mh"))
+        .shared(shared)
+        .head("host", "a")
+        .workers_on_hosts(&["b", "c"])
+        .yaml(&yaml)
+        .yaml("network: {mode: host}\n");
+    if nvidia {
+        profile = profile
+            .worker("gpu_mode", "nvidia")
+            .worker("device_ids", "[[0, 1], [0, 1]]");
+    }
+    ctx.write(
+        if nvidia {
+            "nvidia.yaml"
+        } else {
+            "profile.yaml"
+        },
+        &profile.build(),
+    )
+}
+
+/// Three emulated hosts with the image: nothing found, within the bound; NVIDIA workers see
+/// the engines' NVIDIA runtime (the fixture's stand-in hook) and say their GPUs cannot be
+/// counted; then a different image id under the profile's image name on host c, and host
+/// b's shared storage another directory, each named on its host with its cause.
+#[test]
+fn doctor_across_three_hosts_names_a_foreign_image_and_a_foreign_shared_directory() {
+    let Some(mut ctx) = TestContext::docker() else {
+        return;
+    };
+    // The stand-in NVIDIA hook on every engine: its `nvidia` device driver is registered.
+    let hosts = Hosts::up(
+        &ctx,
+        &["a", "b", "c"],
+        Options {
+            nvidia: true,
+            ..Options::default()
+        },
+    );
+    for h in ["a", "b", "c"] {
+        hosts.load_image(h, IMAGE);
+    }
+    let shared = ctx.path("shared");
+    std::fs::create_dir_all(&shared).expect("shared");
+    let profile = spanning(&mut ctx, &hosts, &shared, false);
+
+    let (report, code, took) = doctor(ctx.argus().profile(&profile), &[]);
+    eprintln!("doctor on 3 emulated hosts: {took:?}");
+    assert_eq!(findings(&report), [], "{report:#}");
+    assert_eq!(code, 0);
+    for h in ["a", "b", "c"] {
+        for name in [
+            "engine",
+            "clock",
+            "image",
+            "shm",
+            "disk_shared",
+            "disk_engine",
+            "shared_storage",
+        ] {
+            assert_eq!(check(&report, h, name)["status"], "ok");
+        }
+    }
+    assert!(
+        check(&report, "c", "image")["seen"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("(as on this machine)"),
+        "{report:#}"
+    );
+
+    // NVIDIA workers on b and c: the engines' nvidia driver gives a container every GPU
+    // (the stand-in hook), but no GPU can be counted on a machine that has none.
+    let nvidia = spanning(&mut ctx, &hosts, &shared, true);
+    let (report, code, _) = doctor(ctx.argus().profile(&nvidia), &[]);
+    for h in ["b", "c"] {
+        assert_eq!(
+            check(&report, h, "gpu_runtime")["status"],
+            "ok",
+            "{report:#}"
+        );
+        let gpus = check(&report, h, "gpus");
+        assert_eq!(gpus["status"], "unknown", "{report:#}");
+        assert!(
+            gpus["why"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("cannot be counted"),
+            "{gpus:#}"
+        );
+    }
+    assert_eq!(code, 4, "{report:#}");
+
+    // Host c: another image under the profile's image name (the original still there, by id).
+    let original = hosts.image_id("c", IMAGE).expect("image on c");
+    let scratch = format!("{}-other", ctx.prefix);
+    hosts.docker_ok("c", &["create", "--name", &scratch, IMAGE, "true"]);
+    hosts.docker_ok(
+        "c",
+        &[
+            "commit",
+            "--change",
+            "LABEL argus.test=other",
+            &scratch,
+            IMAGE,
+        ],
+    );
+    hosts.docker_ok("c", &["rm", &scratch]);
+    let other = hosts.image_id("c", IMAGE).expect("retagged");
+    assert_ne!(other, original);
+    let (report, code, _) = doctor(ctx.argus().profile(&profile), &[]);
+    assert_eq!(code, 1, "{report:#}");
+    let image = check(&report, "c", "image");
+    assert_eq!(image["status"], "fail", "{report:#}");
+    let short = |id: &str| id.trim_start_matches("sha256:")[..12].to_string();
+    let seen = image["seen"].as_str().unwrap_or_default();
+    assert!(
+        seen.contains(&short(&other)) && seen.contains(&short(&original)),
+        "{seen}"
+    );
+    assert_eq!(
+        findings(&report),
+        [("c".to_string(), "image".to_string(), "fail".to_string())],
+        "only c's image: {report:#}"
+    );
+    hosts.docker_ok("c", &["tag", &original, IMAGE]);
+
+    // Host b: an empty directory where the shared storage should be.
+    let elsewhere = ctx.path("not-the-export");
+    std::fs::create_dir_all(&elsewhere).expect("dir");
+    hosts.bind_over("b", &shared, &elsewhere);
+    let (report, code, _) = doctor(ctx.argus().profile(&profile), &[]);
+    assert_eq!(code, 1, "{report:#}");
+    let storage = check(&report, "b", "shared_storage");
+    assert_eq!(storage["status"], "fail", "{report:#}");
+    assert!(
+        storage["seen"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("is not there on host b"),
+        "{storage:#}"
+    );
+    assert!(
+        storage["fix"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("mount the same storage")
+    );
+    assert_eq!(check(&report, "c", "shared_storage")["status"], "ok");
+    // Every probe is gone, on every host.
+    for h in ["a", "b", "c"] {
+        let left = hosts.docker_ok(h, &["ps", "-aq", "--filter", "label=argus.role=probe"]);
+        assert_eq!(left.trim(), "", "probes left on {h}");
+    }
+}
