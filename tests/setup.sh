@@ -14,6 +14,8 @@ cd "$(dirname "$0")/.."
 apt_needs=()
 command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || apt_needs+=(debootstrap)
 command -v ip >/dev/null 2>&1 || apt_needs+=(iproute2)
+# A firewall rule inside an emulated host's namespace (tests/it/doctor_net.rs).
+command -v iptables >/dev/null 2>&1 || apt_needs+=(iptables)
 for tool in unshare nsenter flock mountpoint; do
     command -v "$tool" >/dev/null 2>&1 || { apt_needs+=(util-linux); break; }
 done
