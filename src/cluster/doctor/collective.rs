@@ -425,19 +425,47 @@ fn who(r: &Rank) -> String {
 /// The checks from what the ranks printed: a line per pair (and the ring), or the workers
 /// that did not answer.
 fn judge(ranks: &[Rank], outs: &[RankOut], addr: &str, port: u32) -> Vec<Check> {
-    let mut checks = Vec::new();
-    if let Some(no_torch) = outs.iter().find_map(|o| event(o, "no_torch")) {
-        checks.push(check(
-            Status::Unknown,
-            format!(
-                "the cluster's image has no torch ({})",
-                no_torch["error"].as_str().unwrap_or("ImportError")
-            ),
-            "the collective is torch.distributed's all-reduce, run in the worker containers",
-            "use the verl image (image: argus/verl:0.8.0-cpu, built by `argus image build --verl`), or any image with torch, then `argus up` and doctor --collective again",
-        ));
+    if let Some(no_torch) = no_torch(outs) {
+        return vec![no_torch];
+    }
+    let mut checks = measured(ranks, outs);
+    let all_done = outs.iter().all(|o| event(o, "done").is_some());
+    if all_done && !checks.is_empty() {
         return checks;
     }
+    let mut named = not_answering(ranks, outs, addr, port);
+    if named.is_empty() {
+        named = own_errors(ranks, outs);
+    }
+    if named.is_empty() {
+        named.push("the all-reduce did not report its numbers".into());
+    }
+    checks.push(check(
+        Status::Fail,
+        named.join("; "),
+        "every rank of a collective waits for the slowest: one worker that does not answer hangs the whole job until NCCL's or Gloo's timeout",
+        "look at that worker: `argus status`, `docker logs` on its host, the host's network to worker 0 (doctor's head_route and collective_iface)",
+    ));
+    checks
+}
+
+/// The image has no torch: the one check then.
+fn no_torch(outs: &[RankOut]) -> Option<Check> {
+    let no_torch = outs.iter().find_map(|o| event(o, "no_torch"))?;
+    Some(check(
+        Status::Unknown,
+        format!(
+            "the cluster's image has no torch ({})",
+            no_torch["error"].as_str().unwrap_or("ImportError")
+        ),
+        "the collective is torch.distributed's all-reduce, run in the worker containers",
+        "use the verl image (image: argus/verl:0.8.0-cpu, built by `argus image build --verl`), or any image with torch, then `argus up` and doctor --collective again",
+    ))
+}
+
+/// A line per pair (and the ring) the ranks measured.
+fn measured(ranks: &[Rank], outs: &[RankOut]) -> Vec<Check> {
+    let mut checks = Vec::new();
     let name = |i: u64| {
         ranks
             .get(i as usize)
@@ -485,11 +513,12 @@ fn judge(ranks: &[Rank], outs: &[RankOut], addr: &str, port: u32) -> Vec<Check> 
             ));
         }
     }
-    let all_done = outs.iter().all(|o| event(o, "done").is_some());
-    if all_done && !checks.is_empty() {
-        return checks;
-    }
-    // Who did not answer: could not be started, never at the rendezvous, killed, or silent.
+    checks
+}
+
+/// The workers that did not answer: could not be started, never at the rendezvous, killed,
+/// or silent.
+fn not_answering(ranks: &[Rank], outs: &[RankOut], addr: &str, port: u32) -> Vec<String> {
     let missing: Vec<u64> = outs
         .iter()
         .find_map(|o| event(o, "missing"))
@@ -533,28 +562,22 @@ fn judge(ranks: &[Rank], outs: &[RankOut], addr: &str, port: u32) -> Vec<Check> 
             named.push(format!("{} {reason}", who(r)));
         }
     }
-    if named.is_empty() {
-        // Everyone answered but it failed: their own words.
-        for (r, out) in ranks.iter().zip(outs) {
-            if let Some(e) = event(out, "error") {
-                named.push(format!(
-                    "{}: {}",
-                    who(r),
-                    e["error"].as_str().unwrap_or("error")
-                ));
-            } else if out.timed_out {
-                named.push(format!("{} did not finish within {BOUND_S}s", who(r)));
-            }
+    named
+}
+
+/// Everyone answered but it failed: their own words.
+fn own_errors(ranks: &[Rank], outs: &[RankOut]) -> Vec<String> {
+    let mut named = Vec::new();
+    for (r, out) in ranks.iter().zip(outs) {
+        if let Some(e) = event(out, "error") {
+            named.push(format!(
+                "{}: {}",
+                who(r),
+                e["error"].as_str().unwrap_or("error")
+            ));
+        } else if out.timed_out {
+            named.push(format!("{} did not finish within {BOUND_S}s", who(r)));
         }
     }
-    if named.is_empty() {
-        named.push("the all-reduce did not report its numbers".into());
-    }
-    checks.push(check(
-        Status::Fail,
-        named.join("; "),
-        "every rank of a collective waits for the slowest: one worker that does not answer hangs the whole job until NCCL's or Gloo's timeout",
-        "look at that worker: `argus status`, `docker logs` on its host, the host's network to worker 0 (doctor's head_route and collective_iface)",
-    ));
-    checks
+    named
 }

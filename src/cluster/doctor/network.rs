@@ -19,7 +19,7 @@ use serde::Deserialize;
 use super::{Check, Status};
 use crate::cluster::docker;
 use crate::cluster::hosts::Engine;
-use crate::cluster::plan::ClusterPlan;
+use crate::cluster::plan::{ClusterPlan, LABEL_CLUSTER};
 use crate::config::LoadedProfile;
 use crate::config::profile::{NetworkMode, Profile};
 
@@ -75,6 +75,8 @@ pub struct ProbeArgs {
     pub ranges: Vec<(u32, u32)>,
     /// Ids of the cluster's own containers on that host.
     pub own_ids: Vec<String>,
+    /// The cluster's name: the probe carries its label, so `down` removes one left behind.
+    pub cluster: String,
 }
 
 /// Runs the probe on one host, bounded by [`PROBE_TIMEOUT`].
@@ -95,7 +97,7 @@ pub async fn probe(docker: &Docker, args: &ProbeArgs) -> Result<Seen, String> {
         args.own_ids.join(","),
         SCRIPT_BUDGET_S.to_string(),
     ];
-    let output = run_bounded(docker, &args.image_id, cmd, PROBE_TIMEOUT).await?;
+    let output = run_bounded(docker, &args.image_id, &args.cluster, cmd, PROBE_TIMEOUT).await?;
     let line = output
         .lines()
         .rev()
@@ -121,6 +123,7 @@ fn last_words(output: &str) -> String {
 async fn run_bounded(
     docker: &Docker,
     image_id: &str,
+    cluster: &str,
     cmd: Vec<String>,
     timeout: Duration,
 ) -> Result<String, String> {
@@ -128,7 +131,10 @@ async fn run_bounded(
     let body = ContainerCreateBody {
         image: Some(image_id.to_string()),
         cmd: Some(cmd),
-        labels: Some(HashMap::from([(LABEL_PROBE.to_string(), token.clone())])),
+        labels: Some(HashMap::from([
+            (LABEL_PROBE.to_string(), token.clone()),
+            (LABEL_CLUSTER.to_string(), cluster.to_string()),
+        ])),
         host_config: Some(HostConfig {
             network_mode: Some("host".to_string()),
             pid_mode: Some("host".to_string()),
@@ -155,17 +161,24 @@ async fn run_bounded(
     }
 }
 
+/// Removes the containers carrying `label`, bounded (an engine that does not answer
+/// leaves them to `down`: they carry the cluster's label).
 async fn remove_labelled(docker: &Docker, label: &str) {
-    let Ok(list) = docker::containers_labelled(docker, label).await else {
-        return;
-    };
-    for c in list {
-        if let Some(id) = c.id {
-            let options = bollard::query_parameters::RemoveContainerOptionsBuilder::new()
-                .force(true)
-                .build();
-            let _ = docker.remove_container(&id, Some(options)).await;
+    let remove = async {
+        let Ok(list) = docker::containers_labelled(docker, label).await else {
+            return;
+        };
+        for c in list {
+            if let Some(id) = c.id {
+                let options = bollard::query_parameters::RemoveContainerOptionsBuilder::new()
+                    .force(true)
+                    .build();
+                let _ = docker.remove_container(&id, Some(options)).await;
+            }
         }
+    };
+    if tokio::time::timeout(PROBE_TIMEOUT, remove).await.is_err() {
+        tracing::warn!("probe containers ({label}) not removed in time: `argus down` removes them");
     }
 }
 
@@ -202,6 +215,7 @@ pub async fn ifaces_for_up(
     p: &Profile,
     engines: &[Engine],
     image_id: &str,
+    dry_run: bool,
 ) -> Result<BTreeMap<String, String>, (String, String)> {
     if !sets_iface(p) || IFACE_VARS.iter().all(|v| p.env.contains_key(*v)) {
         return Ok(BTreeMap::new());
@@ -210,27 +224,71 @@ pub async fn ifaces_for_up(
         image_id: image_id.to_string(),
         head_address: head_address(p),
         gcs_port: p.ray.gcs_port,
+        cluster: p.name.clone(),
         ..Default::default()
     };
+    // A host whose running containers carry the interface argus gave them keeps it (an
+    // unchanged cluster is not probed, and a dry run starts nothing); the others are
+    // probed, except on a dry run (their containers are to be made: the value is learned
+    // then).
     let seen = join_all(engines.iter().map(|e| {
         let args = &args;
-        async move { (e.name.clone(), probe(&e.docker, args).await) }
+        async move {
+            if let Some(iface) = iface_in_use(p, &e.docker).await {
+                return (e.name.clone(), Some(Ok(iface)));
+            }
+            if dry_run {
+                return (e.name.clone(), None);
+            }
+            let outcome = probe(&e.docker, args).await.and_then(|seen| {
+                seen.route
+                    .iface
+                    .ok_or_else(|| seen.route.error.unwrap_or_else(|| "no interface".into()))
+            });
+            (e.name.clone(), Some(outcome))
+        }
     }))
     .await;
     let mut ifaces = BTreeMap::new();
     for (host, outcome) in seen {
-        let seen = outcome.map_err(|e| (host.clone(), e))?;
-        match seen.route.iface {
-            Some(iface) => {
+        match outcome {
+            Some(Ok(iface)) => {
                 ifaces.insert(host, iface);
             }
-            None => {
-                let why = seen.route.error.unwrap_or_else(|| "no interface".into());
-                return Err((host, why));
-            }
+            Some(Err(why)) => return Err((host, why)),
+            None => {}
         }
     }
     Ok(ifaces)
+}
+
+/// The interface variable argus set on this cluster's running containers on a host
+/// (one the profile does not set itself), bounded; None when there is none to read.
+async fn iface_in_use(p: &Profile, docker: &Docker) -> Option<String> {
+    let var = IFACE_VARS.iter().find(|v| !p.env.contains_key(**v))?;
+    let look = async {
+        let label = format!("{LABEL_CLUSTER}={}", p.name);
+        let list = docker::containers_labelled(docker, &label).await.ok()?;
+        for c in list
+            .iter()
+            .filter(|c| c.state.as_ref().is_some_and(|s| s.to_string() == "running"))
+        {
+            let Some(id) = c.id.as_deref() else { continue };
+            let Ok(info) = docker.inspect_container(id, None).await else {
+                continue;
+            };
+            let env = info.config.and_then(|c| c.env).unwrap_or_default();
+            let prefix = format!("{var}=");
+            if let Some(value) = env.iter().find_map(|e| e.strip_prefix(&prefix)) {
+                return Some(value.to_string());
+            }
+        }
+        None
+    };
+    tokio::time::timeout(PROBE_TIMEOUT, look)
+        .await
+        .ok()
+        .flatten()
 }
 
 /// Whether an `NCCL_SOCKET_IFNAME` value selects `iface`: a comma-separated list of
@@ -489,6 +547,7 @@ async fn host_checks_unbounded(
         dial: host_mode && !own.is_empty(),
         ranges: super::ports::ranges(&needs),
         own_ids: own.iter().map(|o| o.id.clone()).collect(),
+        cluster: p.name.clone(),
     };
     let seen = match probe(&engine.docker, &args).await {
         Ok(seen) => seen,

@@ -113,11 +113,14 @@ fn holder_text(listener: &Listener) -> String {
         .map(|h| {
             let mut text = format!("{} (pid {}", h.comm, h.pid);
             if !h.cmdline.is_empty() {
-                let cmd: String = h.cmdline.chars().take(80).collect();
+                // Another process's command line may carry a password (`-pS3cret`).
+                let args: Vec<&str> = h.cmdline.split_whitespace().collect();
+                let cmd = crate::secrets::redact_args(&args, 80);
                 text.push_str(&format!(": {cmd}"));
             }
             if let Some(id) = &h.container {
-                text.push_str(&format!("; in container {}", &id[..12.min(id.len())]));
+                let short: String = id.chars().take(12).collect();
+                text.push_str(&format!("; in container {short}"));
             }
             text.push(')');
             text

@@ -187,14 +187,12 @@ async fn plan_cluster(
     let first_block = plan::choose_first_blocks(&loaded.profile, &held, &own)
         .map_err(|clash| Error::Ports(Box::new(clash)))?;
     // Across hosts with host networking: the interface each host reaches the head through,
-    // for NCCL and Gloo. A dry run may not have the image on every host yet: then unset.
+    // for NCCL and Gloo (what running containers carry; a dry run probes nothing).
     let collective_iface =
-        match super::doctor::network::ifaces_for_up(&loaded.profile, engines, image_id).await {
+        match super::doctor::network::ifaces_for_up(&loaded.profile, engines, image_id, dry_run)
+            .await
+        {
             Ok(ifaces) => ifaces,
-            Err((host, detail)) if dry_run => {
-                tracing::debug!("dry run: no interface probe on host {host}: {detail}");
-                Default::default()
-            }
             Err((host, detail)) => return Err(Error::RouteProbe { host, detail }),
         };
     Ok(plan::plan(

@@ -9,14 +9,18 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::triage::{self, ContainerEnd, EndKind, Log, Triage, Window};
-use super::{DIR, Error, MANIFEST, TRIAGE};
-use crate::cluster::collect::{self as gather, LogFile, Wanted};
+use super::{DIR, Error, TRIAGE};
+use crate::cluster::collect::{self as gather, LogFile};
 use crate::config::LoadedProfile;
-use crate::fsx;
 use crate::ray::jobs::{JobInfo, JobsApi};
 use crate::records::{JobRecord, Records};
 use crate::secrets::{self, Secrets};
 use crate::submit::Target;
+
+mod pick;
+mod write;
+
+pub use pick::{choose, pick_one};
 
 /// The job a bundle is made for.
 pub struct Job<'a> {
@@ -125,6 +129,15 @@ struct Files {
 
 impl Files {
     fn add(&mut self, path: String, bytes: Vec<u8>, source: String, of: Option<u64>, log: bool) {
+        // A tail starts inside a line: that piece goes (a secret cut there would no longer
+        // match its value when the file is redacted).
+        let bytes = match of.filter(|&size| size > bytes.len() as u64) {
+            Some(_) => match bytes.iter().position(|b| *b == b'\n') {
+                Some(end) => bytes[end + 1..].to_vec(),
+                None => Vec::new(),
+            },
+            None => bytes,
+        };
         let entry = Entry {
             path: path.clone(),
             bytes: bytes.len() as u64,
@@ -166,18 +179,7 @@ pub async fn collect(job: &Job<'_>, limits: &Limits) -> Result<Bundle, Error> {
         .await
         .ok()
         .and_then(Result::ok);
-    let mut redact = secrets::known();
-    if let Some(env) = info
-        .as_ref()
-        .and_then(|i| i.runtime_env.as_ref())
-        .and_then(|e| e.get("env_vars"))
-        .and_then(|e| e.as_object())
-    {
-        redact.add_vars(
-            env.iter()
-                .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?))),
-        );
-    }
+    let mut redact = redactor(info.as_ref());
     let window = window_of(info.as_ref(), &record);
     let mut files = Files::default();
 
@@ -186,104 +188,19 @@ pub async fn collect(job: &Job<'_>, limits: &Limits) -> Result<Bundle, Error> {
     let want_driver_file = driver.is_none();
 
     let job_hex = info.as_ref().and_then(|i| i.job_id.clone());
-    let since_s = window.from_ms.map_or(0, |ms| ms / 1000);
-    let nodes = crate::cluster::plan::plan(job.loaded, &Default::default())
-        .containers
-        .len()
-        .max(1) as u64;
-    let node_cap = limits.node_bytes.min(
-        limits
-            .total_bytes
-            .saturating_sub(limits.driver_bytes + (1 << 20))
-            / nodes,
-    );
-    let file_cap = limits.file_bytes;
-    let choose = |head: bool, listing: &[LogFile]| {
-        choose(
-            listing,
-            job_hex.as_deref(),
-            since_s as f64,
-            (head && want_driver_file).then_some(id),
-            file_cap,
-            node_cap,
-        )
-    };
-    let pick = |head: bool, f: &LogFile| {
-        pick_one(
-            f,
-            job_hex.as_deref(),
-            since_s as f64,
-            (head && want_driver_file).then_some(id),
-            file_cap,
-        )
-    };
-    let request = gather::Request {
-        since_s,
-        until_s: unix_now(),
-        choose: &choose,
-        pick: &pick,
-        node_cap,
-        deadline: started + limits.time,
-    };
-    let collected = gather::collect(job.loaded, &request).await?;
-    for host in &collected.unreachable {
-        files.miss(format!("host {}", host.host), host.to_string());
-    }
-    // Every secret-named value of every container's env is redacted everywhere.
-    for c in &collected.containers {
-        redact.add_vars(c.env.iter().filter_map(|kv| kv.split_once('=')));
-    }
-    let mut ends = Vec::new();
-    // Workers first: an error raised on a worker is named there, not on the head.
-    let mut order: Vec<&gather::Container> = collected.containers.iter().collect();
-    order.sort_by_key(|c| c.head);
-    for (i, c) in order.iter().enumerate() {
-        let dir = if gather::plain_name(&c.name) {
-            format!("nodes/{}", c.name)
-        } else {
-            format!("nodes/node-{i}")
-        };
-        add_container(&mut files, &mut ends, c, &dir, window);
-    }
-    match driver {
-        Some((text, of, source)) => files.add("driver.log".into(), text, source, Some(of), true),
-        None => {
-            if !files
-                .files
-                .iter()
-                .any(|(p, _, _)| p.ends_with(&format!("job-driver-{id}.log")))
-            {
-                files.miss(
-                    "driver.log",
-                    "argus saved no driver log and neither Ray nor the head has it",
-                );
-            }
-        }
-    }
+    let collected = gather_nodes(
+        job,
+        limits,
+        started + limits.time,
+        job_hex.as_deref(),
+        window,
+        want_driver_file,
+    )
+    .await?;
+    let ends = add_nodes(&mut files, &mut redact, &collected, window);
+    add_driver(&mut files, driver, id);
     add_config(&mut files, &records, job.loaded, id);
-
-    // The triage's file order: by kind of log across the nodes (workers' own first, the
-    // driver's last), then the nodes' order.
-    let mut logs_order = files.logs.clone();
-    logs_order.sort_by_key(|&i| triage_rank(&files.files[i].0));
-    let texts: Vec<(String, String)> = logs_order
-        .iter()
-        .map(|&i| {
-            let (path, bytes, _) = &files.files[i];
-            (path.clone(), String::from_utf8_lossy(bytes).into_owned())
-        })
-        .collect();
-    let logs: Vec<Log<'_>> = texts
-        .iter()
-        .map(|(path, text)| Log { path, text })
-        .collect();
-    // Read before redaction (a secret in a line must not hide the line), shown after it.
-    let found = triage::triage(&ends, &logs, window).map(|mut t| {
-        t.summary = redact.redact_str(&t.summary).into_owned();
-        t
-    });
-    drop(logs);
-    drop(texts);
+    let found = triage_of(&files, &ends, window, &redact);
 
     let mut manifest = Manifest {
         job: id.to_string(),
@@ -305,34 +222,8 @@ pub async fn collect(job: &Job<'_>, limits: &Limits) -> Result<Bundle, Error> {
         None,
         false,
     );
-    // Redacted by value (and the env by name, above), then cut to the bundle's cap.
-    let mut total = 0u64;
-    let mut kept = Vec::new();
-    for (path, bytes, mut entry) in files.files {
-        let text = redact
-            .redact_str(&String::from_utf8_lossy(&bytes))
-            .into_owned();
-        let bytes = text.into_bytes();
-        if total + bytes.len() as u64 > limits.total_bytes {
-            manifest.not_collected.push(Missed {
-                what: path,
-                why: format!(
-                    "the bundle's cap of {} bytes was reached",
-                    limits.total_bytes
-                ),
-            });
-            continue;
-        }
-        total += bytes.len() as u64;
-        entry.bytes = bytes.len() as u64;
-        manifest.files.push(entry);
-        kept.push((path, bytes));
-    }
-    manifest.bytes = total;
-    for missed in &mut manifest.not_collected {
-        missed.why = redact.redact_str(&missed.why).into_owned();
-    }
-    let path = write(
+    let kept = write::seal(files.files, &redact, limits.total_bytes, &mut manifest);
+    let path = write::write(
         &records,
         id,
         job.attempt,
@@ -345,6 +236,153 @@ pub async fn collect(job: &Job<'_>, limits: &Limits) -> Result<Bundle, Error> {
         path,
         manifest,
         triage: found,
+    })
+}
+
+/// The redaction of a bundle: every known secret, and the values of the secret-named
+/// variables of the job's runtime env.
+fn redactor(info: Option<&JobInfo>) -> Secrets {
+    let mut redact = secrets::known();
+    if let Some(env) = info
+        .and_then(|i| i.runtime_env.as_ref())
+        .and_then(|e| e.get("env_vars"))
+        .and_then(|e| e.as_object())
+    {
+        redact.add_vars(
+            env.iter()
+                .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?))),
+        );
+    }
+    redact
+}
+
+/// The containers' part: what [`gather::collect`] takes from every planned container, the
+/// Ray logs chosen by [`choose`] (or [`pick_one`] for a stopped one) within the caps.
+async fn gather_nodes(
+    job: &Job<'_>,
+    limits: &Limits,
+    deadline: Instant,
+    job_hex: Option<&str>,
+    window: Window,
+    want_driver_file: bool,
+) -> Result<gather::Collected, Error> {
+    let id = job.id;
+    let since_s = window.from_ms.map_or(0, |ms| ms / 1000);
+    let nodes = crate::cluster::plan::plan(job.loaded, &Default::default())
+        .containers
+        .len()
+        .max(1) as u64;
+    let node_cap = limits.node_bytes.min(
+        limits
+            .total_bytes
+            .saturating_sub(limits.driver_bytes + (1 << 20))
+            / nodes,
+    );
+    let file_cap = limits.file_bytes;
+    let choose = |head: bool, listing: &[LogFile]| {
+        choose(
+            listing,
+            job_hex,
+            since_s as f64,
+            (head && want_driver_file).then_some(id),
+            file_cap,
+            node_cap,
+        )
+    };
+    let pick = |head: bool, f: &LogFile| {
+        pick_one(
+            f,
+            job_hex,
+            since_s as f64,
+            (head && want_driver_file).then_some(id),
+            file_cap,
+        )
+    };
+    let request = gather::Request {
+        since_s,
+        until_s: unix_now(),
+        choose: &choose,
+        pick: &pick,
+        node_cap,
+        deadline,
+    };
+    Ok(gather::collect(job.loaded, &request).await?)
+}
+
+/// The hosts that did not answer and every container's files (workers first: an error
+/// raised on a worker is named there, not on the head); how the containers ended.
+fn add_nodes(
+    files: &mut Files,
+    redact: &mut Secrets,
+    collected: &gather::Collected,
+    window: Window,
+) -> Vec<ContainerEnd> {
+    for host in &collected.unreachable {
+        files.miss(format!("host {}", host.host), host.to_string());
+    }
+    // Every secret-named value of every container's env is redacted everywhere.
+    for c in &collected.containers {
+        redact.add_vars(c.env.iter().filter_map(|kv| kv.split_once('=')));
+    }
+    let mut ends = Vec::new();
+    // Workers first: an error raised on a worker is named there, not on the head.
+    let mut order: Vec<&gather::Container> = collected.containers.iter().collect();
+    order.sort_by_key(|c| c.head);
+    for (i, c) in order.iter().enumerate() {
+        let dir = if gather::plain_name(&c.name) {
+            format!("nodes/{}", c.name)
+        } else {
+            format!("nodes/node-{i}")
+        };
+        add_container(files, &mut ends, c, &dir, window);
+    }
+    ends
+}
+
+/// The driver's log as read, or what was missed when no node had it either.
+fn add_driver(files: &mut Files, driver: Option<(Vec<u8>, u64, String)>, id: &str) {
+    match driver {
+        Some((text, of, source)) => files.add("driver.log".into(), text, source, Some(of), true),
+        None => {
+            if !files
+                .files
+                .iter()
+                .any(|(p, _, _)| p.ends_with(&format!("job-driver-{id}.log")))
+            {
+                files.miss(
+                    "driver.log",
+                    "argus saved no driver log and neither Ray nor the head has it",
+                );
+            }
+        }
+    }
+}
+
+/// The triage of the bundle's logs, read before redaction (a secret in a line must not
+/// hide the line), its summary shown after it. The triage's file order: by kind of log
+/// across the nodes (workers' own first, the driver's last), then the nodes' order.
+fn triage_of(
+    files: &Files,
+    ends: &[ContainerEnd],
+    window: Window,
+    redact: &Secrets,
+) -> Option<Triage> {
+    let mut logs_order = files.logs.clone();
+    logs_order.sort_by_key(|&i| triage_rank(&files.files[i].0));
+    let texts: Vec<(String, String)> = logs_order
+        .iter()
+        .map(|&i| {
+            let (path, bytes, _) = &files.files[i];
+            (path.clone(), String::from_utf8_lossy(bytes).into_owned())
+        })
+        .collect();
+    let logs: Vec<Log<'_>> = texts
+        .iter()
+        .map(|(path, text)| Log { path, text })
+        .collect();
+    triage::triage(ends, &logs, window).map(|mut t| {
+        t.summary = redact.redact_str(&t.summary).into_owned();
+        t
     })
 }
 
@@ -492,7 +530,12 @@ fn ends_of(
     if out.is_empty() && (!state.running || in_window) {
         if state.oom_killed && (in_window || !state.running) {
             out.push(end(EndKind::OomKilled { limit }, finished));
-        } else if !state.running {
+        } else if !state.running
+            // A container that never started (left `created`) or ended cleanly is no
+            // node that died.
+            && finished.is_some()
+            && state.exit_code.is_some_and(|code| code != 0)
+        {
             out.push(end(
                 EndKind::Exited {
                     code: state.exit_code.unwrap_or(-1),
@@ -580,168 +623,6 @@ fn window_of(info: Option<&JobInfo>, record: &JobRecord) -> Window {
     }
 }
 
-/// Which of a container's log files a bundle takes, most telling first, each as its last
-/// `file_cap` bytes, all within `node_cap`: the job's workers' `.err` and `.out` (named by
-/// the Ray job id when known, else written since the job started), their
-/// python-core-worker logs, the job's driver core log and runtime-env setup log, raylet
-/// and gcs_server, and (on the head, when argus saved no driver log) the driver's own.
-pub fn choose(
-    listing: &[LogFile],
-    job_hex: Option<&str>,
-    since_s: f64,
-    driver_of: Option<&str>,
-    file_cap: u64,
-    node_cap: u64,
-) -> Vec<Wanted> {
-    let picks = Picks {
-        job_hex,
-        since_s,
-        driver_of,
-    };
-    let worker_ids: Vec<&str> = listing
-        .iter()
-        .filter(|f| matches!(picks.class(f, None), Some(0 | 1)))
-        .filter_map(|f| f.name.strip_prefix("worker-")?.split('-').next())
-        .collect();
-    let mut classed: Vec<(usize, &LogFile)> = listing
-        .iter()
-        .filter_map(|f| Some((picks.class(f, Some(&worker_ids))?, f)))
-        .collect();
-    classed.sort_by_key(|(class, _)| *class);
-    let mut left = node_cap;
-    let mut out = Vec::new();
-    for (_, f) in classed {
-        let keep = f.size.min(file_cap).min(left);
-        if keep == 0 {
-            continue;
-        }
-        left -= keep;
-        out.push(Wanted {
-            name: f.name.clone(),
-            keep,
-        });
-    }
-    out
-}
-
-/// Which of a node's log files belong in the bundle of a job.
-struct Picks<'a> {
-    job_hex: Option<&'a str>,
-    since_s: f64,
-    driver_of: Option<&'a str>,
-}
-
-impl Picks<'_> {
-    fn of_job(&self, f: &LogFile) -> bool {
-        match self.job_hex {
-            Some(hex) => f.name.contains(hex),
-            None => f.mtime >= self.since_s,
-        }
-    }
-
-    /// The file's class (its rank in a bundle, most telling first), None when it is not
-    /// wanted. `worker_ids`: the job's workers, whose core-worker logs are wanted (None:
-    /// not known, those written since the job started).
-    fn class(&self, f: &LogFile, worker_ids: Option<&[&str]>) -> Option<usize> {
-        let name = f.name.as_str();
-        let worker = name.starts_with("worker-") && self.of_job(f);
-        let core_worker = name
-            .strip_prefix("python-core-worker-")
-            .and_then(|rest| rest.split('_').next())
-            .is_some_and(|wid| match worker_ids {
-                Some(ids) => ids.contains(&wid),
-                None => f.mtime >= self.since_s,
-            });
-        let checks = [
-            worker && name.ends_with(".err"),
-            worker && name.ends_with(".out"),
-            name.starts_with("python-core-driver-") && self.of_job(f),
-            core_worker,
-            name.starts_with("runtime_env_setup-") && self.of_job(f),
-            name == "raylet.err",
-            name == "raylet.out",
-            name == "gcs_server.err",
-            name == "gcs_server.out",
-            self.driver_of
-                .is_some_and(|id| name == format!("job-driver-{id}.log")),
-        ];
-        checks.iter().position(|c| *c)
-    }
-}
-
-/// For a node that is not running (its files come one after the other): how many of a
-/// file's last bytes to keep, by the rules of [`choose`] (a core-worker log by its time).
-pub fn pick_one(
-    f: &LogFile,
-    job_hex: Option<&str>,
-    since_s: f64,
-    driver_of: Option<&str>,
-    file_cap: u64,
-) -> u64 {
-    let picks = Picks {
-        job_hex,
-        since_s,
-        driver_of,
-    };
-    match picks.class(f, None) {
-        Some(_) => f.size.min(file_cap),
-        None => 0,
-    }
-}
-
-/// Writes the bundle: staged as `diagnostics/.tmp-<attempt>...`, its manifest last (with
-/// the time it all took), then renamed over `diagnostics/<attempt>`.
-fn write(
-    records: &Records,
-    id: &str,
-    attempt: u32,
-    files: &[(String, Vec<u8>)],
-    manifest: &mut Manifest,
-    started: Instant,
-    redact: &Secrets,
-) -> Result<PathBuf, Error> {
-    let shown = records.dir(id).join(DIR).join(attempt.to_string());
-    let failed = |source| Error::Write {
-        path: shown.clone(),
-        source,
-    };
-    let job = records
-        .job(id)
-        .map_err(failed)?
-        .ok_or_else(|| Error::UnknownJob(id.to_string()))?;
-    let diagnostics = job.create_dirs(DIR, &mut |_| {}).map_err(failed)?;
-    let name = attempt.to_string();
-    let tmp = fsx::temp_name(&name);
-    let stage = diagnostics.create_dir(&tmp, 0o777).map_err(failed)?;
-    let filled = (|| {
-        for (rel, bytes) in files {
-            put(&stage, rel, bytes)?;
-        }
-        manifest.seconds = started.elapsed().as_secs_f64();
-        let text = serde_json::to_string_pretty(manifest).unwrap_or_default();
-        put(&stage, MANIFEST, redact.redact_str(&text).as_bytes())?;
-        if diagnostics.kind(&name)?.is_some() {
-            diagnostics.remove_all(&name)?;
-        }
-        diagnostics.rename(&tmp, &diagnostics, &name)
-    })();
-    if let Err(e) = filled {
-        let _ = diagnostics.remove_all(&tmp);
-        return Err(failed(e));
-    }
-    Ok(diagnostics.display(&name))
-}
-
-/// Writes the new file `rel` below `dir`, making its directories.
-fn put(dir: &fsx::Dir, rel: &str, bytes: &[u8]) -> std::io::Result<()> {
-    let rel = Path::new(rel);
-    let name = rel
-        .file_name()
-        .ok_or_else(|| std::io::Error::other("no file name"))?;
-    let parent = rel.parent().unwrap_or(Path::new(""));
-    dir.create_dirs(parent, &mut |_| {})?.write_new(name, bytes)
-}
-
 /// The triage of a job's newest bundle (the highest attempt that has one): (attempt,
 /// what it found). None when the job has no bundle or it cannot be read.
 pub fn latest(records: &Records, id: &str) -> Option<(u32, Option<Triage>)> {
@@ -777,76 +658,6 @@ fn ms_text(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn file(name: &str, size: u64, mtime: f64) -> LogFile {
-        LogFile {
-            name: name.into(),
-            size,
-            mtime,
-        }
-    }
-
-    #[test]
-    fn the_jobs_own_logs_are_chosen_first_within_the_caps() {
-        let w1 = "aa11";
-        let w2 = "bb22";
-        let listing = vec![
-            file("gcs_server.out", 5000, 10.0),
-            file("raylet.out", 3000, 10.0),
-            file("raylet.err", 0, 10.0),
-            file(&format!("worker-{w1}-02000000-77.err"), 100, 10.0),
-            file(&format!("worker-{w1}-02000000-77.out"), 50, 10.0),
-            file(&format!("worker-{w2}-01000000-66.err"), 100, 10.0),
-            file(&format!("python-core-worker-{w1}_77.log"), 2000, 10.0),
-            file(&format!("python-core-worker-{w2}_66.log"), 2000, 10.0),
-            file("python-core-driver-02000000ffff_9.log", 10, 10.0),
-            file("job-driver-j1.log", 10, 10.0),
-            file("dashboard.log", 10, 10.0),
-        ];
-        let names = |w: Vec<Wanted>| w.into_iter().map(|w| (w.name, w.keep)).collect::<Vec<_>>();
-        let got = names(choose(&listing, Some("02000000"), 0.0, None, 1000, 100_000));
-        assert_eq!(
-            got,
-            [
-                (format!("worker-{w1}-02000000-77.err"), 100),
-                (format!("worker-{w1}-02000000-77.out"), 50),
-                ("python-core-driver-02000000ffff_9.log".into(), 10),
-                (format!("python-core-worker-{w1}_77.log"), 1000),
-                ("raylet.out".into(), 1000),
-                ("gcs_server.out".into(), 1000),
-            ]
-        );
-        // The node's cap cuts the least telling; the driver's file only when asked.
-        let got = names(choose(
-            &listing,
-            Some("02000000"),
-            0.0,
-            Some("j1"),
-            1000,
-            1200,
-        ));
-        assert_eq!(got.iter().map(|(_, k)| k).sum::<u64>(), 1200);
-        assert_eq!(got[0].0, format!("worker-{w1}-02000000-77.err"));
-        assert_eq!(got.last().unwrap(), &("raylet.out".to_string(), 40));
-        let got = names(choose(
-            &listing,
-            Some("02000000"),
-            0.0,
-            Some("j1"),
-            1000,
-            1 << 20,
-        ));
-        assert_eq!(got.last().unwrap().0, "job-driver-j1.log");
-        // Without the Ray job id: the workers' files written since the job started.
-        let mut old = listing.clone();
-        old[5].mtime = 1.0;
-        let got = names(choose(&old, None, 5.0, None, 1000, 1 << 20));
-        assert!(got.iter().any(|(n, _)| n.contains(w1)));
-        assert!(
-            !got.iter()
-                .any(|(n, _)| n.contains(w2) && n.starts_with("worker-"))
-        );
-    }
 
     #[test]
     fn the_workers_own_logs_come_first_and_the_drivers_last() {
