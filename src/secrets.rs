@@ -9,6 +9,12 @@
 //!
 //! The loaders remember what they parse in a process-wide set, so the boundaries that
 //! write or print only call [`redact_text`] / [`redact_json`] / [`redact_yaml`].
+//!
+//! Two more ways for what names alone miss or values alone cannot reach: a value shaped
+//! like a well-known credential ([`secret_shape`]: `hf_...`, `ghp_...`, an AWS access key
+//! id, a URL with a password) is secret whatever its name, and a secret whose value is
+//! unknown is hidden where its name assigns it ([`redact_names`]: `NAME=value`,
+//! `NAME: value`, `"NAME": "value"`).
 
 use std::borrow::Cow;
 use std::collections::BTreeSet;
@@ -97,10 +103,12 @@ fn redact_assignment(word: &str) -> String {
     }
 }
 
-/// A set of secret values and the redactor that hides them.
+/// A set of secret values and the redactor that hides them; and the names of secrets
+/// whose values are unknown, hidden where those names assign them ([`redact_names`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Secrets {
     values: BTreeSet<String>,
+    names: BTreeSet<String>,
 }
 
 impl Secrets {
@@ -128,6 +136,37 @@ impl Secrets {
         }
     }
 
+    /// Adds `value` when it is shaped like a credential ([`secret_shape`]), with each
+    /// credential-shaped piece of it (the token of `Bearer hf_...`, a URL's password), so
+    /// a log that prints the piece alone hides it too. Whether it had a shape.
+    pub fn add_shaped(&mut self, value: &str) -> bool {
+        let mut shaped = false;
+        for (_, piece) in shapes(value) {
+            shaped = true;
+            self.add(piece);
+            if let Some(password) = url_password(piece) {
+                self.add(password);
+            }
+        }
+        if shaped {
+            self.add(value);
+        }
+        shaped
+    }
+
+    /// Adds the name of a secret whose value is unknown: [`Secrets::redact_str`] then
+    /// hides the values this name is assigned in a text ([`redact_names`]).
+    pub fn add_name(&mut self, name: &str) {
+        if !name.is_empty() {
+            self.names.insert(name.to_string());
+        }
+    }
+
+    /// The names added by [`Secrets::add_name`].
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.names.iter().map(String::as_str)
+    }
+
     /// The secret-named variables of this process's environment (`HF_TOKEN`,
     /// `RAY_AUTH_TOKEN`, ...).
     pub fn from_process_env() -> Self {
@@ -142,6 +181,7 @@ impl Secrets {
 
     pub fn extend(&mut self, other: &Secrets) {
         self.values.extend(other.values.iter().cloned());
+        self.names.extend(other.names.iter().cloned());
     }
 
     pub fn is_empty(&self) -> bool {
@@ -153,8 +193,20 @@ impl Secrets {
     }
 
     /// `text` with every occurrence of every secret value replaced (longest first, so a
-    /// secret that contains another is hidden whole).
+    /// secret that contains another is hidden whole), then the values the added names
+    /// are assigned ([`redact_names`]).
     pub fn redact_str<'a>(&self, text: &'a str) -> Cow<'a, str> {
+        let by_value = self.redact_values(text);
+        if self.names.is_empty() {
+            return by_value;
+        }
+        match by_value {
+            Cow::Borrowed(text) => redact_names(text, &self.names),
+            Cow::Owned(text) => Cow::Owned(redact_names(&text, &self.names).into_owned()),
+        }
+    }
+
+    fn redact_values<'a>(&self, text: &'a str) -> Cow<'a, str> {
         let mut hits: Vec<&String> = self
             .values
             .iter()
@@ -234,6 +286,7 @@ impl Secrets {
 /// What the loaders parsed in this process (profile, JobSpec, RayConfig).
 static REMEMBERED: RwLock<Secrets> = RwLock::new(Secrets {
     values: BTreeSet::new(),
+    names: BTreeSet::new(),
 });
 
 /// Adds to the process-wide set that [`known`] returns.
@@ -265,6 +318,176 @@ pub fn redact_json(value: serde_json::Value) -> serde_json::Value {
 /// A YAML value with secrets replaced by name and by value.
 pub fn redact_yaml(value: serde_yaml::Value) -> serde_yaml::Value {
     known().redact_yaml(value)
+}
+
+/// `text` with the value of every assignment of one of `names` replaced by [`REDACTED`]:
+/// `NAME=value`, `NAME: value`, `"NAME": "value"`, `'NAME': 'value'` (and their
+/// JSON-escaped `\"` forms). `NAME` is a whole word (`MY_HF_TOKEN` is not `HF_TOKEN`). A
+/// quoted value is replaced inside its quotes, up to the end of its line at most; a bare
+/// one up to the next whitespace or quote. A line is never joined to the next, so line
+/// numbers hold. For secrets whose values are unknown: a bare word that merely follows
+/// `NAME:` is hidden too, which is the safe side.
+pub fn redact_names<'a, S: AsRef<str>>(
+    text: &'a str,
+    names: impl IntoIterator<Item = S>,
+) -> Cow<'a, str> {
+    let mut spans: Vec<(usize, usize)> = Vec::new();
+    for name in names {
+        let name = name.as_ref();
+        if name.is_empty() {
+            continue;
+        }
+        for (at, _) in text.match_indices(name) {
+            if let Some(span) = assigned_at(text, at, at + name.len()) {
+                spans.push(span);
+            }
+        }
+    }
+    if spans.is_empty() {
+        return Cow::Borrowed(text);
+    }
+    spans.sort_unstable();
+    let mut out = String::with_capacity(text.len());
+    let mut done = 0;
+    for (start, end) in spans {
+        if end <= done {
+            continue;
+        }
+        let start = start.max(done);
+        out.push_str(&text[done..start]);
+        out.push_str(REDACTED);
+        done = end;
+    }
+    out.push_str(&text[done..]);
+    Cow::Owned(out)
+}
+
+/// The span of the value assigned to the name found at `text[at..end]`, when it is one.
+/// Every byte looked for is ASCII, so every index is on a character boundary.
+fn assigned_at(text: &str, at: usize, end: usize) -> Option<(usize, usize)> {
+    let b = text.as_bytes();
+    let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    let blank = |c: u8| c == b' ' || c == b'\t';
+    // After a word character, unless it ends an escape (`\nNAME` in a JSON string).
+    if at > 0 && word(b[at - 1]) && !(at >= 2 && b[at - 2] == b'\\') {
+        return None;
+    }
+    let mut i = end;
+    // The name's closing quote: `"NAME"`, `'NAME'`, `\"NAME\"`.
+    if b[i..].starts_with(b"\\\"") {
+        i += 2;
+    } else if i < b.len() && (b[i] == b'"' || b[i] == b'\'') {
+        i += 1;
+    } else if i < b.len() && word(b[i]) {
+        return None;
+    }
+    while i < b.len() && blank(b[i]) {
+        i += 1;
+    }
+    if i >= b.len() || (b[i] != b'=' && b[i] != b':') {
+        return None;
+    }
+    i += 1;
+    while i < b.len() && blank(b[i]) {
+        i += 1;
+    }
+    let (start, stop): (usize, &[u8]) = if b[i..].starts_with(b"\\\"") {
+        (i + 2, b"\\\"")
+    } else if i < b.len() && (b[i] == b'"' || b[i] == b'\'') {
+        (i + 1, std::slice::from_ref(&b[i]))
+    } else {
+        (i, b"")
+    };
+    let mut j = start;
+    while j < b.len() && b[j] != b'\n' && b[j] != b'\r' {
+        if stop.is_empty() {
+            if b[j].is_ascii_whitespace() || b[j] == b'"' || b[j] == b'\'' || b[j] == b'\\' {
+                break;
+            }
+        } else if b[j..].starts_with(stop) {
+            break;
+        } else if b[j] == b'\\'
+            && stop.len() == 1
+            && b.get(j + 1)
+                .is_some_and(|c| c.is_ascii() && !b"\r\n".contains(c))
+        {
+            // An escaped character of a quoted value (`\"`) is part of it.
+            j += 1;
+        }
+        j += 1;
+    }
+    let j = j.min(b.len());
+    (j > start && &text[start..j] != REDACTED).then_some((start, j))
+}
+
+/// What a value is when it is shaped like a well-known credential.
+pub fn secret_shape(value: &str) -> Option<&'static str> {
+    shapes(value).next().map(|(what, _)| what)
+}
+
+/// Every credential-shaped piece of `value`, in order: (what it is, the piece).
+fn shapes(value: &str) -> impl Iterator<Item = (&'static str, &str)> {
+    let key = value
+        .contains("PRIVATE KEY-----")
+        .then_some(("a private key", value));
+    let tokens = value
+        .split(|c: char| c.is_whitespace() || "=,;'\"`()[]{}".contains(c))
+        .filter_map(|token| token_shape(token).map(|what| (what, token)));
+    key.into_iter().chain(tokens)
+}
+
+/// What one token (no blank, quote or separator in it) is when it is a credential.
+fn token_shape(token: &str) -> Option<&'static str> {
+    let tail = |prefix: &str, min: usize| {
+        token.strip_prefix(prefix).is_some_and(|rest| {
+            rest.len() >= min
+                && rest
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        })
+    };
+    if tail("hf_", 30) {
+        return Some("a Hugging Face token");
+    }
+    if ["ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"]
+        .iter()
+        .any(|p| tail(p, 30))
+    {
+        return Some("a GitHub token");
+    }
+    if tail("glpat-", 20) {
+        return Some("a GitLab token");
+    }
+    if tail("sk-", 20) {
+        return Some("an API key");
+    }
+    if ["xoxb-", "xoxp-", "xoxa-", "xoxr-"]
+        .iter()
+        .any(|p| tail(p, 10))
+    {
+        return Some("a Slack token");
+    }
+    if token.len() == 20
+        && (token.starts_with("AKIA") || token.starts_with("ASIA"))
+        && token
+            .chars()
+            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
+    {
+        return Some("an AWS access key");
+    }
+    if url_password(token).is_some() {
+        return Some("a URL with a password");
+    }
+    None
+}
+
+/// The password of a URL's `user:password@`, when it has a non-empty one.
+fn url_password(token: &str) -> Option<&str> {
+    let (_, rest) = token.split_once("://")?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let (userinfo, _) = authority.rsplit_once('@')?;
+    let (_, password) = userinfo.split_once(':')?;
+    (!password.is_empty()).then_some(password)
 }
 
 #[cfg(test)]
@@ -390,5 +613,104 @@ mod tests {
         assert_eq!(redact_args(&["é".repeat(300)], 200).chars().count(), 200);
         assert!(is_secret_override_key("+wandb.api_key"));
         assert!(!is_secret_override_key("data.tokenizer"));
+    }
+
+    #[test]
+    fn credentials_are_recognised_by_shape() {
+        let hf = format!("hf_{}", "a".repeat(34));
+        assert_eq!(secret_shape(&hf), Some("a Hugging Face token"));
+        assert_eq!(
+            secret_shape(&format!("Bearer {hf}")),
+            Some("a Hugging Face token")
+        );
+        assert_eq!(
+            secret_shape("https://user:pw@mirror.example/x"),
+            Some("a URL with a password")
+        );
+        assert_eq!(
+            secret_shape("AKIAABCDEFGHIJKLMNOP"),
+            Some("an AWS access key")
+        );
+        for fine in [
+            "https://hf-mirror.example",
+            "https://user@host/x",
+            "/mnt/shared/common/hf",
+            "hf_home",
+            "false",
+            "Qwen/Qwen2.5-0.5B-Instruct",
+        ] {
+            assert_eq!(secret_shape(fine), None, "{fine}");
+        }
+    }
+
+    #[test]
+    fn a_shaped_value_is_added_whole_and_by_its_pieces() {
+        let hf = format!("hf_{}", "b".repeat(34));
+        let mut s = Secrets::new();
+        assert!(s.add_shaped(&format!("Bearer {hf}")));
+        assert!(s.add_shaped("https://user:mirror-pw-1@mirror.example/x"));
+        assert!(s.add_shaped("AKIAABCDEFGHIJKLMNOP"));
+        assert!(!s.add_shaped("https://hf-mirror.example"));
+        assert!(!s.add_shaped("/mnt/shared/common/hf"));
+        let log = format!(
+            "auth {hf}\nGET https://user:mirror-pw-1@mirror.example/other\npw mirror-pw-1\nkey AKIAABCDEFGHIJKLMNOP\nhttps://hf-mirror.example\n"
+        );
+        assert_eq!(
+            s.redact_str(&log),
+            "auth <redacted>\nGET https://user:<redacted>@mirror.example/other\npw <redacted>\nkey <redacted>\nhttps://hf-mirror.example\n"
+        );
+    }
+
+    #[test]
+    fn names_hide_the_values_they_assign() {
+        let names = ["HF_TOKEN", "DB_PASS"];
+        let cases = [
+            ("HF_TOKEN=hf_abc123 next", "HF_TOKEN=<redacted> next"),
+            (
+                "export DB_PASS='s3 cret' x",
+                "export DB_PASS='<redacted>' x",
+            ),
+            ("HF_TOKEN: abc\nB: c", "HF_TOKEN: <redacted>\nB: c"),
+            (
+                r#"{"HF_TOKEN": "abc", "HF_HOME": "/x"}"#,
+                r#"{"HF_TOKEN": "<redacted>", "HF_HOME": "/x"}"#,
+            ),
+            (
+                "environ({'DB_PASS': 'p\\'w', 'A': 'b'})",
+                "environ({'DB_PASS': '<redacted>', 'A': 'b'})",
+            ),
+            // A log line inside a JSON string (triage.json).
+            (
+                r#""line": "HF_TOKEN=abc\nDB_PASS: \"x y\"""#,
+                r#""line": "HF_TOKEN=<redacted>\nDB_PASS: \"<redacted>\"""#,
+            ),
+            // Whole words only; a name without an assignment is left alone.
+            ("MY_HF_TOKEN=a HF_TOKENS=b", "MY_HF_TOKEN=a HF_TOKENS=b"),
+            ("set HF_TOKEN, then DB_PASS", "set HF_TOKEN, then DB_PASS"),
+            (
+                "HF_TOKEN=\nHF_TOKEN=<redacted>",
+                "HF_TOKEN=\nHF_TOKEN=<redacted>",
+            ),
+            // An unclosed quote stops at the end of its line: lines are kept.
+            ("DB_PASS=\"abc\nnext", "DB_PASS=\"<redacted>\nnext"),
+            ("DB_PASS='abc\\\nnext", "DB_PASS='<redacted>\nnext"),
+            ("é HF_TOKEN=ü-ß é", "é HF_TOKEN=<redacted> é"),
+        ];
+        for (text, want) in cases {
+            assert_eq!(redact_names(text, names), want, "{text}");
+        }
+        assert!(matches!(redact_names("nothing", names), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn a_redactor_with_names_hides_by_value_then_by_name() {
+        let mut s = Secrets::new();
+        s.add("known-secret");
+        s.add_name("DB_PASS");
+        assert_eq!(
+            s.redact_str("A=known-secret DB_PASS=unknown DB_PASS=known-secret"),
+            "A=<redacted> DB_PASS=<redacted> DB_PASS=<redacted>"
+        );
+        assert_eq!(s.names().collect::<Vec<_>>(), ["DB_PASS"]);
     }
 }

@@ -21,6 +21,7 @@ use crate::config::{Layout, LoadedProfile};
 use crate::exit::{Classify, Exit};
 use crate::ids::CodeRef;
 use crate::ray::RayClient;
+use crate::secrets::secret_shape;
 use crate::submit::{self, Prepared, Target};
 use crate::ui::Reporter;
 use crate::yaml_path;
@@ -530,63 +531,6 @@ fn scalar_text(value: &serde_yaml::Value) -> Option<String> {
     }
 }
 
-/// What a value is when it is shaped like a well-known credential.
-pub fn secret_shape(value: &str) -> Option<&'static str> {
-    if value.contains("PRIVATE KEY-----") {
-        return Some("a private key");
-    }
-    for token in value.split(|c: char| c.is_whitespace() || "=,;'\"`()[]{}".contains(c)) {
-        let tail = |prefix: &str, min: usize| {
-            token.strip_prefix(prefix).is_some_and(|rest| {
-                rest.len() >= min
-                    && rest
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
-            })
-        };
-        if tail("hf_", 30) {
-            return Some("a Hugging Face token");
-        }
-        if ["ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_"]
-            .iter()
-            .any(|p| tail(p, 30))
-        {
-            return Some("a GitHub token");
-        }
-        if tail("glpat-", 20) {
-            return Some("a GitLab token");
-        }
-        if tail("sk-", 20) {
-            return Some("an API key");
-        }
-        if ["xoxb-", "xoxp-", "xoxa-", "xoxr-"]
-            .iter()
-            .any(|p| tail(p, 10))
-        {
-            return Some("a Slack token");
-        }
-        if token.len() == 20
-            && (token.starts_with("AKIA") || token.starts_with("ASIA"))
-            && token
-                .chars()
-                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit())
-        {
-            return Some("an AWS access key");
-        }
-        if let Some((_, rest)) = token.split_once("://") {
-            let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-            if let Some((userinfo, _)) = authority.rsplit_once('@')
-                && userinfo
-                    .split_once(':')
-                    .is_some_and(|(_, password)| !password.is_empty())
-            {
-                return Some("a URL with a password");
-            }
-        }
-    }
-    None
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -612,34 +556,6 @@ mod tests {
             "HF_ENDPOINT",
         ] {
             assert!(!crate::secrets::is_secret_name(name), "{name}");
-        }
-    }
-
-    #[test]
-    fn credentials_are_recognised_by_shape() {
-        let hf = format!("hf_{}", "a".repeat(34));
-        assert_eq!(secret_shape(&hf), Some("a Hugging Face token"));
-        assert_eq!(
-            secret_shape(&format!("Bearer {hf}")),
-            Some("a Hugging Face token")
-        );
-        assert_eq!(
-            secret_shape("https://user:pw@mirror.example/x"),
-            Some("a URL with a password")
-        );
-        assert_eq!(
-            secret_shape("AKIAABCDEFGHIJKLMNOP"),
-            Some("an AWS access key")
-        );
-        for fine in [
-            "https://hf-mirror.example",
-            "https://user@host/x",
-            "/mnt/shared/common/hf",
-            "hf_home",
-            "false",
-            "Qwen/Qwen2.5-0.5B-Instruct",
-        ] {
-            assert_eq!(secret_shape(fine), None, "{fine}");
         }
     }
 

@@ -14,13 +14,15 @@ use crate::cluster::collect::{self as gather, LogFile};
 use crate::config::LoadedProfile;
 use crate::ray::jobs::{JobInfo, JobsApi};
 use crate::records::{JobRecord, Records};
-use crate::secrets::{self, Secrets};
+use crate::secrets::Secrets;
 use crate::submit::Target;
 
 mod pick;
+mod redact;
 mod write;
 
 pub use pick::{choose, pick_one};
+use redact::{env_text, recorded_env, redactor};
 
 /// The job a bundle is made for.
 pub struct Job<'a> {
@@ -179,9 +181,16 @@ pub async fn collect(job: &Job<'_>, limits: &Limits) -> Result<Bundle, Error> {
         .await
         .ok()
         .and_then(Result::ok);
-    let mut redact = redactor(info.as_ref());
-    let window = window_of(info.as_ref(), &record);
+    let jobspec = records.read_file(id, JOBSPEC, 4 << 20);
+    let recorded = jobspec
+        .as_ref()
+        .ok()
+        .and_then(Option::as_deref)
+        .and_then(recorded_env);
     let mut files = Files::default();
+    let (mut redact, by_name) = redactor(info.as_ref(), recorded.as_deref(), &job.loaded.profile);
+    files.missed.extend(by_name);
+    let window = window_of(info.as_ref(), &record);
 
     // The driver's log: the one argus saved, else Ray's, else the head's file (below).
     let driver = driver_log(&records, &api, id, limits.driver_bytes).await;
@@ -199,7 +208,7 @@ pub async fn collect(job: &Job<'_>, limits: &Limits) -> Result<Bundle, Error> {
     .await?;
     let ends = add_nodes(&mut files, &mut redact, &collected, window);
     add_driver(&mut files, driver, id);
-    add_config(&mut files, &records, job.loaded, id);
+    add_config(&mut files, &records, job.loaded, id, jobspec);
     let found = triage_of(&files, &ends, window, &redact);
 
     let mut manifest = Manifest {
@@ -239,22 +248,8 @@ pub async fn collect(job: &Job<'_>, limits: &Limits) -> Result<Bundle, Error> {
     })
 }
 
-/// The redaction of a bundle: every known secret, and the values of the secret-named
-/// variables of the job's runtime env.
-fn redactor(info: Option<&JobInfo>) -> Secrets {
-    let mut redact = secrets::known();
-    if let Some(env) = info
-        .and_then(|i| i.runtime_env.as_ref())
-        .and_then(|e| e.get("env_vars"))
-        .and_then(|e| e.as_object())
-    {
-        redact.add_vars(
-            env.iter()
-                .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?))),
-        );
-    }
-    redact
-}
+/// Where a job's record keeps its JobSpec (redacted: [`crate::inputs::recorded`]).
+const JOBSPEC: &str = "config/jobspec.yaml";
 
 /// The containers' part: what [`gather::collect`] takes from every planned container, the
 /// Ray logs chosen by [`choose`] (or [`pick_one`] for a stopped one) within the caps.
@@ -320,9 +315,13 @@ fn add_nodes(
     for host in &collected.unreachable {
         files.miss(format!("host {}", host.host), host.to_string());
     }
-    // Every secret-named value of every container's env is redacted everywhere.
+    // Every secret-named or credential-shaped value of every container's env is redacted
+    // everywhere.
     for c in &collected.containers {
-        redact.add_vars(c.env.iter().filter_map(|kv| kv.split_once('=')));
+        for (name, value) in c.env.iter().filter_map(|kv| kv.split_once('=')) {
+            redact.add_vars([(name, value)]);
+            redact.add_shaped(value);
+        }
     }
     let mut ends = Vec::new();
     // Workers first: an error raised on a worker is named there, not on the head.
@@ -413,19 +412,9 @@ fn add_container(
         None,
         false,
     );
-    let env: Vec<String> = c
-        .env
-        .iter()
-        .map(|kv| match kv.split_once('=') {
-            Some((name, _)) if secrets::is_secret_name(name) => {
-                format!("{name}={}", secrets::REDACTED)
-            }
-            _ => kv.clone(),
-        })
-        .collect();
     files.add(
         format!("{dir}/env.txt"),
-        (env.join("\n") + "\n").into_bytes(),
+        env_text(&c.env).into_bytes(),
         source("env"),
         None,
         false,
@@ -547,8 +536,14 @@ fn ends_of(
     out
 }
 
-/// The job's profile (resolved, redacted) and its recorded JobSpec.
-fn add_config(files: &mut Files, records: &Records, loaded: &LoadedProfile, id: &str) {
+/// The job's profile (resolved, redacted) and its recorded JobSpec (as read).
+fn add_config(
+    files: &mut Files,
+    records: &Records,
+    loaded: &LoadedProfile,
+    id: &str,
+    jobspec: std::io::Result<Option<Vec<u8>>>,
+) {
     let profile = crate::inputs::recorded::redacted_value(&loaded.profile);
     files.add(
         "profile.yaml".into(),
@@ -557,11 +552,11 @@ fn add_config(files: &mut Files, records: &Records, loaded: &LoadedProfile, id: 
         None,
         false,
     );
-    match records.read_file(id, "config/jobspec.yaml", 4 << 20) {
+    match jobspec {
         Ok(Some(bytes)) => files.add(
             "jobspec.yaml".into(),
             bytes,
-            format!("{}", records.dir(id).join("config/jobspec.yaml").display()),
+            format!("{}", records.dir(id).join(JOBSPEC).display()),
             None,
             false,
         ),
@@ -658,6 +653,8 @@ fn ms_text(ms: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::profile::Profile;
+    use crate::secrets;
 
     #[test]
     fn the_workers_own_logs_come_first_and_the_drivers_last() {
@@ -738,5 +735,82 @@ mod tests {
         assert_eq!(ends[0].what, EndKind::OomKilled { limit: None });
         assert_eq!(ends[0].at_ms, rfc3339_ms("2026-11-26T06:00:00.123Z"));
         assert!(ends[0].at_ms.is_some());
+    }
+
+    fn profile() -> Profile {
+        crate::config::yaml::parse(&crate::config::yaml::Source::new(
+            "p.yaml",
+            "name: t\nimage: i\nshared: {host_path: /tmp/x}\nenv: {PROFILE_TOKEN: tok-of-the-profile, NCCL_DEBUG: WARN}\nworkers: [{name: g, count: 1, env: {W_PASS: worker-pass-1}}]\nsubmit: {runtime_env: {env_vars: {SUB_KEY: sub-key-value}}}\n",
+        ))
+        .unwrap()
+    }
+
+    const RECORDED: &str = "workload: ppo\ncode_id: a\nenv_vars:\n  DB_PASS: '<redacted>'\n  RENAMED_VALUE: '<redacted>'\n  NCCL_DEBUG: INFO\n  HF_ENDPOINT: 'https://user:pw-in-url-1@mirror.example'\n";
+
+    #[test]
+    fn without_rays_jobinfo_the_secrets_are_hidden_by_name() {
+        let recorded = recorded_env(RECORDED.as_bytes()).unwrap();
+        assert_eq!(recorded[0], ("DB_PASS".into(), secrets::REDACTED.into()));
+        let (redact, missed) = redactor(None, Some(&recorded), &profile());
+        let names: Vec<&str> = redact.names().collect();
+        for name in [
+            "DB_PASS",
+            "RENAMED_VALUE",
+            "PROFILE_TOKEN",
+            "W_PASS",
+            "SUB_KEY",
+        ] {
+            assert!(names.contains(&name), "{name} in {names:?}");
+        }
+        assert!(!names.contains(&"NCCL_DEBUG") && !names.contains(&"HF_ENDPOINT"));
+        let log = "env DB_PASS=db-secret-not-known-here\n{\"RENAMED_VALUE\": \"abcdef-1\"}\nNCCL_DEBUG=INFO\nGET https://user:pw-in-url-1@mirror.example/f\nconnecting as pw-in-url-1\n";
+        assert_eq!(
+            redact.redact_str(log),
+            "env DB_PASS=<redacted>\n{\"RENAMED_VALUE\": \"<redacted>\"}\nNCCL_DEBUG=INFO\nGET <redacted>/f\nconnecting as <redacted>\n"
+        );
+        let missed = missed.expect("the manifest says redaction was by name");
+        assert_eq!(missed.what, "redaction by value");
+        assert!(missed.why.contains("Ray did not answer"), "{}", missed.why);
+        assert!(missed.why.contains("DB_PASS"), "{}", missed.why);
+        // The note survives its own redaction (names are listed, never assigned).
+        assert_eq!(redact.redact_str(&missed.why), missed.why);
+    }
+
+    #[test]
+    fn with_rays_jobinfo_the_secrets_are_hidden_by_value() {
+        let recorded = recorded_env(RECORDED.as_bytes()).unwrap();
+        let info = JobInfo {
+            runtime_env: Some(serde_json::json!({"env_vars": {
+                "DB_PASS": "db-secret-from-ray",
+                "HF_HUB_URL": "https://u:ray-url-pw-2@hub.example",
+            }})),
+            ..Default::default()
+        };
+        let (redact, missed) = redactor(Some(&info), Some(&recorded), &profile());
+        assert!(missed.is_none());
+        assert_eq!(redact.names().count(), 0);
+        assert_eq!(
+            redact.redact_str("a db-secret-from-ray b ray-url-pw-2 DB_PASS=short"),
+            "a <redacted> b <redacted> DB_PASS=short"
+        );
+    }
+
+    #[test]
+    fn env_txt_hides_secret_names_and_secret_shapes() {
+        let hf = format!("hf_{}", "x".repeat(34));
+        let env: Vec<String> = [
+            "HF_TOKEN=abc".to_string(),
+            "HF_ENDPOINT=https://user:pw@mirror.example".into(),
+            "AWS_ACCESS_KEY_ID=AKIAABCDEFGHIJKLMNOP".into(),
+            format!("HUB_AUTH=Bearer {hf}"),
+            "GH=ghp_0123456789012345678901234567890123".into(),
+            "HF_HOME=/mnt/shared/common/hf".into(),
+            "PATH=/usr/bin:/bin".into(),
+        ]
+        .into();
+        assert_eq!(
+            env_text(&env),
+            "HF_TOKEN=<redacted>\nHF_ENDPOINT=<redacted>\nAWS_ACCESS_KEY_ID=<redacted>\nHUB_AUTH=<redacted>\nGH=<redacted>\nHF_HOME=/mnt/shared/common/hf\nPATH=/usr/bin:/bin\n"
+        );
     }
 }

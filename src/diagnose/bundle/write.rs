@@ -10,9 +10,10 @@ use crate::fsx;
 use crate::records::Records;
 use crate::secrets::Secrets;
 
-/// The bundle's files redacted by value (the env by name, before), then cut to its cap
-/// (`total_bytes`): what is kept, listed in `manifest` (with its size); what is not, named
-/// in it as not collected (every reason redacted too).
+/// The bundle's files redacted by value, and by name where the values are unknown (the
+/// names `redact` holds: [`Secrets::add_name`]; the env by name and by shape, before),
+/// then cut to its cap (`total_bytes`): what is kept, listed in `manifest` (with its
+/// size); what is not, named in it as not collected (every reason redacted too).
 pub(super) fn seal(
     files: Vec<(String, Vec<u8>, Entry)>,
     redact: &Secrets,
