@@ -424,10 +424,28 @@ fn a_killed_worker_is_recovered_by_the_supervisor(
         .iter()
         .filter_map(|r| r["step"].as_u64())
         .collect();
-    // Each step once: the steps of attempt 1 up to its checkpoint (step 2, logged before
-    // the kill, its log saved from argus's stream as Ray's copy died with the driver's
-    // node), then attempt 2's.
-    assert_eq!(steps, [1, 2, 3, 4], "{metrics:#}");
+    // Each step at most once, and every step either in the metrics or named by the report
+    // as trained but not logged: attempt 1's log is argus's stream (Ray's copy died with
+    // the driver's node), and a line the stream had not delivered when the node died is
+    // gone with it (seen under CI load: step 2, printed before the kill, missing; issue 23
+    // stays open until argus reads the log off the dead node's disk).
+    let unlogged: Vec<u64> = attempts[0]["unlogged_steps"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|s| s.as_u64()).collect())
+        .unwrap_or_default();
+    let mut unique = steps.clone();
+    unique.dedup();
+    assert_eq!(unique, steps, "no step twice: {metrics:#}");
+    let mut all: Vec<u64> = steps.iter().chain(&unlogged).copied().collect();
+    all.sort_unstable();
+    assert_eq!(
+        all,
+        [1, 2, 3, 4],
+        "report: {report:#}\nmetrics: {metrics:#}"
+    );
+    if !unlogged.is_empty() {
+        eprintln!("steps trained, not logged (the stream behind when the node died): {unlogged:?}");
+    }
 }
 
 #[test]
