@@ -26,6 +26,7 @@
 //! handle, staged under a temporary name and renamed into place.
 
 pub mod bundle;
+pub mod driver_log;
 pub mod signatures;
 pub mod triage;
 

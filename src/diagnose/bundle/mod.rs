@@ -274,22 +274,24 @@ async fn gather_nodes(
             / nodes,
     );
     let file_cap = limits.file_bytes;
-    let choose = |head: bool, listing: &[LogFile]| {
+    // The driver's own log from whichever node ran it (a worker, with the built-in
+    // profile's entrypoint_resources): the dead node's copy is the end the stream missed.
+    let choose = |_head: bool, listing: &[LogFile]| {
         choose(
             listing,
             job_hex,
             since_s as f64,
-            (head && want_driver_file).then_some(id),
+            want_driver_file.then_some(id),
             file_cap,
             node_cap,
         )
     };
-    let pick = |head: bool, f: &LogFile| {
+    let pick = |_head: bool, f: &LogFile| {
         pick_one(
             f,
             job_hex,
             since_s as f64,
-            (head && want_driver_file).then_some(id),
+            want_driver_file.then_some(id),
             file_cap,
         )
     };

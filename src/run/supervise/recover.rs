@@ -113,6 +113,8 @@ impl Supervisor<'_> {
     /// left of its job and records the job's end.
     pub async fn settle(&self, rec: &mut Recorder, end: End, log: &str) -> Result<Settled, Error> {
         let target = self.job_of.target;
+        let mut log = log;
+        let fuller_log: String;
         let Some(current) = rec.report.attempts.last().cloned() else {
             return Ok(Settled::default());
         };
@@ -143,6 +145,23 @@ impl Supervisor<'_> {
                     .note(&format!("attempt {}: {cause}: {detail}", current.n));
                 self.decide(rec, Some(cause), Some(detail), detected_at)
                     .await?;
+                // The bundle just read the dead node's disk: its copy of the driver's log
+                // has the end the stream had not delivered yet.
+                let disk =
+                    crate::diagnose::driver_log::from_bundle(self.job_of.records, &id, current.n);
+                if let Some(fuller) =
+                    disk.and_then(|d| crate::diagnose::driver_log::extend(log, &d))
+                {
+                    tracing::info!("job {id}: the end of its log read off the dead node's disk");
+                    fuller_log = fuller;
+                    log = &fuller_log;
+                    // Steps the stream never showed are logged after all.
+                    let mut follower = crate::training::progress::Follower::new();
+                    let newest = follower.feed(&format!("{log}\n")).map(|u| u.step);
+                    if let Some(current) = rec.report.attempts.last_mut() {
+                        current.last_step = current.last_step.max(newest);
+                    }
+                }
                 self.keep_log(&id, log);
                 settled.detect_s = detect_s;
                 if head {
