@@ -27,6 +27,12 @@ pub struct Steps {
 /// steps are).
 pub const LOG_CAP: usize = 32 << 20;
 
+/// The newest step a whole log shows (a log read at once: Ray's copy, or the stream
+/// extended by the dead node's copy), if any.
+pub fn newest_step(log: &str) -> Option<u64> {
+    Follower::new().feed(&format!("{log}\n")).map(|u| u.step)
+}
+
 impl Steps {
     pub fn new() -> Arc<Mutex<Steps>> {
         Arc::new(Mutex::new(Steps {

@@ -156,8 +156,7 @@ impl Supervisor<'_> {
                     fuller_log = fuller;
                     log = &fuller_log;
                     // Steps the stream never showed are logged after all.
-                    let mut follower = crate::training::progress::Follower::new();
-                    let newest = follower.feed(&format!("{log}\n")).map(|u| u.step);
+                    let newest = restart::steps::newest_step(log);
                     if let Some(current) = rec.report.attempts.last_mut() {
                         current.last_step = current.last_step.max(newest);
                     }

@@ -13,7 +13,6 @@ use crate::records::Records;
 use crate::restart::Steps;
 use crate::submit::Target;
 use crate::submit::watch::WaitOptions;
-use crate::training::progress::Follower;
 
 /// How often the detector looks.
 pub const POLL: Duration = Duration::from_secs(2);
@@ -192,9 +191,7 @@ impl Watch<'_> {
         let Ok(log) = api.logs(id).await else {
             return false;
         };
-        let mut follower = Follower::new();
-        let newest = follower.feed(&format!("{log}\n")).map(|u| u.step);
-        match newest {
+        match crate::restart::steps::newest_step(&log) {
             Some(step) if Some(step) > last => {
                 if let Ok(mut s) = steps.lock() {
                     s.saw(step);
