@@ -3,11 +3,8 @@
 //! its cause; an engine that does not answer is exit 4; and `up`'s preflight refusing in
 //! its first seconds what would fail later.
 //!
-//! Not injected: a skewed clock. Every emulated host's engine runs on this machine's kernel,
-//! and CLOCK_REALTIME has no namespace (time namespaces shift only the monotonic and boot
-//! clocks); dockerd is a Go program reading the time through the vDSO, which libfaketime's
-//! LD_PRELOAD does not reach. The clock check's arithmetic is unit-tested
-//! (`cluster::doctor::clock`).
+//! A skewed clock is faked where doctor reads it, the engine's `/info` (`skewed_clock`): no
+//! emulated host can have a clock of its own.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -442,6 +439,37 @@ fn doctor_across_three_hosts_names_a_foreign_image_and_a_foreign_shared_director
         "only c's image: {report:#}"
     );
     hosts.docker_ok("c", &["tag", &original, IMAGE]);
+
+    // Host c's clock a year ahead, as its engine reports it (see `skewed_clock`): named on
+    // c alone, failed (past munge's and TLS's bounds), the other checks there unchanged.
+    let socket = hosts
+        .host("c")
+        .unix
+        .trim_start_matches("unix://")
+        .to_string();
+    let skewed =
+        crate::skewed_clock::SkewedEngine::start(&ctx.path("skewed-c.sock"), Path::new(&socket));
+    let text = std::fs::read_to_string(&profile).expect("profile");
+    let skewed_profile = ctx.write(
+        "skewed.yaml",
+        &text.replace(&hosts.host("c").unix, &skewed.endpoint()),
+    );
+    let (report, code, _) = doctor(ctx.argus().profile(&skewed_profile), &[]);
+    drop(skewed);
+    assert_eq!(code, 1, "{report:#}");
+    assert_eq!(
+        findings(&report),
+        [("c".to_string(), "clock".to_string(), "fail".to_string())],
+        "only c's clock: {report:#}"
+    );
+    let clock = check(&report, "c", "clock");
+    let seen = clock["seen"].as_str().unwrap_or_default();
+    let offset: f64 = seen
+        .split('s')
+        .next()
+        .and_then(|n| n.trim_start_matches('+').parse().ok())
+        .unwrap_or_else(|| panic!("{seen}"));
+    assert!((offset - 365.0 * 86400.0).abs() < 86400.0 + 60.0, "{seen}");
 
     // Host b: an empty directory where the shared storage should be.
     let elsewhere = ctx.path("not-the-export");

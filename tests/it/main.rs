@@ -30,6 +30,7 @@ mod prepare;
 mod profiles;
 mod records_race;
 mod run;
+mod skewed_clock;
 mod slurm;
 mod slurm_hosts;
 mod snapshots;
