@@ -134,7 +134,8 @@ pub fn triage(ends: &[ContainerEnd], logs: &[Log<'_>], window: Window) -> Option
         });
     }
     for (f, log) in logs.iter().enumerate() {
-        for (n, line) in log.text.lines().enumerate() {
+        let lines: Vec<&str> = log.text.lines().collect();
+        for (n, line) in lines.iter().copied().enumerate() {
             let at_ms = line_time(line);
             if at_ms.is_some_and(|at| !window.holds(at)) {
                 continue;
@@ -145,6 +146,12 @@ pub fn triage(ends: &[ContainerEnd], logs: &[Log<'_>], window: Window) -> Option
                     Cause::Unknown
                 }
                 None => continue,
+            };
+            // Ray re-raises a task's or actor's error wrapped (`RayTaskError(X): ray::f()`):
+            // the wrapped error's own line, further down the same traceback, says what X was.
+            let (n, line) = match wrapped_by_ray(line) {
+                Some(inner) => inner_line(&lines, n, inner).unwrap_or((n, line)),
+                None => (n, line),
             };
             let candidate = Candidate {
                 cause,
@@ -170,6 +177,36 @@ pub fn triage(ends: &[ContainerEnd], logs: &[Log<'_>], window: Window) -> Option
         line: first.line,
         at: first.at_ms.map(rfc3339_ms),
     })
+}
+
+/// The error Ray wrapped, from `...RayTaskError(ModuleNotFoundError): ...` (or
+/// `RayActorError(...)`).
+fn wrapped_by_ray(line: &str) -> Option<&str> {
+    let (_, rest) = line
+        .split_once("RayTaskError(")
+        .or_else(|| line.split_once("RayActorError("))?;
+    let inner = rest.split_once(')')?.0;
+    (!inner.is_empty()
+        && inner
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+    .then_some(inner)
+}
+
+/// How far below a wrapping line its traceback's last line is looked for.
+const WRAPPED_LINES: usize = 60;
+
+/// The line of the wrapped error itself (`ModuleNotFoundError: No module named ...`)
+/// within the traceback below line `n`: its index and text.
+fn inner_line<'a>(lines: &[&'a str], n: usize, inner: &str) -> Option<(usize, &'a str)> {
+    let prefix = format!("{inner}:");
+    lines
+        .iter()
+        .enumerate()
+        .skip(n + 1)
+        .take(WRAPPED_LINES)
+        .find(|(_, l)| l.trim_start().starts_with(&prefix))
+        .map(|(i, l)| (i, *l))
 }
 
 /// A log line as a summary: its colours dropped (Ray colours its prefixes), any other
@@ -266,6 +303,23 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_ray_wrapped_error_is_named_by_its_own_line() {
+        let text = "Traceback (most recent call last):\n  File \"x.py\", line 9\nray.exceptions.RayTaskError(ModuleNotFoundError): ray::load() (pid=3, ip=10.0.0.3)\n  File \"fail.py\", line 8, in load\n    import nothere\nModuleNotFoundError: No module named 'nothere'\n";
+        let logs = [Log {
+            path: "driver.log",
+            text,
+        }];
+        let found = triage(&[], &logs, Window::default()).expect("found");
+        assert_eq!(found.cause, Cause::Import);
+        assert_eq!(
+            found.summary,
+            "ModuleNotFoundError: No module named 'nothere'"
+        );
+        assert_eq!(found.line, Some(6));
+        assert_eq!(wrapped_by_ray("RayActorError(a b): x"), None);
+    }
 
     fn ms(text: &str) -> u64 {
         humantime::parse_rfc3339(text)
