@@ -34,7 +34,7 @@ impl std::fmt::Debug for Engine {
 }
 
 /// A host whose engine did not answer, and why.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, serde::Deserialize)]
 pub struct Unreachable {
     pub host: String,
     pub endpoint: String,

@@ -14,6 +14,7 @@ pub mod health;
 pub mod held;
 pub mod hosts;
 pub mod image;
+pub mod local_route;
 pub mod node;
 pub mod plan;
 pub mod ready;

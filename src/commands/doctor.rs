@@ -9,13 +9,21 @@ use crate::config::jobspec::LoadedJobSpec;
 use crate::exit::Exit;
 use crate::ui::Printer;
 
-pub async fn run(loaded: &LoadedProfile, args: &DoctorArgs, printer: &Printer) -> Result<Exit> {
+pub async fn run(
+    loaded: &LoadedProfile,
+    slurm_run: Option<&str>,
+    args: &DoctorArgs,
+    printer: &Printer,
+) -> Result<Exit> {
     let job = match &args.jobspec {
         Some(path) => Some(LoadedJobSpec::load(path, &[])?),
         None => None,
     };
     let reporter = printer.reporter();
-    let mut report = crate::doctor::run(loaded, job.as_ref(), &reporter).await;
+    let mut report = match slurm_run {
+        Some(run_id) => crate::doctor::slurm_run(loaded, run_id, job.as_ref(), &reporter).await?,
+        None => crate::doctor::run(loaded, job.as_ref(), &reporter).await,
+    };
     if args.collective {
         let collective = crate::cluster::doctor::collective::collective(loaded, &reporter).await;
         report.hosts.extend(collective);

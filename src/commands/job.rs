@@ -283,6 +283,14 @@ fn diagnosis_text(found: Option<&crate::diagnose::Triage>) -> String {
 /// profile's containers are read whether Ray answers or not (a job the cluster forgot
 /// still has its records and the nodes' logs).
 async fn diagnose(cli: &Cli, id: &str, attempt: Option<u32>, printer: &Printer) -> Result<Exit> {
+    let attempt = attempt.unwrap_or_else(|| {
+        id.rsplit_once("-attempt-")
+            .and_then(|(_, n)| n.parse().ok())
+            .unwrap_or(1)
+    });
+    if let Some(run_id) = &cli.slurm_run {
+        return diagnose_slurm(cli, run_id, id, attempt, printer).await;
+    }
     let loaded = super::profile(cli)?;
     let target = match target(cli).await {
         Ok(target) => target,
@@ -294,18 +302,70 @@ async fn diagnose(cli: &Cli, id: &str, attempt: Option<u32>, printer: &Printer) 
             Target::from_profile(&loaded, ray)
         }
     };
-    let attempt = attempt.unwrap_or_else(|| {
-        id.rsplit_once("-attempt-")
-            .and_then(|(_, n)| n.parse().ok())
-            .unwrap_or(1)
-    });
     let job = crate::diagnose::Job {
         loaded: &loaded,
         target: &target,
         id,
         attempt,
+        nodes: None,
     };
-    let bundle = crate::diagnose::collect(&job, &crate::diagnose::Limits::default())
+    show_bundle(&job, printer).await
+}
+
+/// `--slurm-run RUN_ID job diagnose ID`: the run's cluster as the batch step planned it,
+/// each node's part gathered on that node through srun. Refused once the allocation has
+/// ended (exit 4): the containers went with it, and a bundle made now would replace the
+/// one the batch step made when the job ended with one that has no node in it.
+async fn diagnose_slurm(
+    cli: &Cli,
+    run_id: &str,
+    id: &str,
+    attempt: u32,
+    printer: &Printer,
+) -> Result<Exit> {
+    let loaded = super::profile(cli)?;
+    let attached = crate::slurm::attach::attach(&loaded, run_id)
+        .await
+        .with_context(|| format!("cannot reach the cluster of Slurm run {run_id}"))?;
+    if !attached.live() {
+        return Err(crate::slurm::Error::NoCluster {
+            run_id: run_id.to_string(),
+            why: format!(
+                "Slurm job {} is {}: its containers went with the allocation; the bundle the batch step made when the job ended is under jobs/{id}/diagnostics/ (`argus job status {id}` shows its diagnosis)",
+                attached.alloc.job_id,
+                attached.state.as_deref().unwrap_or("gone")
+            ),
+        }
+        .into());
+    }
+    let nodes = crate::slurm::collect::SlurmNodes {
+        run_id: run_id.to_string(),
+        job_id: attached.alloc.job_id,
+        profile: attached.files.profile_path(),
+        argus: crate::slurm::attach::node_binary(&attached)?,
+        nodes: attached
+            .alloc
+            .nodes
+            .iter()
+            .map(|n| n.name.clone())
+            .collect(),
+    };
+    let cluster = attached.cluster.clone();
+    let target = Target::from_profile(&cluster, attached.ray);
+    let job = crate::diagnose::Job {
+        loaded: &cluster,
+        target: &target,
+        id,
+        attempt,
+        nodes: Some(&nodes),
+    };
+    show_bundle(&job, printer).await
+}
+
+/// Collects a job's bundle now and shows it.
+async fn show_bundle(job: &crate::diagnose::Job<'_>, printer: &Printer) -> Result<Exit> {
+    let (id, attempt) = (job.id, job.attempt);
+    let bundle = crate::diagnose::collect(job, &crate::diagnose::Limits::default())
         .await
         .with_context(|| format!("cannot make the failure bundle of job {id}"))?;
     if printer.json {

@@ -31,7 +31,10 @@ pub async fn run(cli: &Cli, printer: &Printer) -> Result<Exit> {
         Commands::Up(args) => cluster::up(&docker_profile(cli)?, args, printer).await,
         Commands::Down(args) => cluster::down(&docker_profile(cli)?, args, printer).await,
         Commands::Status => cluster::status(&docker_profile(cli)?, printer).await,
-        Commands::Doctor(args) => doctor::run(&docker_profile(cli)?, args, printer).await,
+        Commands::Doctor(args) if cli.slurm_run.is_some() => {
+            doctor::run(&profile(cli)?, cli.slurm_run.as_deref(), args, printer).await
+        }
+        Commands::Doctor(args) => doctor::run(&docker_profile(cli)?, None, args, printer).await,
         Commands::Image(ImageCommand::Build(args)) => {
             match &cli.profile {
                 Some(_) => drop(docker_profile(cli)?),
@@ -136,11 +139,26 @@ pub fn check_flags(cli: &Cli) -> Result<(), FlagError> {
             "use -p PROFILE here; --config is for `argus submit` and `argus job`",
         ));
     }
-    if cli.slurm_run.is_some() && !matches!(cli.command, Commands::Submit(_) | Commands::Job(_)) {
+    if cli.slurm_run.is_some()
+        && !matches!(
+            cli.command,
+            Commands::Submit(_) | Commands::Job(_) | Commands::Doctor(_)
+        )
+    {
         return Err(refuse(
             "--slurm-run",
             "it names the cluster of a Slurm run for jobs; this command would act on the profile's own cluster",
-            "`argus slurm status RUN_ID` and `argus slurm cancel RUN_ID` act on a Slurm run; --slurm-run is for `argus submit` and `argus job`",
+            "`argus slurm status RUN_ID` and `argus slurm cancel RUN_ID` act on a Slurm run; --slurm-run is for `argus submit`, `argus job` and `argus doctor`",
+        ));
+    }
+    if cli.slurm_run.is_some()
+        && let Commands::Doctor(args) = &cli.command
+        && args.collective
+    {
+        return Err(refuse(
+            "--collective with --slurm-run",
+            "the all-reduce runs through each worker's engine, which only its own node reaches",
+            "`argus --slurm-run RUN_ID doctor` checks the run's nodes; run the collective on a Docker-hosts cluster",
         ));
     }
     match &cli.command {

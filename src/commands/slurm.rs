@@ -72,6 +72,23 @@ pub async fn run(cli: &Cli, command: &SlurmCommand, printer: &Printer) -> Result
             printer.data(serde_json::to_string(&listed)?);
             Ok(Exit::Success)
         }
+        SlurmCommand::CollectNode { run_id, params } => {
+            let loaded = super::profile(cli)?;
+            let params: crate::diagnose::bundle::NodeParams = serde_json::from_str(params)
+                .map_err(|e| slurm::Error::Invalid(format!("--params: {e}")))?;
+            let part = slurm::collect::node_part(&loaded, run_id, &params).await?;
+            printer.data(serde_json::to_string(&part)?);
+            Ok(Exit::Success)
+        }
+        SlurmCommand::DoctorNode { run_id, token } => {
+            let loaded = super::profile(cli)?;
+            // One line each: srun passes the node's lines through whole.
+            let mut print = |line: &slurm::doctor::NodeLine| {
+                printer.data(serde_json::to_string(line).unwrap_or_default());
+            };
+            slurm::doctor::node_step(&loaded, run_id, token, &mut print).await?;
+            Ok(Exit::Success)
+        }
         SlurmCommand::Node { run_id } => {
             let loaded = super::profile(cli)?;
             let reporter = printer.reporter();

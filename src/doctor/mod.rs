@@ -17,8 +17,7 @@ use crate::fsx::Kind;
 use crate::hf::{Commit, ModelSpec, RepoKind, RepoPath};
 use crate::ui::Reporter;
 
-/// The report's part for the checks that are not of one host.
-pub const CLUSTER: &str = "cluster";
+pub use crate::cluster::doctor::CLUSTER;
 
 /// The cluster's checks, and with a JobSpec its inputs' (under `cluster`).
 pub async fn run(
@@ -35,6 +34,24 @@ pub async fn run(
         });
     }
     report
+}
+
+/// The checks of a Slurm run's nodes (each on its node, through srun), and with a JobSpec
+/// its inputs'.
+pub async fn slurm_run(
+    loaded: &LoadedProfile,
+    run_id: &str,
+    job: Option<&LoadedJobSpec>,
+    reporter: &dyn Reporter,
+) -> Result<Report, crate::slurm::Error> {
+    let mut report = crate::slurm::doctor::report(loaded, run_id, reporter).await?;
+    if let Some(job) = job {
+        report.hosts.push(HostReport {
+            host: CLUSTER.into(),
+            checks: jobspec_checks(loaded, job),
+        });
+    }
+    Ok(report)
 }
 
 /// `model_cache` and `dataset_cache` of a JobSpec, on the shared storage as this machine

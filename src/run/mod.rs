@@ -610,6 +610,7 @@ async fn diagnose_failed(ctx: &Ctx<'_>, job_of: &Submitted<'_>) -> Option<String
         target: job_of.target,
         id: job_of.id,
         attempt: 1,
+        nodes: None,
     };
     let line = crate::diagnose::after_failure(&job, &Default::default()).await?;
     ctx.reporter.note(&format!("diagnosis: {line}"));

@@ -487,24 +487,13 @@ pub async fn containers(
 ) -> Result<(Vec<NodeContainers>, BTreeMap<String, String>), Error> {
     let argus = relay_binary(&attached.record)?;
     let listings = attached.alloc.nodes.iter().map(|node| {
-        let output = super::srun()
-            .arg(format!("--jobid={}", attached.alloc.job_id))
-            .args([
-                "--overlap",
-                "--quiet",
-                "--nodes=1",
-                "--ntasks=1",
-                "--kill-on-bad-exit=0",
-                "--job-name=argus-status",
-            ])
-            .arg(format!("--nodelist={}", node.name))
-            .arg(&argus)
-            .args(["--no-progress", "-q", "--json", "-p"])
-            .arg(attached.files.profile_path())
-            .args(["slurm", "containers", &attached.record.run_id])
-            .stdin(Stdio::null())
-            .kill_on_drop(true)
-            .output();
+        let output = node_step(
+            &attached.steps(&argus),
+            &node.name,
+            "argus-status",
+            &["slurm", "containers", &attached.record.run_id],
+        )
+        .output();
         async move {
             let result = match tokio::time::timeout(LIST_TIMEOUT, output).await {
                 Err(_) => Err(format!("no answer within {}s", LIST_TIMEOUT.as_secs())),
@@ -514,15 +503,7 @@ pub async fn containers(
                         .lines()
                         .find_map(|line| serde_json::from_str::<NodeContainers>(line).ok())
                         .filter(|l| l.node == node.name);
-                    listed.ok_or_else(|| {
-                        let stderr = String::from_utf8_lossy(&out.stderr);
-                        let why = stderr
-                            .lines()
-                            .find(|l| l.starts_with("error:") || l.contains("caused by"))
-                            .or_else(|| stderr.lines().next())
-                            .unwrap_or("no listing");
-                        why.trim().trim_start_matches("error: ").to_string()
-                    })
+                    listed.ok_or_else(|| step_failure(&out.stderr, "no listing"))
                 }
             };
             (node.name.clone(), result)
@@ -539,6 +520,69 @@ pub async fn containers(
         }
     }
     Ok((listed, errors))
+}
+
+/// Where a step of a run's Slurm job is started from: the job, the run's profile as the
+/// nodes read it, the argus they run.
+pub struct StepOf<'a> {
+    pub job_id: u64,
+    pub profile: PathBuf,
+    pub argus: &'a Path,
+}
+
+impl Attached {
+    /// Steps of this run's job, running `argus`.
+    pub fn steps<'a>(&self, argus: &'a Path) -> StepOf<'a> {
+        StepOf {
+            job_id: self.alloc.job_id,
+            profile: self.files.profile_path(),
+            argus,
+        }
+    }
+}
+
+/// `argus --json -p <the run's profile> ARGS` on `node` as a step of the run's job of its
+/// own (overlapping the job's steps, one task, its output only on stdout).
+pub fn node_step(
+    of: &StepOf<'_>,
+    node: &str,
+    job_name: &str,
+    args: &[&str],
+) -> tokio::process::Command {
+    let mut srun = super::srun();
+    srun.arg(format!("--jobid={}", of.job_id))
+        .args([
+            "--overlap",
+            "--quiet",
+            "--nodes=1",
+            "--ntasks=1",
+            "--kill-on-bad-exit=0",
+        ])
+        .arg(format!("--job-name={job_name}"))
+        .arg(format!("--nodelist={node}"))
+        .arg(of.argus)
+        .args(["--no-progress", "-q", "--json", "-p"])
+        .arg(&of.profile)
+        .args(args)
+        .stdin(Stdio::null())
+        .kill_on_drop(true);
+    srun
+}
+
+/// Why a node step gave no answer, from its stderr: argus's error line, else srun's first.
+pub fn step_failure(stderr: &[u8], otherwise: &str) -> String {
+    let stderr = String::from_utf8_lossy(stderr);
+    let why = stderr
+        .lines()
+        .find(|l| l.starts_with("error:") || l.contains("caused by"))
+        .or_else(|| stderr.lines().next())
+        .unwrap_or(otherwise);
+    why.trim().trim_start_matches("error: ").to_string()
+}
+
+/// The path of the argus binary the run's nodes run (the one the run recorded).
+pub fn node_binary(attached: &Attached) -> Result<PathBuf, Error> {
+    relay_binary(&attached.record)
 }
 
 /// This node's containers of the run's Slurm job (the node step of `containers`).

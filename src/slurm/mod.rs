@@ -13,6 +13,8 @@
 
 pub mod alloc;
 pub mod attach;
+pub mod collect;
+pub mod doctor;
 pub mod epilog;
 pub mod node;
 pub mod ports;
@@ -368,6 +370,11 @@ impl RunFiles {
     pub fn stop(&self) -> RunFile<'_> {
         self.file(true, "stop")
     }
+    /// A file `argus --slurm-run RUN_ID doctor` writes for the nodes to read back (the
+    /// shared storage the same everywhere); `name` is `doctor-<token>`.
+    pub fn doctor_probe(&self, name: &str) -> RunFile<'_> {
+        self.file(true, name)
+    }
     /// The batch step's output of Slurm job `job_id`, as Slurm writes it
     /// ([`RunFiles::output_pattern`]).
     pub fn output(&self, job_id: u64) -> RunFile<'_> {
@@ -602,7 +609,7 @@ pub fn plan_inputs(
             crate::cluster::node::LABEL_SLURM_JOB.to_string(),
             alloc.job_id.to_string(),
         )]),
-        // Not probed on Slurm nodes (yet): NCCL and Gloo choose, or the profile's env says.
+        // Each node step adds its own (`node::collective_iface`): only it sees its routes.
         collective_iface: BTreeMap::new(),
     }
 }

@@ -34,6 +34,27 @@ pub async fn connect(cluster: &LoadedProfile) -> Result<NodeEngine, Error> {
     Ok(NodeEngine::connect_host(&host).await?)
 }
 
+/// The interface this node reaches the head through, for `NCCL_SOCKET_IFNAME` and
+/// `GLOO_SOCKET_IFNAME` (as `up` sets them across hosts with host networking, unless the
+/// profile's env sets both): read in the step's own network namespace, which is the
+/// node's, so no probe container is needed. None when argus sets nothing, or the route is
+/// not found (logged: NCCL and Gloo then choose).
+pub fn collective_iface(cluster: &LoadedProfile, alloc: &Alloc) -> Option<String> {
+    use crate::cluster::doctor::network::{IFACE_VARS, sets_iface};
+    let p = &cluster.profile;
+    if !sets_iface(p) || IFACE_VARS.iter().all(|v| p.env.contains_key(*v)) {
+        return None;
+    }
+    let head = alloc.nodes.first()?.address.0;
+    match crate::cluster::local_route::iface_to(head) {
+        Ok(iface) => Some(iface),
+        Err(e) => {
+            tracing::warn!("the interface to the head {head}: {e}; NCCL and Gloo choose");
+            None
+        }
+    }
+}
+
 /// Removes the containers of Slurm jobs that are no longer running (never `keep`'s);
 /// the names removed.
 pub async fn remove_dead(engine: &NodeEngine, keep: Option<u64>) -> Result<Vec<String>, Error> {
@@ -218,8 +239,11 @@ pub async fn run(
         .await?;
         // The token came with the step's environment (sbatch, then srun, export it).
         let token = crate::cluster::auth::cluster_token(loaded, false)?;
-        let plan =
-            crate::cluster::plan::plan(&cluster, &plan_inputs(&alloc, &record.image_id, token));
+        let mut inputs = plan_inputs(&alloc, &record.image_id, token);
+        if let Some(iface) = collective_iface(&cluster, &alloc) {
+            inputs.collective_iface.insert(me.clone(), iface);
+        }
+        let plan = crate::cluster::plan::plan(&cluster, &inputs);
         let names = engine.start_on(&plan, &me, reporter).await?;
         reporter.note(&format!(
             "{me}: started {} in {:.1}s",

@@ -361,6 +361,18 @@ async fn stages(
     // supervised run's next attempts from its newest complete checkpoint.
     let target = Target::from_profile(cluster, ray);
     let records = Records::new(layout.jobs());
+    // An attempt that fails, hangs or loses a node gets its failure bundle, each node's
+    // part through a step on that node (this argus, which the nodes run too).
+    let bundle_nodes = super::collect::SlurmNodes {
+        run_id: record.run_id.clone(),
+        job_id: alloc.job_id,
+        profile: files.profile_path(),
+        argus: std::env::current_exe().map_err(|source| Error::Spawn {
+            program: "argus (its own path)".into(),
+            source,
+        })?,
+        nodes: alloc.nodes.iter().map(|n| n.name.clone()).collect(),
+    };
     let ctx = supervise::Ctx {
         target: &target,
         files,
@@ -368,6 +380,8 @@ async fn stages(
         first_id: &record.submission_id,
         job,
         plan: &plan.containers,
+        cluster,
+        bundle_nodes: &bundle_nodes,
     };
     supervise::attempts(&ctx, report, nodes, usr1, on_log).await
 }

@@ -140,6 +140,10 @@ pub struct Ctx<'a> {
     pub job: &'a LoadedJobSpec,
     /// The cluster's containers as planned (whole: each one's Ray node ALIVE).
     pub plan: &'a [crate::cluster::plan::ContainerPlan],
+    /// The cluster as planned from the allocation, and how its nodes' part of a failure
+    /// bundle is gathered.
+    pub cluster: &'a crate::config::LoadedProfile,
+    pub bundle_nodes: &'a super::collect::SlurmNodes,
 }
 
 /// Waits up to `wait` until every planned node is ALIVE again; what is missing if not.
@@ -185,14 +189,7 @@ pub async fn attempts(
             times.resubmit_s = began.elapsed().as_secs_f64();
         }
         if n > 1 {
-            eprintln!(
-                "argus: attempt {n} of run {} submitted as job {id}{}",
-                ctx.first_id,
-                resumed_from
-                    .as_ref()
-                    .map(|r| format!(", resuming from step {}", r.step))
-                    .unwrap_or_else(|| ", from the start (no complete checkpoint)".into())
-            );
+            say_resubmitted(ctx.first_id, n, &id, resumed_from.as_ref());
         }
         report.attempts.push(Attempt {
             n,
@@ -230,6 +227,9 @@ pub async fn attempts(
         attempt.status = Some(status.clone());
         attempt.cause = cause;
         attempt.detail = detail;
+        if cause.is_some() {
+            attempt.diagnosis = diagnose(ctx, &id, n).await;
+        }
         let decision = decide(
             policy.as_ref(),
             &report.attempts,
@@ -283,6 +283,33 @@ pub async fn attempts(
             }
         }
     }
+}
+
+/// Attempt `n` of run `run`, submitted as `id`, and what it resumes from.
+fn say_resubmitted(run: &str, n: u32, id: &str, resumed_from: Option<&ResumedFrom>) {
+    eprintln!(
+        "argus: attempt {n} of run {run} submitted as job {id}{}",
+        resumed_from
+            .map(|r| format!(", resuming from step {}", r.step))
+            .unwrap_or_else(|| ", from the start (no complete checkpoint)".into())
+    );
+}
+
+/// The failure bundle of attempt `n` (`id`), each node's part gathered on that node while
+/// its containers still run; the triage's line, shown.
+async fn diagnose(ctx: &Ctx<'_>, id: &str, n: u32) -> Option<String> {
+    let job = crate::diagnose::Job {
+        loaded: ctx.cluster,
+        target: ctx.target,
+        id,
+        attempt: n,
+        nodes: Some(ctx.bundle_nodes),
+    };
+    let line = crate::diagnose::after_failure(&job, &Default::default()).await;
+    if let Some(line) = &line {
+        eprintln!("argus: attempt {n} ({id}) diagnosis: {line}");
+    }
+    line
 }
 
 /// What ended an attempt (none: it ended by itself, or the allocation is ending), and

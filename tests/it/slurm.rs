@@ -39,6 +39,12 @@ print("PROBE DONE", flush=True)
 /// A profile for Slurm: NVIDIA workers (the hosts' engines have the stand-in hook), the
 /// shared storage a path every emulated host sees.
 fn profile(ctx: &mut TestContext) -> (PathBuf, PathBuf) {
+    profile_with(ctx, "nvidia")
+}
+
+/// [`profile`] with the workers' `gpu_mode` (`simulated`: Ray's GPU resources only, what
+/// a healthy cluster is on a machine without GPUs).
+fn profile_with(ctx: &mut TestContext, gpu_mode: &str) -> (PathBuf, PathBuf) {
     let name = ctx.cluster("sl");
     let shared = ctx.path("shared");
     std::fs::create_dir_all(shared.join("code")).expect("shared");
@@ -46,7 +52,7 @@ fn profile(ctx: &mut TestContext) -> (PathBuf, PathBuf) {
     let text = Profile::small(&name)
         .shared(&shared)
         .worker("gpus", "1")
-        .worker("gpu_mode", "nvidia")
+        .worker("gpu_mode", gpu_mode)
         .yaml("slurm: {nodes: 3, gpus_per_node: 1}\n")
         .build();
     (ctx.write("profile.yaml", &text), shared)
@@ -469,6 +475,101 @@ fn check_live_run(ctx: &TestContext, slurm: &Slurm, profile: &Path, run_id: &str
         .stdout_has(run_id);
 }
 
+/// `argus --slurm-run RUN doctor` on a live run of simulated GPUs: every node checked on
+/// itself, nothing found (exit 0); each node's containers carry the interface variables
+/// argus set from that node's own route to the head, which the doctor's probe (the
+/// kernel's choice, seen inside a host-network container) confirms (`collective_iface`).
+/// Then with b's engine frozen: b named `unknown` (exit 4), the others still checked.
+fn check_doctor(ctx: &TestContext, slurm: &Slurm, profile: &Path, run_id: &str) {
+    let doctor = || {
+        let started = Instant::now();
+        let run = argus(ctx, slurm, profile)
+            .args(["--json", "--slurm-run", run_id, "doctor"])
+            .run();
+        eprintln!(
+            "measure: doctor --slurm-run on 3 nodes in {:?}",
+            started.elapsed()
+        );
+        let report = run.json();
+        let mut findings = Vec::new();
+        let mut seen: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for host in report["hosts"].as_array().expect("hosts") {
+            let name = host["host"].as_str().expect("host").to_string();
+            for c in host["checks"].as_array().expect("checks") {
+                let check = c["name"].as_str().expect("name").to_string();
+                if c["status"] != "ok" {
+                    findings.push(format!("{name} {check} {}", c["status"]));
+                }
+                seen.entry(name.clone()).or_default().push(check);
+            }
+        }
+        (run.code, report, findings, seen)
+    };
+    let (code, report, findings, seen) = doctor();
+    assert_eq!(findings, Vec::<String>::new(), "{report:#}");
+    assert_eq!(code, 0, "{report:#}");
+    for h in ["a", "b", "c"] {
+        let names = seen.get(h).unwrap_or_else(|| panic!("{h}: {report:#}"));
+        for want in [
+            "engine",
+            "clock",
+            "image",
+            "shm",
+            "disk_shared",
+            "ports",
+            "head_route",
+            "collective_iface",
+            "shared_storage",
+        ] {
+            assert!(names.iter().any(|n| n == want), "{h} {want}: {report:#}");
+        }
+    }
+    // The variables as the containers have them: one interface, named, on both.
+    for host in ["a", "b", "c"] {
+        let names = argus_containers(slurm, &[host])
+            .remove(host)
+            .unwrap_or_default();
+        assert!(!names.is_empty(), "{host}");
+        for name in names {
+            let env = slurm.hosts().docker_ok(
+                host,
+                &[
+                    "inspect",
+                    "--format",
+                    "{{range .Config.Env}}{{println .}}{{end}}",
+                    &name,
+                ],
+            );
+            let nccl = env
+                .lines()
+                .find_map(|l| l.strip_prefix("NCCL_SOCKET_IFNAME="));
+            let gloo = env
+                .lines()
+                .find_map(|l| l.strip_prefix("GLOO_SOCKET_IFNAME="));
+            assert!(nccl.is_some_and(|v| !v.is_empty()), "{host} {name}: {env}");
+            assert_eq!(nccl, gloo, "{host} {name}");
+        }
+    }
+    // b's engine frozen (its containers, and Ray in them, keep running).
+    let pid_file = slurm.hosts().state().join("b/dockerd.pid");
+    let dockerd: i32 = std::fs::read_to_string(&pid_file)
+        .expect("b's dockerd pid")
+        .trim()
+        .parse()
+        .expect("pid");
+    // SAFETY: kill(2) of the fixture's own dockerd, resumed right after.
+    assert_eq!(unsafe { libc::kill(dockerd, libc::SIGSTOP) }, 0);
+    let (code, report, findings, _) = doctor();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(dockerd, libc::SIGCONT) }, 0);
+    assert_eq!(code, 4, "{report:#}");
+    assert!(
+        findings.iter().all(|f| f.starts_with("b "))
+            && findings.iter().any(|f| f.starts_with("b engine")),
+        "{findings:?}\n{report:#}"
+    );
+}
+
 #[test]
 fn a_killed_node_step_leaves_containers_that_the_epilog_removes() {
     let Some(mut ctx) = TestContext::docker() else {
@@ -647,6 +748,135 @@ fn a_run_past_its_time_limit_leaves_nothing_and_says_timeout() {
     assert_eq!(run.code, 3, "{out}");
     assert!(out.contains("TIMEOUT"), "{out}");
     assert_nothing_left(&slurm, &["a", "b", "c"], &out);
+}
+
+/// A healthy run (simulated GPUs) is found healthy by `doctor --slurm-run` while it runs
+/// (see [`check_doctor`]). Then its job's task fails on a worker with a
+/// ModuleNotFoundError: the batch step makes its failure bundle with each node's part
+/// gathered on that node (the worker containers of b and c included), its triage names
+/// the import, the attempt records it, and no file of the bundle holds the JobSpec's
+/// token. After the allocation, `job diagnose` refuses (exit 4) rather than replace that
+/// bundle with one that has no node in it.
+#[test]
+fn a_slurm_run_is_doctored_then_its_failure_diagnosed_from_every_node() {
+    let Some(mut ctx) = TestContext::docker() else {
+        return;
+    };
+    let slurm = Slurm::up(&ctx, &["a", "b", "c"], 1);
+    let (profile, shared) = profile_with(&mut ctx, "simulated");
+    std::fs::write(
+        shared.join("code/fail.py"),
+        "import os, time, ray\nray.init()\nwhile not os.path.exists('/mnt/shared/code/go'):\n    time.sleep(0.2)\n\n@ray.remote(num_gpus=1, max_restarts=0)\nclass Loader:\n    def __init__(self):\n        import argus_module_that_is_not_there\n\n    def ping(self):\n        return 1\n\nray.get(Loader.remote().ping.remote())\n",
+    )
+    .expect("script");
+    let secret = "hf_bundleSecretValue0123456789abcdef";
+    let spec = ctx.write(
+        "fail.yaml",
+        &format!(
+            "workload: custom\ncode_path: /mnt/shared/code\nentrypoint: python3 /mnt/shared/code/fail.py\nenv_vars: {{HF_TOKEN: '{secret}'}}\n"
+        ),
+    );
+    // A secret comes to the nodes from the environment sbatch exports (the staged JobSpec
+    // has it redacted).
+    let run = argus(&ctx, &slurm, &profile)
+        .env("HF_TOKEN", secret)
+        .args(["slurm", "submit"])
+        .arg_path(&spec)
+        .run()
+        .code(0);
+    let run_id = run
+        .stdout
+        .split_whitespace()
+        .next()
+        .expect("run id")
+        .to_string();
+    wait_stage(&shared, &run_id, "wait", Duration::from_secs(240));
+    check_doctor(&ctx, &slurm, &profile, &run_id);
+
+    let started = Instant::now();
+    std::fs::write(shared.join("code/go"), "").expect("go");
+    let batch = wait_stage(&shared, &run_id, "done", Duration::from_secs(120));
+    eprintln!(
+        "measure: the job's failure to its bundle made in {:?}",
+        started.elapsed()
+    );
+    let out = std::fs::read_dir(shared.join("runs").join(&run_id))
+        .expect("run dir")
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().ends_with(".out"))
+        .and_then(|e| std::fs::read_to_string(e.path()).ok())
+        .unwrap_or_default();
+    assert_eq!(batch["job_status"], "FAILED", "{batch:#}\n{out}");
+    let attempt = &batch["attempts"][0];
+    let id = attempt["submission_id"].as_str().expect("id");
+    let bundle = shared.join("jobs").join(id).join("diagnostics/1");
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(bundle.join("manifest.json")).expect("manifest"),
+    )
+    .expect("json");
+    let diagnosis = attempt["diagnosis"].as_str().unwrap_or_default();
+    assert!(
+        diagnosis.contains("No module named 'argus_module_that_is_not_there'"),
+        "{batch:#}\n{manifest:#}\n{out}"
+    );
+    let cluster = batch["cluster"].as_str().expect("cluster");
+    for node in ["head", "node0-0", "node1-0", "node2-0"] {
+        let state = bundle.join(format!("nodes/{cluster}-{node}/state.json"));
+        assert!(
+            state.is_file(),
+            "{} missing\n{manifest:#}\n{out}",
+            state.display()
+        );
+    }
+    let raylets = manifest["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .filter(|f| {
+            f["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("/ray/raylet.out"))
+        })
+        .count();
+    assert_eq!(raylets, 4, "{manifest:#}");
+    let triage: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(bundle.join("triage.json")).expect("triage"))
+            .expect("json");
+    assert_eq!(triage["cause"], "import", "{triage:#}");
+    // Named in the actor's own log, on whichever worker node ran it.
+    let file = triage["file"].as_str().expect("file");
+    assert!(
+        file.starts_with(&format!("nodes/{cluster}-node"))
+            && file.contains("/ray/worker-")
+            && file.ends_with(".err"),
+        "{triage:#}"
+    );
+    // No file of the bundle holds the token.
+    let mut dirs = vec![bundle.clone()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("dir").flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                let bytes = std::fs::read(&path).expect("file");
+                assert!(
+                    !String::from_utf8_lossy(&bytes).contains(secret),
+                    "{} holds the token",
+                    path.display()
+                );
+            }
+        }
+    }
+    // The allocation is over: a bundle made now would have no node in it.
+    let state = final_state(&ctx, &slurm, &profile, &run_id);
+    assert_eq!(state, "FAILED", "the batch step's exit code 1: {out}");
+    argus(&ctx, &slurm, &profile)
+        .args(["--slurm-run", &run_id, "job", "diagnose", id])
+        .run()
+        .code(4)
+        .stderr_has("went with the allocation");
+    assert!(bundle.join("triage.json").is_file());
 }
 
 #[test]

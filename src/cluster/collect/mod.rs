@@ -22,7 +22,7 @@ use bollard::query_parameters::{
 };
 use futures_util::StreamExt;
 use futures_util::future::join_all;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::Error;
 use super::hosts;
@@ -39,7 +39,7 @@ pub const RAY_LOGS: &str = "/tmp/ray/session_latest/logs";
 const OUTPUT_LINES: &str = "400";
 
 /// A file of a container's logs directory.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LogFile {
     pub name: String,
     pub size: u64,
@@ -55,7 +55,7 @@ pub struct Wanted {
 }
 
 /// The last bytes of one file.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Tail {
     pub name: String,
     /// The file's whole size.
@@ -64,7 +64,7 @@ pub struct Tail {
 }
 
 /// An engine event of a container.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Event {
     /// `die` or `oom`.
     pub action: String,
@@ -75,7 +75,7 @@ pub struct Event {
 }
 
 /// A container's state as Docker reports it.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct State {
     pub status: String,
     pub running: bool,
@@ -92,8 +92,9 @@ pub struct State {
     pub events: Vec<Event>,
 }
 
-/// What was gathered from one planned container.
-#[derive(Debug, Clone, Default)]
+/// What was gathered from one planned container (and, as JSON, what a Slurm node step
+/// sends of its own node's containers).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Container {
     pub host: String,
     pub name: String,
@@ -129,7 +130,7 @@ pub struct Request<'a> {
 }
 
 /// What one collection found.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Collected {
     pub containers: Vec<Container>,
     pub unreachable: Vec<hosts::Unreachable>,
@@ -139,10 +140,32 @@ pub struct Collected {
 /// A host that does not answer is named in `unreachable`; nothing here fails the call
 /// except a profile whose hosts cannot be resolved.
 pub async fn collect(loaded: &LoadedProfile, request: &Request<'_>) -> Result<Collected, Error> {
-    let specs = hosts::cluster_hosts(loaded)?;
+    collect_on(loaded, None, request).await
+}
+
+/// [`collect`] of the containers planned on one host only (`host`'s engine alone is
+/// dialled): a Slurm node step's part, its engine being the node's own.
+pub async fn collect_host(
+    loaded: &LoadedProfile,
+    host: &str,
+    request: &Request<'_>,
+) -> Result<Collected, Error> {
+    collect_on(loaded, Some(host), request).await
+}
+
+async fn collect_on(
+    loaded: &LoadedProfile,
+    only: Option<&str>,
+    request: &Request<'_>,
+) -> Result<Collected, Error> {
+    let mut specs = hosts::cluster_hosts(loaded)?;
+    specs.retain(|h| only.is_none_or(|only| h.name == only));
     let left = request.deadline.saturating_duration_since(Instant::now());
     let (engines, unreachable) = hosts::connect_all(&specs, left.min(hosts::CONNECT_TIMEOUT)).await;
-    let planned = plan::plan(loaded, &PlanInputs::default());
+    let mut planned = plan::plan(loaded, &PlanInputs::default());
+    planned
+        .containers
+        .retain(|c| only.is_none_or(|only| c.host == only));
     let containers = join_all(planned.containers.iter().map(|c| {
         let engine = hosts::engine(&engines, &c.host);
         let nvidia = matches!(c.gpu, GpuAttach::Nvidia { .. });

@@ -5,7 +5,7 @@
 //! The checks of one host run together; the hosts run together. The cheap ones also run
 //! first inside `up` ([`preflight`]), so an up that will fail says why in its first second.
 
-mod clock;
+pub mod clock;
 pub mod collective;
 mod disk;
 mod engine;
@@ -14,105 +14,21 @@ mod image;
 pub mod network;
 pub mod ports;
 mod probe;
+mod report;
 mod shm;
+
+pub use report::{CLUSTER, Check, HostReport, NAMES, Report, Status};
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use futures_util::future::join_all;
-use serde::Serialize;
 
 use super::Error;
 use super::hosts::{self, Engine};
 use super::plan::{self, ClusterPlan, ContainerPlan, PlanInputs, SharedMount};
 use crate::config::LoadedProfile;
 use crate::ui::Reporter;
-
-/// How one check ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Status {
-    /// Seen and right.
-    Ok,
-    /// Seen and doubtful: works, but may not for verl (a small margin, a slow clock).
-    Warn,
-    /// Seen and wrong: the cluster or the job will fail for this reason.
-    Fail,
-    /// Could not be checked (the engine did not answer in time, a probe failed).
-    Unknown,
-}
-
-/// One check on one host.
-#[derive(Debug, Clone, Serialize)]
-pub struct Check {
-    /// Short, stable, for scripts: `engine`, `gpu_runtime`, `gpus`, `shm`, `memlock`,
-    /// `disk_shared`, `disk_engine`, `ports`, `clock`, `image`, `shared_storage`,
-    /// `head_route`, `collective_iface`, `model_cache`, `dataset_cache`, ...
-    pub name: &'static str,
-    pub status: Status,
-    /// What was seen (`API 1.47, Docker 28.1.1`; `/dev/shm 64 MiB`).
-    pub seen: String,
-    /// Why it matters (empty when Ok).
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub why: String,
-    /// What to do (empty when Ok).
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub fix: String,
-}
-
-/// The checks of one host (or, for checks across hosts and of a JobSpec, of `cluster`).
-#[derive(Debug, Clone, Serialize)]
-pub struct HostReport {
-    pub host: String,
-    pub checks: Vec<Check>,
-}
-
-/// Everything doctor found.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct Report {
-    pub hosts: Vec<HostReport>,
-}
-
-impl Report {
-    /// The worst status of any check (Ok for an empty report). Fail outranks Unknown: a
-    /// check that failed is the answer even when another could not be made.
-    pub fn worst(&self) -> Status {
-        let all = self.hosts.iter().flat_map(|h| &h.checks).map(|c| c.status);
-        if all.clone().any(|s| s == Status::Fail) {
-            Status::Fail
-        } else if all.clone().any(|s| s == Status::Unknown) {
-            Status::Unknown
-        } else if all.clone().any(|s| s == Status::Warn) {
-            Status::Warn
-        } else {
-            Status::Ok
-        }
-    }
-}
-
-impl Check {
-    /// Seen and right.
-    pub fn ok(name: &'static str, seen: impl Into<String>) -> Check {
-        Check {
-            name,
-            status: Status::Ok,
-            seen: seen.into(),
-            why: String::new(),
-            fix: String::new(),
-        }
-    }
-
-    /// Could not be checked, for `why`.
-    fn unknown(name: &'static str, seen: impl Into<String>, why: impl Into<String>) -> Check {
-        Check {
-            name,
-            status: Status::Unknown,
-            seen: seen.into(),
-            why: why.into(),
-            fix: String::new(),
-        }
-    }
-}
 
 /// How long one check may take (one engine request, one probe container).
 pub const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -240,6 +156,67 @@ pub async fn run(loaded: &LoadedProfile, reporter: &dyn Reporter) -> Report {
     report
 }
 
+/// The checks of one host of a cluster planned elsewhere (`plan`), made on that host: the
+/// Slurm node step's doctor, whose engine is the node's own and whose plan is the job's
+/// (its port slot, its cluster name). `image_id` is the id every node must have (the
+/// run's). The cross-host checks are the caller's.
+pub async fn one_host(
+    loaded: &LoadedProfile,
+    plan: &ClusterPlan,
+    host: &str,
+    image_id: &str,
+) -> HostReport {
+    let report = |checks| HostReport {
+        host: host.to_string(),
+        checks,
+    };
+    let found = hosts::cluster_hosts(loaded)
+        .ok()
+        .and_then(|hosts| hosts.into_iter().find(|h| h.name == host));
+    let Some(found) = found else {
+        return report(vec![Check::unknown(
+            "engine",
+            format!("{host} is not a host of the cluster"),
+            "no engine to dial",
+        )]);
+    };
+    let (engines, unreachable) = hosts::connect_all(&[found], CHECK_TIMEOUT).await;
+    let Some(engine) = engines.into_iter().next() else {
+        let checks = unreachable
+            .iter()
+            .map(|u| engine::unreachable(&u.endpoint, &u.reason))
+            .collect();
+        return report(checks);
+    };
+    let facts = engine::read(&engine.docker, &loaded.profile.image, CHECK_TIMEOUT).await;
+    if facts.info.is_err() {
+        return report(vec![engine::check(&facts)]);
+    }
+    let wanted = image::Wanted {
+        id: image_id.to_string(),
+        on: "the run's record".into(),
+        alone: false,
+    };
+    let cx = HostContext {
+        loaded,
+        host,
+        engine: &engine,
+        head_host: host == plan.head_host(),
+        plan,
+        plan_clash: None,
+        nodes: plan.containers.iter().filter(|c| c.host == host).collect(),
+        image_id: facts.image_id.as_ref().ok().and_then(|id| id.as_deref()),
+        deadline: CHECK_TIMEOUT,
+    };
+    host_report(&cx, &facts, Some(&wanted)).await
+}
+
+/// The most one host's probes may take together (the resources probe and the network
+/// probe run side by side, each bounded; this bounds them both with their engine
+/// requests), so that one slow host cannot hold the whole doctor: what is not seen by then
+/// is `Unknown`, saying so.
+pub const PROBE_DEADLINE: Duration = Duration::from_secs(12);
+
 /// The profile image's id on this machine's engine, the source `up` copies from (only with
 /// `hosts:`; without, the one host is this machine's engine).
 async fn local_image_id(loaded: &LoadedProfile, image: &str) -> Option<String> {
@@ -301,9 +278,21 @@ async fn host_report(
     ];
     let probing = probe_host(cx, facts.info());
     let network = network::host_checks(cx.loaded, cx.plan, cx.plan_clash, cx.engine, cx.image_id);
-    let (outcome, network) = tokio::join!(probing, network);
-    checks.extend(probe_checks(cx, facts.info(), outcome.as_ref(), false));
-    checks.extend(network);
+    match tokio::time::timeout(PROBE_DEADLINE, async { tokio::join!(probing, network) }).await {
+        Ok((outcome, network)) => {
+            checks.extend(probe_checks(cx, facts.info(), outcome.as_ref(), false));
+            checks.extend(network);
+        }
+        Err(_) => checks.push(Check::unknown(
+            "probe",
+            format!(
+                "host {}'s probes did not end within {}s",
+                cx.host,
+                PROBE_DEADLINE.as_secs()
+            ),
+            "its engine or its probe containers are too slow: what the probes read (GPUs, /dev/shm, disks, ports, the route to the head) is not known",
+        )),
+    }
     HostReport {
         host: cx.host.to_string(),
         checks,

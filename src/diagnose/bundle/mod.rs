@@ -10,16 +10,19 @@ use serde::{Deserialize, Serialize};
 
 use super::triage::{self, ContainerEnd, EndKind, Log, Triage, Window};
 use super::{DIR, Error, TRIAGE};
-use crate::cluster::collect::{self as gather, LogFile};
+use crate::cluster::collect as gather;
 use crate::config::LoadedProfile;
 use crate::ray::jobs::{JobInfo, JobsApi};
 use crate::records::{JobRecord, Records};
 use crate::secrets::Secrets;
 use crate::submit::Target;
 
+mod nodes;
 mod pick;
 mod redact;
 mod write;
+
+pub use nodes::{NodeParams, Nodes, gather_on};
 
 pub use pick::{choose, pick_one};
 use redact::{env_text, recorded_env, redactor};
@@ -31,6 +34,9 @@ pub struct Job<'a> {
     pub id: &'a str,
     /// 1 for a plain job; the supervisor's attempt number otherwise.
     pub attempt: u32,
+    /// How the nodes' part is gathered when the profile's engines cannot be dialled from
+    /// here (a Slurm run's: each node through its own step); None: dialled from here.
+    pub nodes: Option<&'a dyn Nodes>,
 }
 
 /// How much a bundle may hold and take.
@@ -261,49 +267,34 @@ async fn gather_nodes(
     window: Window,
     want_driver_file: bool,
 ) -> Result<gather::Collected, Error> {
-    let id = job.id;
     let since_s = window.from_ms.map_or(0, |ms| ms / 1000);
     let nodes = crate::cluster::plan::plan(job.loaded, &Default::default())
         .containers
         .len()
         .max(1) as u64;
-    let node_cap = limits.node_bytes.min(
-        limits
-            .total_bytes
-            .saturating_sub(limits.driver_bytes + (1 << 20))
-            / nodes,
-    );
-    let file_cap = limits.file_bytes;
-    // The driver's own log from whichever node ran it (a worker, with the built-in
-    // profile's entrypoint_resources): the dead node's copy is the end the stream missed.
-    let choose = |_head: bool, listing: &[LogFile]| {
-        choose(
-            listing,
-            job_hex,
-            since_s as f64,
-            want_driver_file.then_some(id),
-            file_cap,
-            node_cap,
-        )
-    };
-    let pick = |_head: bool, f: &LogFile| {
-        pick_one(
-            f,
-            job_hex,
-            since_s as f64,
-            want_driver_file.then_some(id),
-            file_cap,
-        )
-    };
-    let request = gather::Request {
+    let params = NodeParams {
         since_s,
         until_s: unix_now(),
-        choose: &choose,
-        pick: &pick,
-        node_cap,
-        deadline,
+        job_hex: job_hex.map(str::to_string),
+        // The driver's own log from whichever node ran it (a worker, with the built-in
+        // profile's entrypoint_resources): the dead node's copy is the end the stream
+        // missed.
+        driver_of: want_driver_file.then(|| job.id.to_string()),
+        file_cap: limits.file_bytes,
+        node_cap: limits.node_bytes.min(
+            limits
+                .total_bytes
+                .saturating_sub(limits.driver_bytes + (1 << 20))
+                / nodes,
+        ),
+        seconds: deadline
+            .saturating_duration_since(Instant::now())
+            .as_secs_f64(),
     };
-    Ok(gather::collect(job.loaded, &request).await?)
+    match job.nodes {
+        Some(nodes) => Ok(nodes.gather(&params).await),
+        None => Ok(gather_on(job.loaded, None, &params).await?),
+    }
 }
 
 /// The hosts that did not answer and every container's files (workers first: an error
@@ -430,7 +421,9 @@ fn add_container(
             false,
         );
     }
-    for tail in &c.files {
+    // A name is the file's own in the bundle: only a plain one (a Slurm node's part
+    // arrives as JSON, from another machine).
+    for tail in c.files.iter().filter(|t| gather::plain_name(&t.name)) {
         files.add(
             format!("{dir}/ray/{}", tail.name),
             tail.bytes.clone(),

@@ -238,6 +238,7 @@ impl Supervisor<'_> {
             target: self.job_of.target,
             id: &id,
             attempt: n,
+            nodes: None,
         };
         let line = crate::diagnose::after_failure(&job, &Default::default()).await;
         if let Some(line) = &line {
