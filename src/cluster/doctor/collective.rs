@@ -243,10 +243,10 @@ pub async fn collective(loaded: &LoadedProfile, reporter: &dyn Reporter) -> Vec<
 
 /// Whether a worker runs: its command (for its port block), else what it is instead.
 async fn worker_state(engine: &Engine, name: &str) -> Result<Vec<String>, String> {
-    let info = engine
-        .docker
-        .inspect_container(name, None)
+    let inspect = engine.docker.inspect_container(name, None);
+    let info = tokio::time::timeout(super::CHECK_TIMEOUT, inspect)
         .await
+        .map_err(|_| format!("did not answer within {}s", super::CHECK_TIMEOUT.as_secs()))?
         .map_err(|e| {
             if crate::cluster::docker::is_not_found(&e) {
                 "does not exist (the cluster is not up)".to_string()
@@ -311,31 +311,43 @@ async fn run_rank(r: &Rank, env: Vec<String>, shared: &Shared) -> RankOut {
 
 async fn read_rank(r: &Rank, env: Vec<String>, shared: &Shared) -> RankOut {
     let mut out = RankOut::default();
-    let exec = r
-        .docker
-        .create_exec(
-            &r.name,
-            CreateExecOptions {
-                cmd: Some(vec![
-                    "python3".to_string(),
-                    "-c".to_string(),
-                    SCRIPT.to_string(),
-                ]),
-                env: Some(env),
-                attach_stdout: Some(true),
-                attach_stderr: Some(true),
-                ..Default::default()
-            },
-        )
-        .await;
-    let exec = match exec {
-        Ok(exec) => exec,
-        Err(e) => {
+    let create = r.docker.create_exec(
+        &r.name,
+        CreateExecOptions {
+            cmd: Some(vec![
+                "python3".to_string(),
+                "-c".to_string(),
+                SCRIPT.to_string(),
+            ]),
+            env: Some(env),
+            attach_stdout: Some(true),
+            attach_stderr: Some(true),
+            ..Default::default()
+        },
+    );
+    let exec = match tokio::time::timeout(super::CHECK_TIMEOUT, create).await {
+        Ok(Ok(exec)) => exec,
+        Ok(Err(e)) => {
             out.failed = Some(crate::exit::one_line(&e));
             return out;
         }
+        Err(_) => {
+            out.failed = Some(format!(
+                "its engine did not create the exec within {}s",
+                super::CHECK_TIMEOUT.as_secs()
+            ));
+            return out;
+        }
     };
-    let started = match r.docker.start_exec(&exec.id, None).await {
+    let start = tokio::time::timeout(super::CHECK_TIMEOUT, r.docker.start_exec(&exec.id, None));
+    let started = match start.await.unwrap_or_else(|_| {
+        Err(bollard::errors::Error::IOError {
+            err: std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "its engine did not start the exec in time",
+            ),
+        })
+    }) {
         Ok(StartExecResults::Attached { output, .. }) => output,
         Ok(StartExecResults::Detached) => {
             out.failed = Some("the exec did not attach".into());
@@ -379,7 +391,8 @@ async fn read_rank(r: &Rank, env: Vec<String>, shared: &Shared) -> RankOut {
         }
     }
     if !out.timed_out
-        && let Ok(info) = r.docker.inspect_exec(&exec.id).await
+        && let Ok(Ok(info)) =
+            tokio::time::timeout(super::CHECK_TIMEOUT, r.docker.inspect_exec(&exec.id)).await
     {
         out.exit_code = info.exit_code;
     }
@@ -408,7 +421,13 @@ async fn stop_left(ranks: &[Rank], outs: &[RankOut], token: &str) {
             .filter(|(_, o)| o.timed_out)
             .map(|(r, _)| async move {
                 let kill = ["python3", "-c", KILL_RANKS, token];
-                let _ = crate::cluster::docker::exec_output(&r.docker, &r.name, &kill).await;
+                let exec = crate::cluster::docker::exec_output(&r.docker, &r.name, &kill);
+                if tokio::time::timeout(GRACE + super::CHECK_TIMEOUT, exec).await.is_err() {
+                    tracing::warn!(
+                        "{}: the collective's ranks could not be killed in time; they end themselves at {BOUND_S}s",
+                        r.name
+                    );
+                }
             }),
     )
     .await;
