@@ -92,6 +92,7 @@ mod tests {
             entrypoint_resources: BTreeMap::new(),
             setup_hook: None,
             config_record: (String::new(), String::new()),
+            hub_offline_ok: true,
         };
         let prepare = |extra: &str| {
             let text = format!(
@@ -116,5 +117,62 @@ mod tests {
             "{}",
             supervised.jobspec_record
         );
+    }
+
+    /// A model complete in the shared cache: the job is told `HF_HUB_OFFLINE=1`; a JobSpec
+    /// that says otherwise, a profile whose nodes set it, or a model not cached: nothing.
+    #[test]
+    fn a_cached_model_turns_the_hub_off_for_the_job() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let root = std::env::temp_dir().join(format!("argus-offline-{}", std::process::id()));
+        let repo = root.join("common/hf/hub/models--org--tiny");
+        let commit = "0123456789abcdef0123456789abcdef01234567";
+        std::fs::create_dir_all(repo.join("refs")).unwrap();
+        std::fs::create_dir_all(repo.join("snapshots").join(commit)).unwrap();
+        std::fs::write(repo.join("refs/main"), commit).unwrap();
+        let target = |ok: bool| crate::submit::target::Target {
+            ray: crate::ray::RayClient::new("http://127.0.0.1:1", None),
+            cluster: "c".into(),
+            mount: "/mnt/shared".into(),
+            host_shared: Some(root.clone()),
+            user_code_path: None,
+            env_vars: BTreeMap::new(),
+            entrypoint_num_cpus: None,
+            entrypoint_num_gpus: None,
+            entrypoint_resources: BTreeMap::new(),
+            setup_hook: None,
+            config_record: (String::new(), String::new()),
+            hub_offline_ok: ok,
+        };
+        let offline = |target: &crate::submit::target::Target, extra: &str| {
+            let text = format!(
+                "workload: custom\nsubmission_id: r1\ncode_path: /mnt/shared/common/code/x\nentrypoint: python3 -m x\n{extra}"
+            );
+            let loaded = crate::config::jobspec::LoadedJobSpec::from_source(
+                crate::config::yaml::Source::new("j.yaml", text),
+                &[],
+            )
+            .unwrap();
+            let prepared = crate::submit::resolve::prepare(target, &loaded, false).unwrap();
+            prepared.payload["runtime_env"]["env_vars"]["HF_HUB_OFFLINE"].clone()
+        };
+        assert_eq!(offline(&target(true), "model_id: org/tiny\n"), "1");
+        assert_eq!(
+            offline(
+                &target(true),
+                "model_id: org/tiny\nenv_vars: {HF_HUB_OFFLINE: '0'}\n"
+            ),
+            "0"
+        );
+        assert_eq!(
+            offline(&target(false), "model_id: org/tiny\n"),
+            serde_json::Value::Null
+        );
+        assert_eq!(
+            offline(&target(true), "model_id: org/other\n"),
+            serde_json::Value::Null
+        );
+        assert_eq!(offline(&target(true), ""), serde_json::Value::Null);
+        let _ = std::fs::remove_dir_all(&root);
     }
 }

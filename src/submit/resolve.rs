@@ -187,11 +187,13 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
     }
     let layout = Layout::new(&target.mount);
     let (code_path, code_id) = resolve_code(target, spec, &layout)?;
-    let model_path = spec
+    let model = spec
         .model_id
         .as_ref()
         .map(|m| resolve_model(target, m, &mut notes))
         .transpose()?;
+    let offline = model.as_ref().is_some_and(|(_, cached)| *cached);
+    let model_path = model.map(|(path, _)| path);
     let (train_file, val_file) = data_files(spec, &layout);
 
     // A custom entrypoint's relative script is the snapshot's (looked for when checking).
@@ -234,7 +236,7 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
         check_overrides(target, spec, &inputs, &code_path, check, &mut notes)?;
 
     let job_dir = format!("{}/{submission_id}", layout.jobs().display());
-    let env_vars = job_env(target, spec, &inputs, &code_path, job_dir);
+    let env_vars = job_env(target, spec, &inputs, &code_path, job_dir, offline);
     let metadata = job_metadata(spec, &code_path, code_id.as_deref());
     let payload = payload::build(&payload::Payload {
         submission_id: &submission_id,
@@ -389,15 +391,23 @@ fn check_overrides(
 
 /// The job's environment: the target's, what argus resolved (`ARGUS_*`, for any
 /// workload's own use: a custom script reads its data here), the JobSpec's, then a
-/// PYTHONPATH that puts the code first.
+/// PYTHONPATH that puts the code first. With the model complete in the shared cache
+/// (`offline`), `HF_HUB_OFFLINE=1` unless the profile or the JobSpec says otherwise: no
+/// worker asks the hub for what every node already reads from the cache.
 fn job_env(
     target: &Target,
     spec: &JobSpec,
     inputs: &EntrypointInputs,
     code_path: &str,
     job_dir: String,
+    offline: bool,
 ) -> BTreeMap<String, String> {
     let mut env_vars = target.env_vars.clone();
+    if offline && target.hub_offline_ok {
+        env_vars
+            .entry(HUB_OFFLINE.to_string())
+            .or_insert_with(|| "1".to_string());
+    }
     let resolved = [
         ("ARGUS_CODE_PATH", Some(code_path.to_string())),
         ("ARGUS_TRAIN_FILE", inputs.train_file.clone()),
@@ -477,7 +487,15 @@ fn ray_user_agent() -> String {
 /// The id is parsed into a checked repo id and revision before it comes near a path: a
 /// JobSpec's `model_id` of `../../x` or `org/name@../../y` cannot point the job, or this
 /// lookup, outside the cache.
-fn resolve_model(target: &Target, model: &str, notes: &mut Vec<String>) -> Result<String, Error> {
+/// The variable that keeps `huggingface_hub` (and transformers, datasets) off the network.
+pub const HUB_OFFLINE: &str = "HF_HUB_OFFLINE";
+
+/// The model as verl is given it, and whether it comes from the shared HF cache complete.
+fn resolve_model(
+    target: &Target,
+    model: &str,
+    notes: &mut Vec<String>,
+) -> Result<(String, bool), Error> {
     use crate::data::hf_cache::HubCache;
     use crate::hf::{ModelSpec, RepoKind};
     if model.starts_with('/') {
@@ -499,7 +517,7 @@ fn resolve_model(target: &Target, model: &str, notes: &mut Vec<String>) -> Resul
                 ),
             });
         }
-        return Ok(model.to_string());
+        return Ok((model.to_string(), false));
     }
     let spec = ModelSpec::parse(model).map_err(|e| Error::BadModel {
         model: model.to_string(),
@@ -509,10 +527,11 @@ fn resolve_model(target: &Target, model: &str, notes: &mut Vec<String>) -> Resul
         let cache = HubCache::of(&Layout::new(host));
         if let Some(commit) = cache.cached_snapshot(RepoKind::Model, &spec.repo, &spec.revision) {
             let inside = HubCache::new(Layout::new(&target.mount).hf_home().join("hub"));
-            return Ok(inside
+            let path = inside
                 .snapshot_dir(RepoKind::Model, &spec.repo, &commit)
                 .display()
-                .to_string());
+                .to_string();
+            return Ok((path, true));
         }
     }
     // verl takes a repo id or a path, never a revision: one that is not cached cannot be
@@ -527,7 +546,7 @@ fn resolve_model(target: &Target, model: &str, notes: &mut Vec<String>) -> Resul
         });
     }
     notes.push(format!("model {model} is not in the shared HF cache: verl will fetch it through HF_ENDPOINT (`argus prepare --model {model}` caches it)"));
-    Ok(spec.repo.to_string())
+    Ok((spec.repo.to_string(), false))
 }
 
 #[cfg(test)]

@@ -29,6 +29,10 @@ pub struct Target {
     pub setup_hook: Option<String>,
     /// The configuration as used, secrets redacted: (file name, YAML).
     pub config_record: (String, String),
+    /// The nodes' own environment leaves `HF_HUB_OFFLINE` to argus (a profile's `env`
+    /// that sets it wins over what a job would be given; an old RayConfig's cluster is
+    /// not known, so nothing is added there).
+    pub hub_offline_ok: bool,
 }
 
 fn default_resources(given: Option<&BTreeMap<String, f64>>) -> BTreeMap<String, f64> {
@@ -68,6 +72,11 @@ impl Target {
             entrypoint_resources: default_resources(submit.entrypoint_resources.as_ref()),
             setup_hook: hook(&submit.runtime_env),
             config_record: ("profile.yaml".into(), redacted_yaml(p)),
+            hub_offline_ok: !p.env.contains_key(super::resolve::HUB_OFFLINE)
+                && !p.head.env.contains_key(super::resolve::HUB_OFFLINE)
+                && p.workers
+                    .iter()
+                    .all(|w| !w.env.contains_key(super::resolve::HUB_OFFLINE)),
         }
     }
 
@@ -84,6 +93,7 @@ impl Target {
             entrypoint_resources: default_resources(config.entrypoint_resources.as_ref()),
             setup_hook: hook(&config.runtime_env),
             config_record: ("ray_config.yaml".into(), redacted_yaml(config)),
+            hub_offline_ok: false,
         }
     }
 

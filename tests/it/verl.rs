@@ -513,6 +513,19 @@ fn verl_sft_trains_on_cpu_with_a_model_from_the_hf_mirror() {
             assert!((ours - number(theirs)).abs() < 1e-9, "step {step}");
         }
     }
+    // The model was complete in the shared cache when the job was submitted: the job ran
+    // with the hub switched off (HF_HUB_OFFLINE=1), and verl needed nothing from it.
+    let status = ctx
+        .argus()
+        .profile(&profile)
+        .args(["--json", "job", "status", &id])
+        .run()
+        .code(0)
+        .json();
+    assert_eq!(
+        status["job"]["runtime_env"]["env_vars"]["HF_HUB_OFFLINE"], "1",
+        "{status:#}"
+    );
     // The model verl trained is the mirror's, pinned in the run's lock.
     let lock: Value = serde_yaml::from_str(
         &std::fs::read_to_string(report["lock"].as_str().expect("lock")).expect("lock"),
