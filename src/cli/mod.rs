@@ -42,9 +42,9 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "FILE", conflicts_with = "profile")]
     pub config: Option<PathBuf>,
 
-    /// For `submit` and `job`: the cluster of this Slurm run (`argus slurm submit` printed
-    /// its id), reached from the login node through `srun` into its allocation while it
-    /// lives; once it has ended, `job` reads argus's records.
+    /// For `submit`, `job` and `doctor`: the cluster of this Slurm run (`argus slurm
+    /// submit` printed its id), reached from the login node through `srun` into its
+    /// allocation while it lives; once it has ended, `job` reads argus's records.
     #[arg(long, global = true, value_name = "RUN_ID", conflicts_with = "config")]
     pub slurm_run: Option<String>,
 
@@ -114,7 +114,9 @@ pub enum Commands {
     /// afterwards) and, across hosts, one probe file on the shared storage (removed too);
     /// nothing else is changed. Every check is bounded in time (5 s); the
     /// cheap ones also run first inside `up`. Works before `up` (the image must be on a
-    /// host for the checks that look inside it) and on a running cluster.
+    /// host for the checks that look inside it) and on a running cluster. With
+    /// `--slurm-run RUN_ID`: a running Slurm run's nodes, each checked on itself by a step
+    /// of the run's job.
     ///
     /// Exit 0 when every check is ok or a warning, 1 when a check failed, 4 when a check
     /// could not be made (an engine that does not answer) and none failed.

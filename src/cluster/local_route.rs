@@ -6,6 +6,9 @@
 
 use std::net::Ipv4Addr;
 
+/// `RTF_REJECT` in a route's flags.
+const RTF_REJECT: u32 = 0x0200;
+
 /// The most of `/proc/net/route` read (a table of thousands of routes fits).
 const ROUTE_CAP: u64 = 1 << 20;
 
@@ -33,12 +36,22 @@ fn longest_match(table: &str, dest: Ipv4Addr) -> Option<String> {
             .ok()
             .map(|v| u32::from(Ipv4Addr::from(v.to_ne_bytes())))
     };
+    // A line cut by the read's cap (no newline after it) is not read.
+    let whole = match table.rfind('\n') {
+        Some(end) => &table[..end],
+        None => "",
+    };
     let mut best: Option<(u32, &str)> = None;
-    for line in table.lines().skip(1) {
+    for line in whole.lines().skip(1) {
         let cols: Vec<&str> = line.split_whitespace().collect();
-        let [iface, net, _, _, _, _, _, mask, ..] = cols.as_slice() else {
+        let [iface, net, _, flags, _, _, _, mask, ..] = cols.as_slice() else {
             continue;
         };
+        // A reject route (unreachable, blackhole; its interface `*`) sends nothing.
+        let reject = u32::from_str_radix(flags, 16).map_or(true, |f| f & RTF_REJECT != 0);
+        if reject || *iface == "*" {
+            continue;
+        }
         let (Some(net), Some(mask)) = (hex(net), hex(mask)) else {
             continue;
         };
@@ -58,6 +71,7 @@ mod tests {
 eth0\t00000000\t0102000A\t0003\t0\t0\t0\t00000000\t0\t0\t0
 eth0\t0002000A\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0
 veth-b\t0064A8C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0
+*\t0065A8C0\t00000000\t0201\t0\t0\t0\t00FFFFFF\t0\t0\t0
 ";
 
     #[test]
@@ -66,6 +80,21 @@ veth-b\t0064A8C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0
         assert_eq!(at(192, 168, 100, 7).as_deref(), Some("veth-b"));
         assert_eq!(at(10, 0, 2, 9).as_deref(), Some("eth0"));
         assert_eq!(at(8, 8, 8, 8).as_deref(), Some("eth0"));
+        // The reject route is passed over: the default route is the match.
+        assert_eq!(at(192, 168, 101, 3).as_deref(), Some("eth0"));
+        // A last line without its newline (cut by the cap) is not read.
+        let cut = &TABLE[..TABLE.len() - 1];
+        assert_eq!(
+            longest_match(cut, Ipv4Addr::new(192, 168, 101, 3)).as_deref(),
+            Some("eth0")
+        );
+        assert_eq!(
+            longest_match(
+                "Iface\nveth-b\t0064A8C0\t0\t0001\t0\t0\t0\tFFFFFF",
+                Ipv4Addr::new(192, 168, 100, 7)
+            ),
+            None
+        );
         assert_eq!(longest_match("Iface\n", Ipv4Addr::new(1, 2, 3, 4)), None);
         assert_eq!(iface_to(Ipv4Addr::LOCALHOST).unwrap(), "lo");
     }

@@ -324,32 +324,27 @@ async fn diagnose_slurm(
     printer: &Printer,
 ) -> Result<Exit> {
     let loaded = super::profile(cli)?;
-    let attached = crate::slurm::attach::attach(&loaded, run_id)
+    let attached = crate::slurm::attach::attach_nodes(&loaded, run_id)
         .await
         .with_context(|| format!("cannot reach the cluster of Slurm run {run_id}"))?;
     if !attached.live() {
         return Err(crate::slurm::Error::NoCluster {
             run_id: run_id.to_string(),
             why: format!(
-                "Slurm job {} is {}: its containers went with the allocation; the bundle the batch step made when the job ended is under jobs/{id}/diagnostics/ (`argus job status {id}` shows its diagnosis)",
+                "Slurm job {} is {}: its containers went with the allocation; a bundle the batch step made when an attempt failed, hung or lost a node is under jobs/{id}/diagnostics/ (`argus job status {id}` shows its diagnosis)",
                 attached.alloc.job_id,
                 attached.state.as_deref().unwrap_or("gone")
             ),
         }
         .into());
     }
-    let nodes = crate::slurm::collect::SlurmNodes {
-        run_id: run_id.to_string(),
-        job_id: attached.alloc.job_id,
-        profile: attached.files.profile_path(),
-        argus: crate::slurm::attach::node_binary(&attached)?,
-        nodes: attached
-            .alloc
-            .nodes
-            .iter()
-            .map(|n| n.name.clone())
-            .collect(),
-    };
+    let nodes = crate::slurm::collect::SlurmNodes::new(
+        run_id,
+        attached.alloc.job_id,
+        attached.files.profile_path(),
+        crate::slurm::attach::node_binary(&attached)?,
+        &attached.cluster,
+    );
     let cluster = attached.cluster.clone();
     let target = Target::from_profile(&cluster, attached.ray);
     let job = crate::diagnose::Job {

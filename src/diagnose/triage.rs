@@ -149,9 +149,10 @@ pub fn triage(ends: &[ContainerEnd], logs: &[Log<'_>], window: Window) -> Option
             };
             // Ray re-raises a task's or actor's error wrapped (`RayTaskError(X): ray::f()`):
             // the wrapped error's own line, further down the same traceback, says what X was.
-            let (n, line) = match wrapped_by_ray(line) {
-                Some(inner) => inner_line(&lines, n, inner).unwrap_or((n, line)),
-                None => (n, line),
+            let (n, line, cause) = match wrapped_by_ray(line).and_then(|w| inner_line(&lines, n, w))
+            {
+                Some((i, inner)) => (i, inner, signatures::classify(inner).unwrap_or(cause)),
+                None => (n, line, cause),
             };
             let candidate = Candidate {
                 cause,
@@ -205,8 +206,20 @@ fn inner_line<'a>(lines: &[&'a str], n: usize, inner: &str) -> Option<(usize, &'
         .enumerate()
         .skip(n + 1)
         .take(WRAPPED_LINES)
-        .find(|(_, l)| l.trim_start().starts_with(&prefix))
+        .find(|(_, l)| unprefixed(&crate::ui::safe_log(l)).starts_with(&prefix))
         .map(|(i, l)| (i, *l))
+}
+
+/// A log line without Ray's `(Actor pid=N, ip=...)` prefix, trimmed.
+fn unprefixed(line: &str) -> &str {
+    let line = line.trim_start();
+    match line
+        .strip_prefix('(')
+        .and_then(|rest| rest.split_once(") "))
+    {
+        Some((inside, rest)) if inside.contains("pid=") => rest.trim_start(),
+        _ => line,
+    }
 }
 
 /// A log line as a summary: its colours dropped (Ray colours its prefixes), any other
@@ -319,6 +332,15 @@ mod tests {
         );
         assert_eq!(found.line, Some(6));
         assert_eq!(wrapped_by_ray("RayActorError(a b): x"), None);
+        // Ray's prefix on the wrapped line, and its cause read from that line.
+        let text = "RayTaskError(ImportError): ray::f() NCCL\n(Worker pid=9, ip=1.2.3.4) ImportError: cannot import name 'x'\n";
+        let logs = [Log {
+            path: "driver.log",
+            text,
+        }];
+        let found = triage(&[], &logs, Window::default()).expect("found");
+        assert_eq!(found.cause, Cause::Import);
+        assert_eq!(found.line, Some(2));
     }
 
     fn ms(text: &str) -> u64 {

@@ -88,6 +88,20 @@ pub fn settle_records(layout: &Layout, cluster: &str, job_id: u64, state: &str) 
 
 /// The run's cluster: its records, Slurm's state, a Ray client that reaches its head.
 pub async fn attach(loaded: &LoadedProfile, run_id: &str) -> Result<Attached, Error> {
+    attach_with(loaded, run_id, true).await
+}
+
+/// [`attach`] without requiring the head to answer: for what looks at the nodes themselves
+/// (`doctor`, a failure bundle), which matters most when Ray did not start or died.
+pub async fn attach_nodes(loaded: &LoadedProfile, run_id: &str) -> Result<Attached, Error> {
+    attach_with(loaded, run_id, false).await
+}
+
+async fn attach_with(
+    loaded: &LoadedProfile,
+    run_id: &str,
+    need_head: bool,
+) -> Result<Attached, Error> {
     let (files, record) = submit::read_run(loaded, run_id)?;
     let Some(job_id) = record.slurm_job_id else {
         return Err(Error::NoCluster {
@@ -145,18 +159,7 @@ pub async fn attach(loaded: &LoadedProfile, run_id: &str) -> Result<Attached, Er
     }
     let live = live_state(state.as_deref());
     if !live {
-        let settled = settle_records(
-            &loaded.host_layout()?,
-            &cluster.profile.name,
-            job_id,
-            state.as_deref().unwrap_or("gone"),
-        );
-        if !settled.is_empty() {
-            tracing::info!(
-                "recorded as ended with Slurm job {job_id}: {}",
-                settled.join(", ")
-            );
-        }
+        settle_ended(loaded, &cluster, job_id, state.as_deref())?;
     }
     let head =
         alloc.nodes.first().map(|n| n.name.clone()).ok_or_else(|| {
@@ -186,7 +189,10 @@ pub async fn attach(loaded: &LoadedProfile, run_id: &str) -> Result<Attached, Er
         .with_keepalive(Arc::new(tunnel));
     // While Slurm holds the nodes the head must answer: a relay that fails (a node name or
     // slot that leads nowhere) is an error here, never a stale status from the records.
-    if live && let Err(e) = ray.gcs_healthy().await {
+    if live
+        && need_head
+        && let Err(e) = ray.gcs_healthy().await
+    {
         return Err(Error::NoCluster {
             run_id: run_id.into(),
             why: format!(
@@ -203,6 +209,28 @@ pub async fn attach(loaded: &LoadedProfile, run_id: &str) -> Result<Attached, Er
         state,
         ray,
     })
+}
+
+/// The jobs a Slurm job that ended took with it, recorded so.
+fn settle_ended(
+    loaded: &LoadedProfile,
+    cluster: &LoadedProfile,
+    job_id: u64,
+    state: Option<&str>,
+) -> Result<(), Error> {
+    let settled = settle_records(
+        &loaded.host_layout()?,
+        &cluster.profile.name,
+        job_id,
+        state.unwrap_or("gone"),
+    );
+    if !settled.is_empty() {
+        tracing::info!(
+            "recorded as ended with Slurm job {job_id}: {}",
+            settled.join(", ")
+        );
+    }
+    Ok(())
 }
 
 /// The argus binary the nodes run: the one the run was submitted with (checked visible on
@@ -590,14 +618,7 @@ pub async fn node_containers(
     loaded: &LoadedProfile,
     run_id: &str,
 ) -> Result<NodeContainers, Error> {
-    let layout = loaded.host_layout()?;
-    let files = RunFiles::open(&layout, run_id).map_err(|source| Error::Io {
-        path: RunFiles::new(&layout, run_id).path(),
-        source,
-    })?;
-    files.check_profile(loaded)?;
-    let alloc: Alloc = super::read_json(&files.alloc())?;
-    let cluster = cluster_profile(loaded, &alloc)?;
+    let super::RunView { alloc, cluster, .. } = super::run_view(loaded, run_id)?;
     let engine = super::node::connect(&cluster).await?;
     let label = format!("{}={}", crate::cluster::node::LABEL_SLURM_JOB, alloc.job_id);
     let mut containers: Vec<ContainerState> = engine

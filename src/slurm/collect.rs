@@ -6,14 +6,15 @@
 //! `argus --slurm-run RUN_ID job diagnose ID` on the login node, and by the batch step when
 //! an attempt fails, hangs or loses a node.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use futures_util::future::{BoxFuture, join_all};
 use serde::{Deserialize, Serialize};
 
+use super::Error;
 use super::attach::{StepOf, node_step, step_failure};
-use super::{Error, RunFiles, cluster_profile};
 use crate::cluster::collect::{Collected, Container, plain_name};
 use crate::cluster::hosts::Unreachable;
 use crate::config::LoadedProfile;
@@ -28,11 +29,42 @@ pub struct NodePart {
 
 /// The nodes of a run's Slurm job, each gathered by its own step.
 pub struct SlurmNodes {
-    pub run_id: String,
-    pub job_id: u64,
-    pub profile: PathBuf,
-    pub argus: PathBuf,
-    pub nodes: Vec<String>,
+    run_id: String,
+    job_id: u64,
+    profile: PathBuf,
+    argus: PathBuf,
+    /// Each node and the containers the job's plan puts there (a part naming another is
+    /// not that node's to report).
+    planned: BTreeMap<String, Vec<String>>,
+}
+
+impl SlurmNodes {
+    /// The nodes of `cluster` (the run's, as planned from its allocation), their steps
+    /// started with `argus -p <profile>`.
+    pub fn new(
+        run_id: &str,
+        job_id: u64,
+        profile: PathBuf,
+        argus: PathBuf,
+        cluster: &LoadedProfile,
+    ) -> SlurmNodes {
+        let mut planned: BTreeMap<String, Vec<String>> = cluster
+            .profile
+            .hosts
+            .iter()
+            .map(|h| (h.name.clone(), Vec::new()))
+            .collect();
+        for c in crate::cluster::plan::plan(cluster, &Default::default()).containers {
+            planned.entry(c.host.clone()).or_default().push(c.name);
+        }
+        SlurmNodes {
+            run_id: run_id.to_string(),
+            job_id,
+            profile,
+            argus,
+            planned,
+        }
+    }
 }
 
 /// The most of a node's answer read (its part is capped well below).
@@ -49,7 +81,7 @@ impl Nodes for SlurmNodes {
             let json = serde_json::to_string(params).unwrap_or_default();
             // srun's start and the node's own dial on top of the part's deadline.
             let bound = Duration::from_secs_f64(params.seconds.clamp(0.0, 600.0) + 10.0);
-            let parts = join_all(self.nodes.iter().map(|node| {
+            let parts = join_all(self.planned.iter().map(|(node, names)| {
                 let args = ["slurm", "collect-node", &self.run_id, "--params", &json];
                 let output = node_step(&of, node, "argus-diagnose", &args).output();
                 async move {
@@ -65,7 +97,7 @@ impl Nodes for SlurmNodes {
                                 .find_map(|l| serde_json::from_str::<NodePart>(l).ok())
                                 .filter(|p| p.node == *node);
                             match part {
-                                Some(part) => return Ok(mine(part, node)),
+                                Some(part) => return Ok(mine(part, node, names)),
                                 None => step_failure(&out.stderr, "its step printed nothing"),
                             }
                         }
@@ -93,16 +125,20 @@ impl Nodes for SlurmNodes {
     }
 }
 
-/// A node's part, its containers and hosts all of that node (another name is not its to
-/// report), each container's name and files' names plain (they name the bundle's files).
-fn mine(part: NodePart, node: &str) -> Collected {
+/// A node's part: the containers the plan puts on that node, each once (another name, or a
+/// second copy, is not the node's to report: its files would clash in the bundle), and
+/// each file once, by a plain name (they name the bundle's files).
+fn mine(part: NodePart, node: &str, planned: &[String]) -> Collected {
+    let mut seen = std::collections::BTreeSet::new();
     let containers: Vec<Container> = part
         .collected
         .containers
         .into_iter()
-        .filter(|c| c.host == node && plain_name(&c.name))
+        .filter(|c| c.host == node && planned.contains(&c.name) && seen.insert(c.name.clone()))
         .map(|mut c| {
-            c.files.retain(|t| plain_name(&t.name));
+            let mut names = std::collections::BTreeSet::new();
+            c.files
+                .retain(|t| plain_name(&t.name) && names.insert(t.name.clone()));
             c.listing.retain(|f| plain_name(&f.name));
             c
         })
@@ -126,14 +162,7 @@ pub async fn node_part(
     params: &NodeParams,
 ) -> Result<NodePart, Error> {
     let me = super::node::node_name()?;
-    let layout = loaded.host_layout()?;
-    let files = RunFiles::open(&layout, run_id).map_err(|source| Error::Io {
-        path: RunFiles::new(&layout, run_id).path(),
-        source,
-    })?;
-    files.check_profile(loaded)?;
-    let alloc: super::alloc::Alloc = super::read_json(&files.alloc())?;
-    let cluster = cluster_profile(loaded, &alloc)?;
+    let cluster = super::run_view(loaded, run_id)?.cluster;
     let collected = crate::diagnose::bundle::gather_on(&cluster, Some(&me), params).await?;
     Ok(NodePart {
         node: me,
@@ -156,7 +185,11 @@ mod tests {
         let container = |host: &str, name: &str| Container {
             host: host.into(),
             name: name.into(),
-            files: vec![tail("raylet.out"), tail("../../etc/passwd")],
+            files: vec![
+                tail("raylet.out"),
+                tail("../../etc/passwd"),
+                tail("raylet.out"),
+            ],
             ..Default::default()
         };
         let part = NodePart {
@@ -166,11 +199,13 @@ mod tests {
                     container("b", "c-node1-0"),
                     container("a", "c-head"),
                     container("b", "../escape"),
+                    container("b", "c-node1-0"),
+                    container("b", "c-node2-0"),
                 ],
                 unreachable: Vec::new(),
             },
         };
-        let kept = mine(part, "b");
+        let kept = mine(part, "b", &["c-node1-0".to_string(), "c-head".to_string()]);
         assert_eq!(kept.containers.len(), 1);
         assert_eq!(kept.containers[0].name, "c-node1-0");
         let names: Vec<&str> = kept.containers[0]

@@ -15,10 +15,10 @@
 use std::time::{Duration, SystemTime};
 
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 use super::attach::{self, Attached};
-use super::{Error, RunFiles, cluster_profile, plan_inputs};
+use super::{Error, plan_inputs};
 use crate::cluster::doctor::{Check, HostReport, Report, Status, clock};
 use crate::config::LoadedProfile;
 use crate::ui::Reporter;
@@ -26,6 +26,9 @@ use crate::ui::Reporter;
 /// How long one node's step may take, srun's start included (its own checks are bounded
 /// by the doctor's deadlines, well inside this).
 const STEP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The most read of a step's stdout, and of its stderr.
+const OUTPUT_CAP: u64 = 4 << 20;
 
 /// What a node step prints: first its clock, then its checks.
 #[derive(Debug, Serialize, Deserialize)]
@@ -54,6 +57,17 @@ fn probe_name(token: &str) -> Result<String, Error> {
     Ok(format!("doctor-{token}"))
 }
 
+/// The probe file, removed when dropped (an error, a panic, or the end of the checks).
+struct ProbeFile<'a>(super::RunFile<'a>);
+
+impl Drop for ProbeFile<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.remove() {
+            tracing::warn!("cannot remove {}: {e}", self.0.display());
+        }
+    }
+}
+
 /// Every node's checks, and the comparisons across them; `Unknown` checks for the nodes
 /// that did not answer. The Slurm job must be running (its cluster exists only then).
 pub async fn report(
@@ -61,7 +75,7 @@ pub async fn report(
     run_id: &str,
     reporter: &dyn Reporter,
 ) -> Result<Report, Error> {
-    let attached = attach::attach(loaded, run_id).await?;
+    let attached = attach::attach_nodes(loaded, run_id).await?;
     if !attached.live() {
         let state = attached.state.as_deref().unwrap_or("gone");
         return Ok(Report {
@@ -88,16 +102,20 @@ pub async fn report(
         path: "random token".into(),
         source,
     })?;
-    let probe = attached.files.doctor_probe(&probe_name(&token)?);
-    probe.write_atomic(token.as_bytes()).map_err(probe.io())?;
     let argus = attach::node_binary(&attached)?;
+    let name = probe_name(&token)?;
+    let probe = ProbeFile(attached.files.doctor_probe(&name));
+    probe
+        .0
+        .write_atomic(token.as_bytes())
+        .map_err(probe.0.io())?;
     let steps = attached
         .alloc
         .nodes
         .iter()
         .map(|node| node_report(&attached, &argus, &node.name, &token));
     let hosts = futures_util::future::join_all(steps).await;
-    let _ = probe.remove();
+    drop(probe);
     task.done(&format!(
         "{} node(s) checked in {:.1}s",
         attached.alloc.nodes.len(),
@@ -142,24 +160,33 @@ async fn node_report(
         return failed("srun's output was not captured".into());
     };
     let read = async {
-        let mut lines = BufReader::new(stdout).lines();
-        let mut clock_at = None;
-        let mut checks = None;
-        while let Ok(Some(line)) = lines.next_line().await {
-            match serde_json::from_str::<NodeLine>(&line) {
-                Ok(NodeLine::Clock { node: n, time }) if n == node => {
-                    clock_at = clock::Reading::new(&time, sent, SystemTime::now());
+        // Both pipes at once (a step that fills its stderr first would otherwise stall),
+        // each within its cap; a line that is not UTF-8 is passed over, not the end.
+        let out = async {
+            let mut lines = BufReader::new(stdout.take(OUTPUT_CAP)).split(b'\n');
+            let mut clock_at = None;
+            let mut checks = None;
+            while let Ok(Some(line)) = lines.next_segment().await {
+                match serde_json::from_slice::<NodeLine>(&line) {
+                    Ok(NodeLine::Clock { node: n, time }) if n == node => {
+                        clock_at = clock::Reading::new(&time, sent, SystemTime::now());
+                    }
+                    Ok(NodeLine::Checks {
+                        node: n,
+                        shared,
+                        report,
+                    }) if n == node => checks = Some((shared, report)),
+                    _ => {}
                 }
-                Ok(NodeLine::Checks {
-                    node: n,
-                    shared,
-                    report,
-                }) if n == node => checks = Some((shared, report)),
-                _ => {}
             }
-        }
-        let mut err = Vec::new();
-        let _ = tokio::io::AsyncReadExt::read_to_end(&mut stderr, &mut err).await;
+            (clock_at, checks)
+        };
+        let err = async {
+            let mut err = Vec::new();
+            let _ = (&mut stderr).take(OUTPUT_CAP).read_to_end(&mut err).await;
+            err
+        };
+        let ((clock_at, checks), err) = tokio::join!(out, err);
         let _ = child.wait().await;
         (clock_at, checks, err)
     };
@@ -213,21 +240,18 @@ pub async fn node_step(
     token: &str,
     print: &mut dyn FnMut(&NodeLine),
 ) -> Result<(), Error> {
+    let name = probe_name(token)?;
     let me = super::node::node_name()?;
     print(&NodeLine::Clock {
         node: me.clone(),
         time: humantime::format_rfc3339_nanos(SystemTime::now()).to_string(),
     });
-    let name = probe_name(token)?;
-    let layout = loaded.host_layout()?;
-    let files = RunFiles::open(&layout, run_id).map_err(|source| Error::Io {
-        path: RunFiles::new(&layout, run_id).path(),
-        source,
-    })?;
-    files.check_profile(loaded)?;
-    let alloc: super::alloc::Alloc = super::read_json(&files.alloc())?;
+    let super::RunView {
+        files,
+        alloc,
+        cluster,
+    } = super::run_view(loaded, run_id)?;
     let record: super::record::SlurmRecord = super::read_json(&files.record())?;
-    let cluster = cluster_profile(loaded, &alloc)?;
     let mut inputs = plan_inputs(&alloc, &record.image_id, None);
     if let Some(iface) = super::node::collective_iface(&cluster, &alloc) {
         inputs.collective_iface.insert(me.clone(), iface);

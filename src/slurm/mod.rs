@@ -591,6 +591,31 @@ pub fn cluster_profile(
     })
 }
 
+/// A step's view of its run on a node: the run's files (the step's profile checked to be
+/// the run's), the allocation the batch step wrote, and the cluster planned from it.
+pub struct RunView {
+    pub files: RunFiles,
+    pub alloc: alloc::Alloc,
+    pub cluster: LoadedProfile,
+}
+
+/// Opens run `run_id` for a step given `-p` the run's profile.
+pub fn run_view(loaded: &LoadedProfile, run_id: &str) -> Result<RunView, Error> {
+    let layout = loaded.host_layout()?;
+    let files = RunFiles::open(&layout, run_id).map_err(|source| Error::Io {
+        path: RunFiles::new(&layout, run_id).path(),
+        source,
+    })?;
+    files.check_profile(loaded)?;
+    let alloc: alloc::Alloc = read_json(&files.alloc())?;
+    let cluster = cluster_profile(loaded, &alloc)?;
+    Ok(RunView {
+        files,
+        alloc,
+        cluster,
+    })
+}
+
 /// The plan inputs of a Slurm job: its port slot on every node, its label.
 pub fn plan_inputs(
     alloc: &alloc::Alloc,

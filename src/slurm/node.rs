@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use super::alloc::{self, Alloc};
 use super::record::SlurmRecord;
-use super::{Error, RunFiles, cluster_profile, plan_inputs};
+use super::{Error, plan_inputs};
 use crate::cluster::NodeEngine;
 use crate::config::{Layout, LoadedProfile};
 use crate::fsx::Dir;
@@ -202,15 +202,13 @@ pub async fn run(
 ) -> Result<(), Error> {
     let started = Instant::now();
     let layout = loaded.host_layout()?;
-    let files = RunFiles::open(&layout, run_id).map_err(|source| Error::Io {
-        path: RunFiles::new(&layout, run_id).path(),
-        source,
-    })?;
-    files.check_profile(loaded)?;
-    let alloc: Alloc = super::read_json(&files.alloc())?;
+    let super::RunView {
+        files,
+        alloc,
+        cluster,
+    } = super::run_view(loaded, run_id)?;
     let record: SlurmRecord = super::read_json(&files.record())?;
     let me = node_name()?;
-    let cluster = cluster_profile(loaded, &alloc)?;
     let engine = connect(&cluster).await?;
 
     // Slurm may end the step at any moment from here: listen before creating anything.

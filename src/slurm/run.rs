@@ -363,16 +363,17 @@ async fn stages(
     let records = Records::new(layout.jobs());
     // An attempt that fails, hangs or loses a node gets its failure bundle, each node's
     // part through a step on that node (this argus, which the nodes run too).
-    let bundle_nodes = super::collect::SlurmNodes {
-        run_id: record.run_id.clone(),
-        job_id: alloc.job_id,
-        profile: files.profile_path(),
-        argus: std::env::current_exe().map_err(|source| Error::Spawn {
-            program: "argus (its own path)".into(),
-            source,
-        })?,
-        nodes: alloc.nodes.iter().map(|n| n.name.clone()).collect(),
-    };
+    let argus = std::env::current_exe().map_err(|source| Error::Spawn {
+        program: "argus (its own path)".into(),
+        source,
+    })?;
+    let bundle_nodes = super::collect::SlurmNodes::new(
+        &record.run_id,
+        alloc.job_id,
+        files.profile_path(),
+        argus,
+        cluster,
+    );
     let ctx = supervise::Ctx {
         target: &target,
         files,

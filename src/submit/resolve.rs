@@ -405,7 +405,7 @@ fn job_env(
     let mut env_vars = target.env_vars.clone();
     if offline && target.hub_offline_ok {
         env_vars
-            .entry(HUB_OFFLINE.to_string())
+            .entry(super::target::HUB_OFFLINE.to_string())
             .or_insert_with(|| "1".to_string());
     }
     let resolved = [
@@ -487,9 +487,6 @@ fn ray_user_agent() -> String {
 /// The id is parsed into a checked repo id and revision before it comes near a path: a
 /// JobSpec's `model_id` of `../../x` or `org/name@../../y` cannot point the job, or this
 /// lookup, outside the cache.
-/// The variable that keeps `huggingface_hub` (and transformers, datasets) off the network.
-pub const HUB_OFFLINE: &str = "HF_HUB_OFFLINE";
-
 /// The model as verl is given it, and whether it comes from the shared HF cache complete.
 fn resolve_model(
     target: &Target,

@@ -12,6 +12,9 @@ use crate::ray::RayClient;
 use crate::records::Records;
 use crate::secrets::redact_json;
 
+/// The variable that keeps `huggingface_hub` (and transformers, datasets) off the network.
+pub const HUB_OFFLINE: &str = "HF_HUB_OFFLINE";
+
 #[derive(Debug, Clone)]
 pub struct Target {
     pub ray: RayClient,
@@ -72,11 +75,9 @@ impl Target {
             entrypoint_resources: default_resources(submit.entrypoint_resources.as_ref()),
             setup_hook: hook(&submit.runtime_env),
             config_record: ("profile.yaml".into(), redacted_yaml(p)),
-            hub_offline_ok: !p.env.contains_key(super::resolve::HUB_OFFLINE)
-                && !p.head.env.contains_key(super::resolve::HUB_OFFLINE)
-                && p.workers
-                    .iter()
-                    .all(|w| !w.env.contains_key(super::resolve::HUB_OFFLINE)),
+            hub_offline_ok: !p.env.contains_key(HUB_OFFLINE)
+                && !p.head.env.contains_key(HUB_OFFLINE)
+                && p.workers.iter().all(|w| !w.env.contains_key(HUB_OFFLINE)),
         }
     }
 

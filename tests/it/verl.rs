@@ -513,18 +513,16 @@ fn verl_sft_trains_on_cpu_with_a_model_from_the_hf_mirror() {
             assert!((ours - number(theirs)).abs() < 1e-9, "step {step}");
         }
     }
-    // The model was complete in the shared cache when the job was submitted: the job ran
-    // with the hub switched off (HF_HUB_OFFLINE=1), and verl needed nothing from it.
-    let status = ctx
-        .argus()
-        .profile(&profile)
-        .args(["--json", "job", "status", &id])
-        .run()
-        .code(0)
-        .json();
+    // The model was complete in the shared cache when the job was submitted: the job was
+    // sent to Ray with the hub switched off (HF_HUB_OFFLINE=1), and verl trained without it.
+    let sent: Value = serde_json::from_str(
+        &std::fs::read_to_string(shared.join(format!("jobs/{id}/config/submit_payload.json")))
+            .expect("the recorded payload"),
+    )
+    .expect("json");
     assert_eq!(
-        status["job"]["runtime_env"]["env_vars"]["HF_HUB_OFFLINE"], "1",
-        "{status:#}"
+        sent["runtime_env"]["env_vars"]["HF_HUB_OFFLINE"], "1",
+        "{sent:#}"
     );
     // The model verl trained is the mirror's, pinned in the run's lock.
     let lock: Value = serde_yaml::from_str(

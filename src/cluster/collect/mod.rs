@@ -60,7 +60,22 @@ pub struct Tail {
     pub name: String,
     /// The file's whole size.
     pub size: u64,
+    /// As JSON (a Slurm node's part): text, a byte that is not UTF-8 replaced (logs are
+    /// text, and an array of numbers would be four times the size).
+    #[serde(with = "as_text")]
     pub bytes: Vec<u8>,
+}
+
+mod as_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&String::from_utf8_lossy(bytes))
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        Ok(String::deserialize(d)?.into_bytes())
+    }
 }
 
 /// An engine event of a container.

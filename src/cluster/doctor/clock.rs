@@ -48,6 +48,10 @@ impl Reading {
 /// `2026-11-26T06:52:55.123456789+01:00` (or `Z`) as a point in time.
 fn parse_rfc3339(text: &str) -> Option<SystemTime> {
     let text = text.trim();
+    // Another machine's text: a time is ASCII (and slicing it by bytes stays safe).
+    if !text.is_ascii() {
+        return None;
+    }
     let (local, offset) = if let Some(rest) = text.strip_suffix('Z') {
         (rest, 0i64)
     } else {
@@ -112,6 +116,13 @@ pub fn check(reading: Option<Reading>) -> Check {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_time_that_is_not_ascii_is_no_reading() {
+        let now = SystemTime::now();
+        assert_eq!(Reading::new("ééé2026-11-26T10:00:00+0é:00", now, now), None);
+        assert_eq!(Reading::new("éééx", now, now), None);
+    }
 
     fn at(secs: f64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs_f64(secs)

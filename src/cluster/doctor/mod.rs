@@ -283,15 +283,19 @@ async fn host_report(
             checks.extend(probe_checks(cx, facts.info(), outcome.as_ref(), false));
             checks.extend(network);
         }
-        Err(_) => checks.push(Check::unknown(
-            "probe",
-            format!(
-                "host {}'s probes did not end within {}s",
-                cx.host,
-                PROBE_DEADLINE.as_secs()
-            ),
-            "its engine or its probe containers are too slow: what the probes read (GPUs, /dev/shm, disks, ports, the route to the head) is not known",
-        )),
+        Err(_) => {
+            // The probes cut short could not remove their containers.
+            network::remove_probes(&cx.engine.docker, &cx.plan.cluster).await;
+            checks.push(Check::unknown(
+                "probe",
+                format!(
+                    "host {}'s probes did not end within {}s",
+                    cx.host,
+                    PROBE_DEADLINE.as_secs()
+                ),
+                "its engine or its probe containers are too slow: what the probes read (GPUs, /dev/shm, disks, ports, the route to the head) is not known",
+            ));
+        }
     }
     HostReport {
         host: cx.host.to_string(),

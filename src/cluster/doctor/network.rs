@@ -19,7 +19,7 @@ use serde::Deserialize;
 use super::{Check, Status};
 use crate::cluster::docker;
 use crate::cluster::hosts::Engine;
-use crate::cluster::plan::{ClusterPlan, LABEL_CLUSTER};
+use crate::cluster::plan::{ClusterPlan, LABEL_CLUSTER, LABEL_ROLE};
 use crate::config::LoadedProfile;
 use crate::config::profile::{NetworkMode, Profile};
 
@@ -134,6 +134,7 @@ async fn run_bounded(
         labels: Some(HashMap::from([
             (LABEL_PROBE.to_string(), token.clone()),
             (LABEL_CLUSTER.to_string(), cluster.to_string()),
+            (LABEL_ROLE.to_string(), "probe".to_string()),
         ])),
         host_config: Some(HostConfig {
             network_mode: Some("host".to_string()),
@@ -158,6 +159,35 @@ async fn run_bounded(
                 timeout.as_secs()
             ))
         }
+    }
+}
+
+/// Removes this cluster's probe containers on one host (both kinds carry the role
+/// `probe`), bounded: what a probe cut short by the host's deadline could not remove.
+pub async fn remove_probes(docker: &Docker, cluster: &str) {
+    let remove = async {
+        let label = format!("{LABEL_ROLE}=probe");
+        let Ok(list) = docker::containers_labelled(docker, &label).await else {
+            return;
+        };
+        for c in list {
+            let ours = c
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(LABEL_CLUSTER))
+                .is_some_and(|name| name == cluster);
+            if let (true, Some(id)) = (ours, c.id) {
+                let options = bollard::query_parameters::RemoveContainerOptionsBuilder::new()
+                    .force(true)
+                    .build();
+                let _ = docker.remove_container(&id, Some(options)).await;
+            }
+        }
+    };
+    if tokio::time::timeout(PROBE_TIMEOUT, remove).await.is_err() {
+        tracing::warn!(
+            "probe containers of {cluster} not removed in time: `argus down` removes them"
+        );
     }
 }
 
