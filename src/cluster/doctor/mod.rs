@@ -53,6 +53,31 @@ pub struct HostContext<'a> {
     pub deadline: Duration,
 }
 
+impl<'a> HostContext<'a> {
+    /// The context of `engine`'s host in `plan`: whether it runs the head, and the plan's
+    /// containers there, derived from the plan.
+    fn new(
+        loaded: &'a LoadedProfile,
+        engine: &'a Engine,
+        plan: &'a ClusterPlan,
+        plan_clash: Option<&'a str>,
+        image_id: Option<&'a str>,
+    ) -> HostContext<'a> {
+        let host = engine.name.as_str();
+        HostContext {
+            loaded,
+            host,
+            engine,
+            head_host: host == plan.head_host(),
+            plan,
+            plan_clash,
+            nodes: plan.containers.iter().filter(|c| c.host == host).collect(),
+            image_id,
+            deadline: CHECK_TIMEOUT,
+        }
+    }
+}
+
 /// Every check of the profile's cluster, on every host at once. Never an error: what could
 /// not be checked is an `Unknown` check saying why.
 pub async fn run(loaded: &LoadedProfile, reporter: &dyn Reporter) -> Report {
@@ -101,21 +126,8 @@ pub async fn run(loaded: &LoadedProfile, reporter: &dyn Reporter) -> Report {
 
     task.update("probing the hosts");
     let per_host = join_all(engines.iter().zip(&facts).map(|(engine, facts)| {
-        let cx = HostContext {
-            loaded,
-            host: &engine.name,
-            engine,
-            head_host: engine.name == plan.head_host(),
-            plan: &plan,
-            plan_clash: clash.as_deref(),
-            nodes: plan
-                .containers
-                .iter()
-                .filter(|c| c.host == engine.name)
-                .collect(),
-            image_id: facts.image_id.as_ref().ok().and_then(|id| id.as_deref()),
-            deadline: CHECK_TIMEOUT,
-        };
+        let image_id = facts.image_id.as_ref().ok().and_then(|id| id.as_deref());
+        let cx = HostContext::new(loaded, engine, &plan, clash.as_deref(), image_id);
         let wanted = wanted.as_ref();
         async move { host_report(&cx, facts, wanted).await }
     }));
@@ -197,17 +209,8 @@ pub async fn one_host(
         on: "the run's record".into(),
         alone: false,
     };
-    let cx = HostContext {
-        loaded,
-        host,
-        engine: &engine,
-        head_host: host == plan.head_host(),
-        plan,
-        plan_clash: None,
-        nodes: plan.containers.iter().filter(|c| c.host == host).collect(),
-        image_id: facts.image_id.as_ref().ok().and_then(|id| id.as_deref()),
-        deadline: CHECK_TIMEOUT,
-    };
+    let image_id = facts.image_id.as_ref().ok().and_then(|id| id.as_deref());
+    let cx = HostContext::new(loaded, &engine, plan, None, image_id);
     host_report(&cx, &facts, Some(&wanted)).await
 }
 
@@ -582,21 +585,7 @@ pub async fn preflight(
                 .await
                 .ok()
                 .and_then(Result::ok);
-            let cx = HostContext {
-                loaded,
-                host: &engine.name,
-                engine,
-                head_host: engine.name == plan.head_host(),
-                plan,
-                plan_clash: None,
-                nodes: plan
-                    .containers
-                    .iter()
-                    .filter(|c| c.host == engine.name)
-                    .collect(),
-                image_id: Some(image_id),
-                deadline: CHECK_TIMEOUT,
-            };
+            let cx = HostContext::new(loaded, engine, plan, None, Some(image_id));
             let outcome = probe_host(&cx, info.as_ref()).await;
             let checks = probe_checks(&cx, info.as_ref(), outcome.as_ref(), true);
             (engine.name.clone(), checks)
