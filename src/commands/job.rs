@@ -342,7 +342,7 @@ async fn diagnose_slurm(
         run_id,
         attached.alloc.job_id,
         attached.files.profile_path(),
-        crate::slurm::attach::node_binary(&attached)?,
+        crate::slurm::attach::node_binary(&attached.record)?,
         &attached.cluster,
     );
     let cluster = attached.cluster.clone();

@@ -170,7 +170,7 @@ async fn attach_with(
         job_id,
         node: head.clone(),
         port,
-        argus: relay_binary(&record)?,
+        argus: node_binary(&record)?,
         profile: files.profile_path(),
     };
     let tunnel = SrunTunnel::listen(live.then_some(relay)).await?;
@@ -237,7 +237,7 @@ fn settle_ended(
 /// the nodes then), else this one. The record is on the shared storage, which others may
 /// write: the path it names is run only if it is an absolute path to a regular file here
 /// that this user or root owns and nobody else may write (what `submit` recorded).
-fn relay_binary(record: &SlurmRecord) -> Result<PathBuf, Error> {
+pub fn node_binary(record: &SlurmRecord) -> Result<PathBuf, Error> {
     let Some(path) = &record.argus else {
         return std::env::current_exe().map_err(|source| Error::Spawn {
             program: "argus (its own path)".into(),
@@ -513,7 +513,7 @@ const LIST_TIMEOUT: Duration = Duration::from_secs(10);
 pub async fn containers(
     attached: &Attached,
 ) -> Result<(Vec<NodeContainers>, BTreeMap<String, String>), Error> {
-    let argus = relay_binary(&attached.record)?;
+    let argus = node_binary(&attached.record)?;
     let listings = attached.alloc.nodes.iter().map(|node| {
         let output = node_step(
             &attached.steps(&argus),
@@ -608,11 +608,6 @@ pub fn step_failure(stderr: &[u8], otherwise: &str) -> String {
     why.trim().trim_start_matches("error: ").to_string()
 }
 
-/// The path of the argus binary the run's nodes run (the one the run recorded).
-pub fn node_binary(attached: &Attached) -> Result<PathBuf, Error> {
-    relay_binary(&attached.record)
-}
-
 /// This node's containers of the run's Slurm job (the node step of `containers`).
 pub async fn node_containers(
     loaded: &LoadedProfile,
@@ -656,10 +651,10 @@ mod tests {
         };
         let me = std::env::current_exe().expect("exe");
         assert_eq!(
-            super::relay_binary(&record(&me.display().to_string())).expect("own binary"),
+            super::node_binary(&record(&me.display().to_string())).expect("own binary"),
             me
         );
-        let refused = |path: &str| super::relay_binary(&record(path)).unwrap_err().to_string();
+        let refused = |path: &str| super::node_binary(&record(path)).unwrap_err().to_string();
         assert!(refused("bin/argus").contains("not an absolute path"));
         assert!(refused("/nonexistent/argus").contains("cannot be read"));
         assert!(refused("/tmp").contains("not a regular file"));

@@ -102,7 +102,7 @@ pub async fn report(
         path: "random token".into(),
         source,
     })?;
-    let argus = attach::node_binary(&attached)?;
+    let argus = attach::node_binary(&attached.record)?;
     let name = probe_name(&token)?;
     let probe = ProbeFile(attached.files.doctor_probe(&name));
     probe
@@ -250,6 +250,7 @@ pub async fn node_step(
         files,
         alloc,
         cluster,
+        ..
     } = super::run_view(loaded, run_id)?;
     let record: super::record::SlurmRecord = super::read_json(&files.record())?;
     let mut inputs = plan_inputs(&alloc, &record.image_id, None);

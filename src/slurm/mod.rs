@@ -594,6 +594,7 @@ pub fn cluster_profile(
 /// A step's view of its run on a node: the run's files (the step's profile checked to be
 /// the run's), the allocation the batch step wrote, and the cluster planned from it.
 pub struct RunView {
+    pub layout: Layout,
     pub files: RunFiles,
     pub alloc: alloc::Alloc,
     pub cluster: LoadedProfile,
@@ -601,19 +602,27 @@ pub struct RunView {
 
 /// Opens run `run_id` for a step given `-p` the run's profile.
 pub fn run_view(loaded: &LoadedProfile, run_id: &str) -> Result<RunView, Error> {
+    let (layout, files) = open_run(loaded, run_id)?;
+    let alloc: alloc::Alloc = read_json(&files.alloc())?;
+    let cluster = cluster_profile(loaded, &alloc)?;
+    Ok(RunView {
+        layout,
+        files,
+        alloc,
+        cluster,
+    })
+}
+
+/// The shared storage's layout and run `run_id`'s files, for a step given `-p` the run's
+/// profile (checked to be the run's).
+pub fn open_run(loaded: &LoadedProfile, run_id: &str) -> Result<(Layout, RunFiles), Error> {
     let layout = loaded.host_layout()?;
     let files = RunFiles::open(&layout, run_id).map_err(|source| Error::Io {
         path: RunFiles::new(&layout, run_id).path(),
         source,
     })?;
     files.check_profile(loaded)?;
-    let alloc: alloc::Alloc = read_json(&files.alloc())?;
-    let cluster = cluster_profile(loaded, &alloc)?;
-    Ok(RunView {
-        files,
-        alloc,
-        cluster,
-    })
+    Ok((layout, files))
 }
 
 /// The plan inputs of a Slurm job: its port slot on every node, its label.

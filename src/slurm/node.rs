@@ -201,8 +201,8 @@ pub async fn run(
     reporter: &dyn Reporter,
 ) -> Result<(), Error> {
     let started = Instant::now();
-    let layout = loaded.host_layout()?;
     let super::RunView {
+        layout,
         files,
         alloc,
         cluster,

@@ -38,12 +38,7 @@ pub async fn run(
     // Slurm's warning before the allocation's end (`--signal=B:USR1@..`, supervised runs):
     // listened for first, or it would end the process.
     let mut usr1 = signal(tokio::signal::unix::SignalKind::user_defined1(), "SIGUSR1")?;
-    let layout = loaded.host_layout()?;
-    let files = RunFiles::open(&layout, run_id).map_err(|source| Error::Io {
-        path: RunFiles::new(&layout, run_id).path(),
-        source,
-    })?;
-    files.check_profile(loaded)?;
+    let (layout, files) = super::open_run(loaded, run_id)?;
     let record: SlurmRecord = super::read_json(&files.record())?;
     let job = staged_job(&files)?;
     // `ray.auth: token`: the token came with the batch step's environment, looked up as the
