@@ -40,6 +40,7 @@ pub fn build(p: &Payload<'_>) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::submit::target::Target;
 
     #[test]
     fn only_fields_ray_knows_and_optional_ones_only_when_set() {
@@ -74,17 +75,14 @@ mod tests {
         assert_eq!(v["entrypoint_resources"]["worker_node"], 1.0);
     }
 
-    /// The JobSpec's `restart` section is argus's supervision policy: the payload and the
-    /// entrypoint Ray gets are the same with it or without it; only argus's record of the
-    /// JobSpec (config/jobspec.yaml) keeps it.
-    #[test]
-    fn the_restart_section_never_reaches_ray() {
+    /// A target on no cluster (nothing is sent), its shared storage seen at `host_shared`.
+    fn target(host_shared: Option<std::path::PathBuf>, hub_offline_ok: bool) -> Target {
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let target = crate::submit::target::Target {
+        Target {
             ray: crate::ray::RayClient::new("http://127.0.0.1:1", None),
             cluster: "c".into(),
             mount: "/mnt/shared".into(),
-            host_shared: None,
+            host_shared,
             user_code_path: None,
             env_vars: BTreeMap::new(),
             entrypoint_num_cpus: None,
@@ -92,18 +90,33 @@ mod tests {
             entrypoint_resources: BTreeMap::new(),
             setup_hook: None,
             config_record: (String::new(), String::new()),
-            hub_offline_ok: true,
-        };
+            hub_offline_ok,
+        }
+    }
+
+    /// The JobSpec `text` prepared for `target` (nothing checked on the storage).
+    fn prepared(target: &Target, text: String) -> crate::submit::resolve::Prepared {
+        let loaded = crate::config::jobspec::LoadedJobSpec::from_source(
+            crate::config::yaml::Source::new("j.yaml", text),
+            &[],
+        )
+        .unwrap();
+        crate::submit::resolve::prepare(target, &loaded, false).unwrap()
+    }
+
+    /// The JobSpec's `restart` section is argus's supervision policy: the payload and the
+    /// entrypoint Ray gets are the same with it or without it; only argus's record of the
+    /// JobSpec (config/jobspec.yaml) keeps it.
+    #[test]
+    fn the_restart_section_never_reaches_ray() {
+        let target = target(None, true);
         let prepare = |extra: &str| {
-            let text = format!(
-                "workload: ppo\nsubmission_id: r1\ncode_path: /mnt/shared/common/code/verl/x\nmetadata: {{team: a}}\n{extra}"
-            );
-            let loaded = crate::config::jobspec::LoadedJobSpec::from_source(
-                crate::config::yaml::Source::new("j.yaml", text),
-                &[],
+            prepared(
+                &target,
+                format!(
+                    "workload: ppo\nsubmission_id: r1\ncode_path: /mnt/shared/common/code/verl/x\nmetadata: {{team: a}}\n{extra}"
+                ),
             )
-            .unwrap();
-            crate::submit::resolve::prepare(&target, &loaded, false).unwrap()
         };
         let plain = prepare("");
         let supervised = prepare("restart: {max: 3, on: [hang], hang_after: 20m}\n");
@@ -123,56 +136,36 @@ mod tests {
     /// that says otherwise, a profile whose nodes set it, or a model not cached: nothing.
     #[test]
     fn a_cached_model_turns_the_hub_off_for_the_job() {
-        let _ = rustls::crypto::ring::default_provider().install_default();
         let root = std::env::temp_dir().join(format!("argus-offline-{}", std::process::id()));
         let repo = root.join("common/hf/hub/models--org--tiny");
         let commit = "0123456789abcdef0123456789abcdef01234567";
         std::fs::create_dir_all(repo.join("refs")).unwrap();
         std::fs::create_dir_all(repo.join("snapshots").join(commit)).unwrap();
         std::fs::write(repo.join("refs/main"), commit).unwrap();
-        let target = |ok: bool| crate::submit::target::Target {
-            ray: crate::ray::RayClient::new("http://127.0.0.1:1", None),
-            cluster: "c".into(),
-            mount: "/mnt/shared".into(),
-            host_shared: Some(root.clone()),
-            user_code_path: None,
-            env_vars: BTreeMap::new(),
-            entrypoint_num_cpus: None,
-            entrypoint_num_gpus: None,
-            entrypoint_resources: BTreeMap::new(),
-            setup_hook: None,
-            config_record: (String::new(), String::new()),
-            hub_offline_ok: ok,
-        };
-        let offline = |target: &crate::submit::target::Target, extra: &str| {
+        let cached = |ok: bool| target(Some(root.clone()), ok);
+        let offline = |target: &Target, extra: &str| {
             let text = format!(
                 "workload: custom\nsubmission_id: r1\ncode_path: /mnt/shared/common/code/x\nentrypoint: python3 -m x\n{extra}"
             );
-            let loaded = crate::config::jobspec::LoadedJobSpec::from_source(
-                crate::config::yaml::Source::new("j.yaml", text),
-                &[],
-            )
-            .unwrap();
-            let prepared = crate::submit::resolve::prepare(target, &loaded, false).unwrap();
-            prepared.payload["runtime_env"]["env_vars"]["HF_HUB_OFFLINE"].clone()
+            prepared(target, text).payload["runtime_env"]["env_vars"]["HF_HUB_OFFLINE"].clone()
         };
-        assert_eq!(offline(&target(true), "model_id: org/tiny\n"), "1");
+        assert_eq!(offline(&cached(true), "model_id: org/tiny\n"), "1");
         assert_eq!(
             offline(
-                &target(true),
+                &cached(true),
                 "model_id: org/tiny\nenv_vars: {HF_HUB_OFFLINE: '0'}\n"
             ),
             "0"
         );
         assert_eq!(
-            offline(&target(false), "model_id: org/tiny\n"),
+            offline(&cached(false), "model_id: org/tiny\n"),
             serde_json::Value::Null
         );
         assert_eq!(
-            offline(&target(true), "model_id: org/other\n"),
+            offline(&cached(true), "model_id: org/other\n"),
             serde_json::Value::Null
         );
-        assert_eq!(offline(&target(true), ""), serde_json::Value::Null);
+        assert_eq!(offline(&cached(true), ""), serde_json::Value::Null);
         let _ = std::fs::remove_dir_all(&root);
     }
 }
