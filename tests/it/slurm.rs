@@ -189,6 +189,23 @@ fn a_submitted_run_comes_up_on_three_nodes_with_slurms_gpus_and_leaves_nothing()
     assert_nothing_left(&slurm, &["a", "b", "c"], &out);
 }
 
+/// `f`'s result while `host`'s dockerd is stopped (SIGSTOP: its containers, and Ray in
+/// them, keep running, but its API does not answer); resumed before returning.
+fn with_engine_frozen<T>(slurm: &Slurm, host: &str, f: impl FnOnce() -> T) -> T {
+    let pid_file = slurm.hosts().state().join(host).join("dockerd.pid");
+    let dockerd: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap_or_else(|e| panic!("{host}'s dockerd pid: {e}"))
+        .trim()
+        .parse()
+        .expect("pid");
+    // SAFETY: kill(2) of the fixture's own dockerd, resumed right after.
+    assert_eq!(unsafe { libc::kill(dockerd, libc::SIGSTOP) }, 0);
+    let out = f();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(dockerd, libc::SIGCONT) }, 0);
+    out
+}
+
 /// No argus container on any host (the node steps removed theirs when they ended).
 #[track_caller]
 fn assert_nothing_left(slurm: &Slurm, hosts: &[&str], out: &str) {
@@ -285,19 +302,11 @@ fn a_cancelled_run_leaves_no_container_within_killwait_and_says_cancelled() {
 
     // A node whose engine hangs is named in `errors` after its own deadline; the others
     // are listed. (b's dockerd is frozen: its containers, and Ray in them, keep running.)
-    let pid_file = slurm.hosts().state().join("b/dockerd.pid");
-    let dockerd: i32 = std::fs::read_to_string(&pid_file)
-        .expect("b's dockerd pid")
-        .trim()
-        .parse()
-        .expect("pid");
-    // SAFETY: kill(2) of the fixture's own dockerd, resumed right after.
-    assert_eq!(unsafe { libc::kill(dockerd, libc::SIGSTOP) }, 0);
-    let status = argus(&ctx, &slurm, &profile)
-        .args(["--json", "slurm", "status", &run_id])
-        .run();
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::kill(dockerd, libc::SIGCONT) }, 0);
+    let status = with_engine_frozen(&slurm, "b", || {
+        argus(&ctx, &slurm, &profile)
+            .args(["--json", "slurm", "status", &run_id])
+            .run()
+    });
     let status = status.code(0).json();
     let listed: Vec<&str> = status["containers"]
         .as_array()
@@ -551,17 +560,7 @@ fn check_doctor(ctx: &TestContext, slurm: &Slurm, profile: &Path, run_id: &str) 
         }
     }
     // b's engine frozen (its containers, and Ray in them, keep running).
-    let pid_file = slurm.hosts().state().join("b/dockerd.pid");
-    let dockerd: i32 = std::fs::read_to_string(&pid_file)
-        .expect("b's dockerd pid")
-        .trim()
-        .parse()
-        .expect("pid");
-    // SAFETY: kill(2) of the fixture's own dockerd, resumed right after.
-    assert_eq!(unsafe { libc::kill(dockerd, libc::SIGSTOP) }, 0);
-    let (code, report, findings, _) = doctor();
-    // SAFETY: as above.
-    assert_eq!(unsafe { libc::kill(dockerd, libc::SIGCONT) }, 0);
+    let (code, report, findings, _) = with_engine_frozen(slurm, "b", doctor);
     assert_eq!(code, 4, "{report:#}");
     assert!(
         findings.iter().all(|f| f.starts_with("b "))
