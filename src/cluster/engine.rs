@@ -4,11 +4,12 @@
 //! outside `cluster` never see bollard.
 
 use std::path::Path;
+use std::time::Duration;
 
 use bollard::Docker;
 
 use super::Error;
-use super::plan::ClusterPlan;
+use super::plan::{ClusterPlan, Role};
 use crate::ui::Reporter;
 
 /// A connected Docker Engine of one host.
@@ -71,14 +72,20 @@ impl NodeEngine {
         super::node::load_archive(&self.docker, reference, id, archive).await
     }
 
-    /// Creates and starts this host's containers of the plan; their names.
+    /// Creates and starts this host's containers of the plan with role `role`; their names.
     pub async fn start_on(
         &self,
         plan: &ClusterPlan,
         host: &str,
+        role: Role,
         reporter: &dyn Reporter,
     ) -> Result<Vec<String>, Error> {
-        super::node::start_on(&self.docker, plan, host, reporter).await
+        super::node::start_on(&self.docker, plan, host, role, reporter).await
+    }
+
+    /// See [`super::ready::head_started`].
+    pub async fn head_started(&self, name: &str, limit: Duration) -> super::ready::HeadStart {
+        super::ready::head_started(&self.docker, name, limit).await
     }
 
     /// Removes the containers of cluster `cluster`; their names.

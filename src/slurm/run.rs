@@ -52,8 +52,9 @@ pub async fn run(
     let names: Vec<String> = alloc.nodes.iter().map(|n| n.name.clone()).collect();
     let (slots, slot) = claim_slot(&layout, job_id, &names).await?;
     alloc.slot = slot;
-    let stop = files.stop();
-    stop.remove().map_err(stop.io())?;
+    for file in [files.stop(), files.head_started()] {
+        file.remove().map_err(file.io())?;
+    }
     super::write_json(&files.alloc(), &alloc)?;
     let cluster = cluster_profile(loaded, &alloc)?;
     let mut report = BatchReport {
