@@ -49,8 +49,20 @@ pub struct UpReport {
     pub nodes: Vec<RayNode>,
     pub gpus: f64,
     pub seconds: f64,
+    /// Where the seconds went.
+    pub timings: UpTimings,
     #[serde(skip)]
     pub plan: ClusterPlan,
+}
+
+/// The seconds of `up`'s parts, one after the other: the image on every host (engines
+/// dialled, the image found, built-in checks), the containers (observed, checked before
+/// starting, created and started), Ray ready (every planned node ALIVE).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct UpTimings {
+    pub image: f64,
+    pub containers: f64,
+    pub ray_ready: f64,
 }
 
 pub struct UpOptions {
@@ -111,6 +123,7 @@ pub async fn up(
     let engines = hosts::connect_every(loaded).await?;
     hosts::check_distinct(&engines).await?;
     let (image_id, images) = image_on_hosts(loaded, &engines, options.dry_run, reporter).await?;
+    let image_done = started.elapsed().as_secs_f64();
     check_token_auth(loaded, &engines, &image_id).await?;
     let plan = plan_cluster(loaded, &engines, &image_id, &token, options.dry_run).await?;
     // A dry run only looks; anything that may act holds the cluster's lock from here.
@@ -134,6 +147,10 @@ pub async fn up(
         nodes: Vec::new(),
         gpus: 0.0,
         seconds: 0.0,
+        timings: UpTimings {
+            image: image_done,
+            ..Default::default()
+        },
         plan: plan.clone(),
     };
     if options.dry_run {
@@ -148,12 +165,15 @@ pub async fn up(
     {
         super::doctor::preflight(&engines, &plan, loaded, reporter).await?;
     }
-    let head_engine = converge(&engines, &plan, &actions, reporter).await?;
+    let head_engine = converge(&engines, &plan, &actions, options.timeout, reporter).await?;
+    let containers_done = started.elapsed().as_secs_f64();
     let ray = access::ray_client_on(loaded, &head_engine.docker, token).await?;
     let nodes = wait(&engines, &ray, &plan, options.timeout, reporter).await?;
     report.gpus = nodes.iter().filter(|n| n.alive()).map(RayNode::gpus).sum();
     report.nodes = nodes;
     report.seconds = started.elapsed().as_secs_f64();
+    report.timings.containers = containers_done - image_done;
+    report.timings.ray_ready = report.seconds - containers_done;
     Ok(report)
 }
 
@@ -207,12 +227,15 @@ async fn plan_cluster(
     ))
 }
 
-/// Acts on the difference: storage and network first, then the removals, then the head and
-/// (in parallel) the workers that are created or recreated. Returns the head's engine.
+/// Acts on the difference: storage and network first, then the removals, then the head and,
+/// once a new head's Ray has started (see [`super::ready::head_started`]; up to
+/// `head_wait`), the workers that are created or recreated, in parallel. Returns the head's
+/// engine.
 async fn converge<'e>(
     engines: &'e [Engine],
     plan: &ClusterPlan,
     actions: &[Action],
+    head_wait: Duration,
     reporter: &dyn Reporter,
 ) -> Result<&'e Engine, Error> {
     let head_engine = host_engine(engines, plan.head_host())?;
@@ -245,7 +268,8 @@ async fn converge<'e>(
     if actions.iter().any(Action::changes) && plan.hosts.len() > 1 {
         super::storage_check::check_shared_storage(engines, plan, reporter).await?;
     }
-    for head in replace(Role::Head) {
+    let heads = replace(Role::Head);
+    for head in &heads {
         start(
             &head_engine.docker,
             &plan.cluster,
@@ -259,8 +283,18 @@ async fn converge<'e>(
             create_layout_inside(&head_engine.docker, &head.name, target).await?;
         }
     }
+    let workers = replace(Role::Worker);
+    if let (Some(head), false) = (heads.first(), workers.is_empty()) {
+        let said = super::ready::head_started(&head_engine.docker, &head.name, head_wait).await;
+        match said {
+            super::ready::HeadStart::Started(_) => {
+                tracing::info!("{}", said.describe(&head.name, head_wait))
+            }
+            _ => reporter.note(&said.describe(&head.name, head_wait)),
+        }
+    }
     let cluster = plan.cluster.as_str();
-    try_join_all(replace(Role::Worker).into_iter().map(|w| async move {
+    try_join_all(workers.into_iter().map(|w| async move {
         let engine = host_engine(engines, &w.host)?;
         start(&engine.docker, cluster, w, network_id, reporter).await
     }))
