@@ -469,10 +469,11 @@ async fn stage_up(
             image_id: lock.image.id.clone(),
             ray_version: lock.ray_version.clone(),
             note: "skipped: the job has ended".into(),
+            parts: Vec::new(),
         },
         _ => up::up(ctx).await?,
     };
-    rec.end(cluster.note.clone())?;
+    rec.end_with_parts(cluster.note.clone(), cluster.parts.clone())?;
     Ok(cluster)
 }
 

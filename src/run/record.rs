@@ -150,6 +150,15 @@ pub struct StageTiming {
     pub stage: String,
     pub seconds: f64,
     pub note: String,
+    /// Where the stage's seconds went, when it says (`up`: image, containers, ray_ready).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub parts: Vec<StagePart>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct StagePart {
+    pub name: String,
+    pub seconds: f64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -362,11 +371,21 @@ impl Recorder {
     }
 
     pub fn end(&mut self, note: impl Into<String>) -> Result<(), Error> {
+        self.end_with_parts(note, Vec::new())
+    }
+
+    /// Ends the stage with where its seconds went.
+    pub fn end_with_parts(
+        &mut self,
+        note: impl Into<String>,
+        parts: Vec<StagePart>,
+    ) -> Result<(), Error> {
         let stage = self.report.stage.clone();
         self.report.stages.push(StageTiming {
             stage,
             seconds: self.stage_started.elapsed().as_secs_f64(),
             note: note.into(),
+            parts,
         });
         self.save()
     }

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use super::record::StagePart;
 use super::{Ctx, Error};
 use crate::cluster::access;
 use crate::cluster::image;
@@ -13,6 +14,8 @@ pub struct Cluster {
     pub image_id: String,
     pub ray_version: String,
     pub note: String,
+    /// Where `up`'s seconds went.
+    pub parts: Vec<StagePart>,
 }
 
 pub async fn up(ctx: &Ctx<'_>) -> Result<Cluster, Error> {
@@ -31,7 +34,19 @@ pub async fn up(ctx: &Ctx<'_>) -> Result<Cluster, Error> {
         .await?
         .with_connect_retries(2);
     let ray_version = ray.ray_version().await.unwrap_or_else(|_| "unknown".into());
+    let t = up.timings;
+    let parts = [
+        ("image", t.image),
+        ("containers", t.containers),
+        ("ray_ready", t.ray_ready),
+    ]
+    .map(|(name, seconds)| StagePart {
+        name: name.into(),
+        seconds,
+    })
+    .into();
     Ok(Cluster {
+        parts,
         note: format!(
             "{} nodes, {} GPUs, ray {ray_version}",
             up.nodes.len(),
