@@ -165,7 +165,7 @@ pub async fn up(
     {
         super::doctor::preflight(&engines, &plan, loaded, reporter).await?;
     }
-    let head_engine = converge(&engines, &plan, &actions, options.timeout, reporter).await?;
+    let head_engine = converge(&engines, &plan, &actions, reporter).await?;
     let containers_done = started.elapsed().as_secs_f64();
     let ray = access::ray_client_on(loaded, &head_engine.docker, token).await?;
     let nodes = wait(&engines, &ray, &plan, options.timeout, reporter).await?;
@@ -227,15 +227,12 @@ async fn plan_cluster(
     ))
 }
 
-/// Acts on the difference: storage and network first, then the removals, then the head and,
-/// once a new head's Ray has started (see [`super::ready::head_started`]; up to
-/// `head_wait`), the workers that are created or recreated, in parallel. Returns the head's
-/// engine.
+/// Acts on the difference: storage and network first, then the removals, then the head and
+/// (in parallel) the workers that are created or recreated. Returns the head's engine.
 async fn converge<'e>(
     engines: &'e [Engine],
     plan: &ClusterPlan,
     actions: &[Action],
-    head_wait: Duration,
     reporter: &dyn Reporter,
 ) -> Result<&'e Engine, Error> {
     let head_engine = host_engine(engines, plan.head_host())?;
@@ -268,8 +265,7 @@ async fn converge<'e>(
     if actions.iter().any(Action::changes) && plan.hosts.len() > 1 {
         super::storage_check::check_shared_storage(engines, plan, reporter).await?;
     }
-    let heads = replace(Role::Head);
-    for head in &heads {
+    for head in replace(Role::Head) {
         start(
             &head_engine.docker,
             &plan.cluster,
@@ -283,18 +279,8 @@ async fn converge<'e>(
             create_layout_inside(&head_engine.docker, &head.name, target).await?;
         }
     }
-    let workers = replace(Role::Worker);
-    if let (Some(head), false) = (heads.first(), workers.is_empty()) {
-        let said = super::ready::head_started(&head_engine.docker, &head.name, head_wait).await;
-        match said {
-            super::ready::HeadStart::Started(_) => {
-                tracing::info!("{}", said.describe(&head.name, head_wait))
-            }
-            _ => reporter.note(&said.describe(&head.name, head_wait)),
-        }
-    }
     let cluster = plan.cluster.as_str();
-    try_join_all(workers.into_iter().map(|w| async move {
+    try_join_all(replace(Role::Worker).into_iter().map(|w| async move {
         let engine = host_engine(engines, &w.host)?;
         start(&engine.docker, cluster, w, network_id, reporter).await
     }))
