@@ -375,64 +375,6 @@ pub async fn tail_logs(docker: &Docker, name: &str, lines: usize) -> String {
         .join("\n")
 }
 
-/// Follows what container `name` prints (stdout and stderr, from its start) until a line
-/// holds `needle`: true then; false when its output ends first (it stopped) or passes
-/// `cap` bytes. Unbounded in time: the caller bounds it.
-pub async fn wait_for_output(docker: &Docker, name: &str, needle: &str, cap: usize) -> bool {
-    let options = LogsOptionsBuilder::new()
-        .stdout(true)
-        .stderr(true)
-        .follow(true)
-        .build();
-    let mut stream = docker.logs(name, Some(options));
-    let mut search = LineSearch::new(needle);
-    let mut read = 0usize;
-    while let Some(Ok(chunk)) = stream.next().await {
-        let text = chunk.to_string();
-        read += text.len();
-        if search.feed(&text) {
-            return true;
-        }
-        if read > cap {
-            return false;
-        }
-    }
-    false
-}
-
-/// Looks for `needle` within one line of text that arrives in pieces (a line may be cut
-/// anywhere between two pieces); only the unfinished last line is kept, and at most
-/// [`LineSearch::LINE_CAP`] bytes of it.
-struct LineSearch<'a> {
-    needle: &'a str,
-    line: String,
-}
-
-impl<'a> LineSearch<'a> {
-    const LINE_CAP: usize = 64 * 1024;
-
-    fn new(needle: &'a str) -> Self {
-        Self {
-            needle,
-            line: String::new(),
-        }
-    }
-
-    /// True once a line seen so far holds the needle.
-    fn feed(&mut self, text: &str) -> bool {
-        for part in text.split_inclusive('\n') {
-            self.line.push_str(part);
-            if self.line.contains(self.needle) {
-                return true;
-            }
-            if self.line.ends_with('\n') || self.line.len() > Self::LINE_CAP {
-                self.line.clear();
-            }
-        }
-        false
-    }
-}
-
 /// [`run_to_end`] bounded in time: past `limit` the container is removed all the same and
 /// the answer is `Ok(None)`. Its removal is bounded too (by `limit` again).
 pub async fn run_to_end_within(
@@ -499,18 +441,4 @@ pub async fn run_to_end(
     // Unbounded: a deadline this far away is never reached.
     let outcome = run_to_end_within(docker, body, Duration::MAX).await?;
     Ok(outcome.unwrap_or((-1, String::new())))
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn a_line_is_found_across_pieces_and_never_across_lines() {
-        let mut search = super::LineSearch::new("Ray runtime started");
-        assert!(!search.feed("2026 INFO -- Ray run"));
-        assert!(search.feed("time started.\n"));
-        let mut search = super::LineSearch::new("Ray runtime started");
-        assert!(!search.feed("Ray runtime\nstarted\n"));
-        assert!(!search.feed(&"x".repeat(200_000)));
-        assert!(search.feed("\n\x1b[32mRay runtime started.\x1b[39m\n"));
-    }
 }

@@ -4,12 +4,11 @@
 //! outside `cluster` never see bollard.
 
 use std::path::Path;
-use std::time::Duration;
 
 use bollard::Docker;
 
 use super::Error;
-use super::plan::{ClusterPlan, Role};
+use super::plan::ClusterPlan;
 use crate::ui::Reporter;
 
 /// A connected Docker Engine of one host.
@@ -72,20 +71,14 @@ impl NodeEngine {
         super::node::load_archive(&self.docker, reference, id, archive).await
     }
 
-    /// Creates and starts this host's containers of the plan with role `role`; their names.
+    /// Creates and starts this host's containers of the plan; their names.
     pub async fn start_on(
         &self,
         plan: &ClusterPlan,
         host: &str,
-        role: Role,
         reporter: &dyn Reporter,
     ) -> Result<Vec<String>, Error> {
-        super::node::start_on(&self.docker, plan, host, role, reporter).await
-    }
-
-    /// See [`super::ready::head_started`].
-    pub async fn head_started(&self, name: &str, limit: Duration) -> super::ready::HeadStart {
-        super::ready::head_started(&self.docker, name, limit).await
+        super::node::start_on(&self.docker, plan, host, reporter).await
     }
 
     /// Removes the containers of cluster `cluster`; their names.

@@ -106,18 +106,15 @@ pub async fn load_archive(
     Ok(true)
 }
 
-/// Creates and starts this host's containers of the plan with role `role`.
+/// Creates and starts this host's containers of the plan, the head first.
 pub async fn start_on(
     docker: &Docker,
     plan: &ClusterPlan,
     host: &str,
-    role: Role,
     reporter: &dyn Reporter,
 ) -> Result<Vec<String>, Error> {
-    let mine = plan
-        .containers
-        .iter()
-        .filter(|c| c.host == host && c.role == role);
+    let mut mine: Vec<_> = plan.containers.iter().filter(|c| c.host == host).collect();
+    mine.sort_by_key(|c| c.role != Role::Head);
     let mut names = Vec::new();
     for c in mine {
         super::reconcile::start(docker, &plan.cluster, c, None, reporter).await?;

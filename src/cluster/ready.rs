@@ -16,62 +16,6 @@ use tokio::time::Instant;
 use super::plan::{ContainerPlan, ExpectedNode};
 use crate::ray::{RayClient, RayError, RayNode};
 
-/// What `ray start` prints once its node is up: on the head, once the head's raylet has
-/// registered with its GCS (Ray's `wait_for_node`), well before its dashboard answers.
-pub const RAY_STARTED: &str = "Ray runtime started";
-
-/// The longest the workers wait for the head's [`RAY_STARTED`] (a head that never says it,
-/// e.g. an image whose Ray prints otherwise, delays them by this much at most).
-pub const HEAD_WAIT_CAP: Duration = Duration::from_secs(60);
-
-/// How much of a head's output [`head_started`] reads at most.
-const OUTPUT_CAP: usize = 4 << 20;
-
-/// How the wait for a head's Ray to start ended.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum HeadStart {
-    /// It said so after these seconds.
-    Started(f64),
-    /// Its output ended (it stopped) first.
-    Stopped,
-    /// Not within the limit.
-    TimedOut,
-}
-
-/// Waits (up to `limit`, at most [`HEAD_WAIT_CAP`]) for the head container `name` to print
-/// [`RAY_STARTED`]. Workers
-/// are started only then: started together with the head, they take the cores its start
-/// needs (on the 3 emulated Slurm nodes of `bench/slurm`, without CPU quotas, all four
-/// nodes ALIVE after 22.4 s that way, 18 s when the workers follow the head's start).
-/// Ray's workers retry until the GCS answers, so whatever this says they may start.
-pub async fn head_started(docker: &bollard::Docker, name: &str, limit: Duration) -> HeadStart {
-    let started = std::time::Instant::now();
-    let said = super::docker::wait_for_output(docker, name, RAY_STARTED, OUTPUT_CAP);
-    match tokio::time::timeout(limit.min(HEAD_WAIT_CAP), said).await {
-        Ok(true) => HeadStart::Started(started.elapsed().as_secs_f64()),
-        Ok(false) => HeadStart::Stopped,
-        Err(_) => HeadStart::TimedOut,
-    }
-}
-
-impl HeadStart {
-    /// One line for a note about head `name` (the workers start whatever it says).
-    pub fn describe(self, name: &str, limit: Duration) -> String {
-        match self {
-            HeadStart::Started(s) => format!("Ray started on {name} after {s:.1}s"),
-            HeadStart::Stopped => {
-                format!(
-                    "{name} stopped before saying \"{RAY_STARTED}\"; the workers start all the same"
-                )
-            }
-            HeadStart::TimedOut => format!(
-                "{name} did not say \"{RAY_STARTED}\" within {}s; the workers start all the same",
-                limit.min(HEAD_WAIT_CAP).as_secs()
-            ),
-        }
-    }
-}
-
 /// How far the cluster is from ready.
 #[derive(Debug, Clone, Default)]
 pub struct Readiness {

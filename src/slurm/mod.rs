@@ -370,11 +370,6 @@ impl RunFiles {
     pub fn stop(&self) -> RunFile<'_> {
         self.file(true, "stop")
     }
-    /// Written by the node step of the head's node once the head's Ray has started (it
-    /// holds the Slurm job id): the other nodes start their workers then.
-    pub fn head_started(&self) -> RunFile<'_> {
-        self.file(true, "head-started")
-    }
     /// A file `argus --slurm-run RUN_ID doctor` writes for the nodes to read back (the
     /// shared storage the same everywhere); `name` is `doctor-<token>`.
     pub fn doctor_probe(&self, name: &str) -> RunFile<'_> {

@@ -1,20 +1,17 @@
 //! `argus slurm node <run_id>`: the step on one node. Through that node's own engine it
 //! removes what Slurm jobs that no longer run left behind, brings the image (from the
 //! archive on the shared storage when the engine lacks it, checked by id), creates this
-//! node's containers of the job's plan (the head first; the workers once the head's Ray has
-//! started, which the head's node says through the shared storage), then waits for Slurm to end the step (SIGTERM or
+//! node's containers of the job's plan, then waits for Slurm to end the step (SIGTERM or
 //! SIGINT: scancel, the time limit, the batch script's end) and removes them.
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::alloc::{self, Alloc};
 use super::record::SlurmRecord;
 use super::{Error, plan_inputs};
 use crate::cluster::NodeEngine;
-use crate::cluster::plan::Role;
-use crate::cluster::ready::HeadStart;
 use crate::config::{Layout, LoadedProfile};
 use crate::fsx::Dir;
 use crate::ui::Reporter;
@@ -197,37 +194,6 @@ async fn bring(
     Ok(ImageSource::Loaded)
 }
 
-/// On a node without the head: waits (up to `limit`) for the head's node step to say,
-/// through the run's `slurm/head-started` (holding this allocation's job id, so one left by
-/// an earlier allocation does not count), that the head's Ray has started.
-async fn wait_head_started(
-    files: &super::RunFiles,
-    job_id: u64,
-    limit: Duration,
-    me: &str,
-    reporter: &dyn Reporter,
-) {
-    let file = files.head_started();
-    let want = job_id.to_string();
-    let check = async || match file.read(64) {
-        Ok(bytes) if bytes == want.as_bytes() => crate::http::Poll::Ready(()),
-        _ => crate::http::Poll::Pending(()),
-    };
-    let deadline = tokio::time::Instant::now() + limit;
-    if crate::http::poll_until(deadline, HEAD_POLL, check)
-        .await
-        .is_err()
-    {
-        reporter.note(&format!(
-            "{me}: the head's node did not say its Ray started within {}s; the workers start all the same",
-            limit.as_secs()
-        ));
-    }
-}
-
-/// How often a node without the head looks for `slurm/head-started`.
-const HEAD_POLL: Duration = Duration::from_millis(50);
-
 /// The node step, to its end.
 pub async fn run(
     loaded: &LoadedProfile,
@@ -276,25 +242,7 @@ pub async fn run(
             inputs.collective_iface.insert(me.clone(), iface);
         }
         let plan = crate::cluster::plan::plan(&cluster, &inputs);
-        let mut names = engine.start_on(&plan, &me, Role::Head, reporter).await?;
-        let head_wait = Duration::from_secs(cluster.profile.ray.ready_timeout_s);
-        match plan.containers.iter().find(|c| c.role == Role::Head) {
-            Some(head) if head.host == me => {
-                let said = engine.head_started(&head.name, head_wait).await;
-                match said {
-                    HeadStart::Started(_) => {
-                        tracing::info!("{me}: {}", said.describe(&head.name, head_wait))
-                    }
-                    _ => reporter.note(&format!("{me}: {}", said.describe(&head.name, head_wait))),
-                }
-                let done = files.head_started();
-                if let Err(e) = done.write_atomic(alloc.job_id.to_string().as_bytes()) {
-                    reporter.note(&format!("{me}: {}", done.io()(e)));
-                }
-            }
-            _ => wait_head_started(&files, alloc.job_id, head_wait, &me, reporter).await,
-        }
-        names.extend(engine.start_on(&plan, &me, Role::Worker, reporter).await?);
+        let names = engine.start_on(&plan, &me, reporter).await?;
         reporter.note(&format!(
             "{me}: started {} in {:.1}s",
             names.join(", "),

@@ -52,9 +52,8 @@ pub async fn run(
     let names: Vec<String> = alloc.nodes.iter().map(|n| n.name.clone()).collect();
     let (slots, slot) = claim_slot(&layout, job_id, &names).await?;
     alloc.slot = slot;
-    for file in [files.stop(), files.head_started()] {
-        file.remove().map_err(file.io())?;
-    }
+    let stop = files.stop();
+    stop.remove().map_err(stop.io())?;
     super::write_json(&files.alloc(), &alloc)?;
     let cluster = cluster_profile(loaded, &alloc)?;
     let mut report = BatchReport {
