@@ -113,6 +113,11 @@ impl Olah {
         });
     }
 
+    /// The loopback port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     /// Kills the server at once (SIGKILL), as a crash would.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -125,6 +130,50 @@ impl Olah {
 impl Drop for Olah {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// A relay in front of a loopback server, listening on `ip` (an address the project's own
+/// containers reach, e.g. their network's gateway), that counts the connections made to
+/// it. It runs until the test process ends.
+pub struct CountingRelay {
+    pub endpoint: String,
+    count: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CountingRelay {
+    pub fn start(ip: &str, to_port: u16) -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind((ip, 0)).expect("bind the relay");
+        let endpoint = format!("http://{}", listener.local_addr().expect("addr"));
+        let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = count.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", to_port)) else {
+                    continue;
+                };
+                for (mut from, mut to) in [
+                    (client.try_clone(), server.try_clone()),
+                    (server.try_clone(), client.try_clone()),
+                ]
+                .into_iter()
+                .filter_map(|(a, b)| Some((a.ok()?, b.ok()?)))
+                {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Write);
+                    });
+                }
+            }
+        });
+        CountingRelay { endpoint, count }
+    }
+
+    /// The connections made so far.
+    pub fn connections(&self) -> usize {
+        self.count.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use crate::harness::{Run, TestContext, entry_names, free_port};
-use crate::hub::{Olah, git_repo};
+use crate::hub::{CountingRelay, Olah, git_repo};
 
 /// Builds the verl image once per test binary (argus reuses it when its inputs are unchanged).
 pub(crate) fn ensure_verl_image() {
@@ -524,6 +524,7 @@ fn verl_sft_trains_on_cpu_with_a_model_from_the_hf_mirror() {
         sent["runtime_env"]["env_vars"]["HF_HUB_OFFLINE"], "1",
         "{sent:#}"
     );
+    no_worker_asks_the_hub(&mut ctx, &profile, &olah);
     // The model verl trained is the mirror's, pinned in the run's lock.
     let lock: Value = serde_yaml::from_str(
         &std::fs::read_to_string(report["lock"].as_str().expect("lock")).expect("lock"),
@@ -546,6 +547,97 @@ fn verl_sft_trains_on_cpu_with_a_model_from_the_hf_mirror() {
         .stderr_has("KeyError: 'messages'");
     let _ = failed;
     let _ = ctx.argus().profile(&profile).args(["down"]).run();
+}
+
+/// The model is complete in the shared cache and the cluster is up: a job that loads it by
+/// its id (huggingface_hub's `snapshot_download`, transformers' `AutoConfig`) on both
+/// workers, with the mirror reached through a relay on the cluster network's gateway that
+/// counts the connections the containers make. Told `HF_HUB_OFFLINE=0` by its JobSpec, the
+/// job asks the mirror (so the relay sees what workers would send); left to argus, it is
+/// sent with `HF_HUB_OFFLINE=1` and no worker contacts the mirror at all.
+fn no_worker_asks_the_hub(ctx: &mut TestContext, profile: &Path, olah: &Olah) {
+    let text = std::fs::read_to_string(profile).expect("profile");
+    let cluster = text
+        .lines()
+        .find_map(|l| l.strip_prefix("name: "))
+        .expect("the profile's name");
+    let gateway = crate::harness::docker(&[
+        "inspect",
+        "-f",
+        "{{range .NetworkSettings.Networks}}{{.Gateway}}{{end}}",
+        &format!("{cluster}-head"),
+    ]);
+    let relay = CountingRelay::start(gateway.trim(), olah.port());
+    let code = ctx.path("hubcheck");
+    std::fs::create_dir_all(&code).expect("mkdir");
+    std::fs::write(
+        code.join("hubcheck.py"),
+        r#"import os, socket, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+@ray.remote(num_cpus=0)
+def load(repo):
+    from huggingface_hub import snapshot_download
+    from transformers import AutoConfig
+    path = snapshot_download(repo)
+    AutoConfig.from_pretrained(repo)
+    return socket.gethostname(), os.environ.get("HF_HUB_OFFLINE"), path
+
+ray.init()
+nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU")]
+assert len(nodes) == 2, nodes
+pin = lambda n: NodeAffinitySchedulingStrategy(n, soft=False)
+for host, offline, path in ray.get([load.options(scheduling_strategy=pin(n)).remote("argus/tiny-qwen2") for n in nodes]):
+    print(f"HUBCHECK {host} HF_HUB_OFFLINE={offline} {path}")
+"#,
+    )
+    .expect("hubcheck.py");
+    ctx.argus()
+        .profile(profile)
+        .args(["snapshot", "--code-id", "hubcheck"])
+        .arg_path(&code)
+        .run()
+        .code(0);
+    for (id, offline_env) in [("hub-asked", "\n  HF_HUB_OFFLINE: '0'"), ("hub-off", "")] {
+        let spec = ctx.write(
+            &format!("{id}.yaml"),
+            &format!(
+                "workload: custom\nsubmission_id: {id}\ncode_id: hubcheck\nentrypoint: python3 hubcheck.py\nmodel_id: argus/tiny-qwen2\nenv_vars:\n  HF_ENDPOINT: {}{offline_env}\n",
+                relay.endpoint
+            ),
+        );
+        let before = relay.connections();
+        ctx.argus()
+            .profile(profile)
+            .args(["submit", "--wait"])
+            .arg_path(&spec)
+            .run()
+            .code(0)
+            .stderr_has(&format!("job {id} SUCCEEDED"));
+        let log = ctx
+            .argus()
+            .profile(profile)
+            .args(["job", "logs", id])
+            .run()
+            .code(0)
+            .stdout;
+        let said = if offline_env.is_empty() { "1" } else { "0" };
+        let lines: Vec<_> = log.lines().filter(|l| l.contains("HUBCHECK")).collect();
+        assert_eq!(lines.len(), 2, "{log}");
+        assert!(
+            lines
+                .iter()
+                .all(|l| l.contains(&format!("HF_HUB_OFFLINE={said} "))),
+            "{log}"
+        );
+        let made = relay.connections() - before;
+        eprintln!("measure: job {id}: {made} connection(s) from the workers to the mirror");
+        if offline_env.is_empty() {
+            assert_eq!(made, 0, "the workers asked the mirror: {log}");
+        } else {
+            assert!(made >= 2, "the relay saw {made} connection(s): {log}");
+        }
+    }
 }
 
 #[test]
