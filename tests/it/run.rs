@@ -74,6 +74,31 @@ fn the_quickstart_runs_from_scratch_replays_and_refuses_drift() {
         stages,
         ["up", "prepare", "snapshot", "submit", "wait", "collect"]
     );
+    // A cold up says where its seconds went: containers started and Ray ready take time,
+    // and the parts fit within the stage.
+    let up = &report["stages"][0];
+    let parts: Vec<(&str, f64)> = up["parts"]
+        .as_array()
+        .expect("up's parts")
+        .iter()
+        .map(|p| {
+            (
+                p["name"].as_str().expect("name"),
+                p["seconds"].as_f64().expect("s"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        parts.iter().map(|p| p.0).collect::<Vec<_>>(),
+        ["image", "containers", "ray_ready"],
+        "{up:#}"
+    );
+    assert!(parts[1].1 > 0.0 && parts[2].1 > 0.0, "{up:#}");
+    let sum: f64 = parts.iter().map(|p| p.1).sum();
+    assert!(
+        sum <= up["seconds"].as_f64().expect("seconds") + 1e-6,
+        "{up:#}"
+    );
     assert_eq!(report["stage"], "done");
     let driver_log = std::fs::read_to_string(report["driver_log"].as_str().expect("driver_log"))
         .expect("driver.log");
