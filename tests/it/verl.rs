@@ -524,7 +524,7 @@ fn verl_sft_trains_on_cpu_with_a_model_from_the_hf_mirror() {
         sent["runtime_env"]["env_vars"]["HF_HUB_OFFLINE"], "1",
         "{sent:#}"
     );
-    no_worker_asks_the_hub(&mut ctx, &profile, &olah);
+    no_worker_asks_the_hub(&ctx, &profile, &olah);
     // The model verl trained is the mirror's, pinned in the run's lock.
     let lock: Value = serde_yaml::from_str(
         &std::fs::read_to_string(report["lock"].as_str().expect("lock")).expect("lock"),
@@ -555,7 +555,7 @@ fn verl_sft_trains_on_cpu_with_a_model_from_the_hf_mirror() {
 /// counts the connections the containers make. Told `HF_HUB_OFFLINE=0` by its JobSpec, the
 /// job asks the mirror (so the relay sees what workers would send); left to argus, it is
 /// sent with `HF_HUB_OFFLINE=1` and no worker contacts the mirror at all.
-fn no_worker_asks_the_hub(ctx: &mut TestContext, profile: &Path, olah: &Olah) {
+fn no_worker_asks_the_hub(ctx: &TestContext, profile: &Path, olah: &Olah) {
     let text = std::fs::read_to_string(profile).expect("profile");
     let cluster = text
         .lines()
@@ -598,7 +598,9 @@ for host, offline, path in ray.get([load.options(scheduling_strategy=pin(n)).rem
         .arg_path(&code)
         .run()
         .code(0);
-    for (id, offline_env) in [("hub-asked", "\n  HF_HUB_OFFLINE: '0'"), ("hub-off", "")] {
+    // (submission id, what its JobSpec tells HF_HUB_OFFLINE, if anything)
+    for (id, told) in [("hub-asked", Some("0")), ("hub-off", None)] {
+        let offline_env = told.map_or(String::new(), |v| format!("\n  HF_HUB_OFFLINE: '{v}'"));
         let spec = ctx.write(
             &format!("{id}.yaml"),
             &format!(
@@ -621,9 +623,15 @@ for host, offline, path in ray.get([load.options(scheduling_strategy=pin(n)).rem
             .run()
             .code(0)
             .stdout;
-        let said = if offline_env.is_empty() { "1" } else { "0" };
+        // One line from each of the two workers, each with what the job's environment said.
+        let said = told.unwrap_or("1");
         let lines: Vec<_> = log.lines().filter(|l| l.contains("HUBCHECK")).collect();
         assert_eq!(lines.len(), 2, "{log}");
+        let hosts: std::collections::BTreeSet<_> = lines
+            .iter()
+            .filter_map(|l| l.split_whitespace().skip_while(|w| *w != "HUBCHECK").nth(1))
+            .collect();
+        assert_eq!(hosts.len(), 2, "two workers: {log}");
         assert!(
             lines
                 .iter()
@@ -632,7 +640,7 @@ for host, offline, path in ray.get([load.options(scheduling_strategy=pin(n)).rem
         );
         let made = relay.connections() - before;
         eprintln!("measure: job {id}: {made} connection(s) from the workers to the mirror");
-        if offline_env.is_empty() {
+        if told.is_none() {
             assert_eq!(made, 0, "the workers asked the mirror: {log}");
         } else {
             assert!(made >= 2, "the relay saw {made} connection(s): {log}");
