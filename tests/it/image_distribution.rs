@@ -222,9 +222,14 @@ async fn the_local_image_reaches_every_host_once() {
     assert_eq!(done.image_id, local_id);
     for h in ["a", "b"] {
         match outcome(&done, h) {
-            Outcome::Streamed { from, bytes } => {
+            Outcome::Streamed {
+                from,
+                bytes,
+                skipped,
+            } => {
                 assert_eq!(from, "local");
                 assert!(*bytes > 0, "no bytes sent to {h}");
+                assert_eq!(*skipped, 0, "{h} had no layer of the image");
             }
             other => panic!("host {h}: {other:?}"),
         }
@@ -319,6 +324,108 @@ async fn a_host_with_another_image_under_the_name_gets_the_right_one() {
         hosts.image_id("c", &image).as_deref(),
         Some(wanted.as_str())
     );
+}
+
+/// A host that has the image's lower layer (its base image) is sent only the layer it
+/// lacks, and ends with the whole image: the same id, both layers' files in a container's
+/// filesystem. A host without the base is sent everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_is_not_sent_the_layers_it_has() {
+    let Some(ctx) = TestContext::docker_engine() else {
+        return;
+    };
+    let hosts = Hosts::up(&ctx, &["a", "b"], Options::default());
+    let base = format!("{}-base:1", ctx.prefix);
+    let image = format!("{}-two-layers:1", ctx.prefix);
+    let _images = LocalImages(vec![base.clone(), image.clone()]);
+    // A lower layer of 4 MB that does not compress away, and a small one above it.
+    let noise: String = (0..4u32 << 20)
+        .map(|i| char::from(b'a' + (i.wrapping_mul(2_654_435_761) >> 27) as u8 % 26))
+        .collect();
+    tiny_image(None, &base, &noise);
+    let work = tempfile::tempdir().expect("temp dir");
+    std::fs::write(work.path().join("upper"), "the upper layer\n").expect("write");
+    let container = crate::harness::docker(&["create", "--entrypoint", "/none", &base]);
+    let container = container.trim();
+    assert!(!container.is_empty(), "docker create {base} failed");
+    let upper = work.path().join("upper");
+    crate::harness::docker(&[
+        "cp",
+        &upper.display().to_string(),
+        &format!("{container}:/upper"),
+    ]);
+    let wanted = crate::harness::docker(&["commit", container, &image]);
+    crate::harness::docker(&["rm", container]);
+    let wanted = wanted.trim().to_string();
+    assert!(wanted.starts_with("sha256:"), "docker commit: {wanted:?}");
+    // b has the base (as a host that ran argus's Ray image has the verl image's base).
+    hosts.load_image("b", &base);
+
+    let (local, engines) = (engine(None).await, connect_hosts(&hosts, &["a", "b"]).await);
+    let targets = as_engines(&["a", "b"], &engines);
+    let recorder = Recorder::default();
+    let done = distribute(
+        &image,
+        Some(Engine::new("local", &local)),
+        &targets,
+        false,
+        &recorder,
+    )
+    .await
+    .expect("distribute");
+    let sent = |h: &str| match outcome(&done, h) {
+        Outcome::Streamed { bytes, skipped, .. } => (*bytes, *skipped),
+        other => panic!("host {h}: {other:?}"),
+    };
+    let ((a_sent, a_skipped), (b_sent, b_skipped)) = (sent("a"), sent("b"));
+    assert_eq!(a_skipped, 0, "a has no layer of it: {done:?}");
+    assert!(a_sent > 4 << 20, "a was sent the whole image: {done:?}");
+    assert!(b_skipped > 4 << 20, "b was spared the base layer: {done:?}");
+    assert!(
+        b_sent < 1 << 20,
+        "b was sent only the upper layer: {done:?}"
+    );
+    // The base's layer.tar (a tar itself: whole blocks, no padding) and its header block.
+    assert_eq!(
+        a_sent - b_sent,
+        b_skipped + 512,
+        "only the base's layer.tar was left out"
+    );
+    let b_task = recorder
+        .tasks
+        .lock()
+        .unwrap()
+        .iter()
+        .find(|t| t.label == "image on b")
+        .and_then(|t| t.end.lock().unwrap().clone());
+    assert!(
+        b_task
+            .as_deref()
+            .is_some_and(|m| m.starts_with("done:") && m.contains("already there")),
+        "{b_task:?}"
+    );
+    for h in ["a", "b"] {
+        assert_eq!(
+            hosts.image_id(h, &image).as_deref(),
+            Some(wanted.as_str()),
+            "{h}"
+        );
+        // Both layers are really there: a container's filesystem holds both files.
+        let c = hosts.docker_ok(h, &["create", "--entrypoint", "/none", &image]);
+        let c = c.trim();
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!(
+                "docker -H {} export {c} | tar -t",
+                hosts.host(h).unix
+            ))
+            .output()
+            .expect("export");
+        hosts.docker_ok(h, &["rm", c]);
+        let files = String::from_utf8_lossy(&out.stdout);
+        assert!(files.lines().any(|f| f == "content"), "{h}: {files}");
+        assert!(files.lines().any(|f| f == "upper"), "{h}: {files}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

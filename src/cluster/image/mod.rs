@@ -16,6 +16,7 @@ mod distribute;
 mod import;
 mod layer;
 mod process;
+mod skip_layers;
 
 use std::path::Path;
 

@@ -53,8 +53,18 @@ pub enum Outcome {
     Tagged,
     /// Pulled from the registry the reference names.
     Pulled,
-    /// Streamed from another engine (`from`), `bytes` sent (estimated in a dry run).
-    Streamed { from: String, bytes: u64 },
+    /// Streamed from another engine (`from`), `bytes` sent (estimated in a dry run); the
+    /// layers the host had already were left out: `skipped` bytes of them.
+    Streamed {
+        from: String,
+        bytes: u64,
+        #[serde(skip_serializing_if = "is_zero")]
+        skipped: u64,
+    },
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -342,6 +352,7 @@ impl<'e> Run<'_, 'e> {
                 Some(s) => Outcome::Streamed {
                     from: s.engine.host.to_string(),
                     bytes: s.found.size.unwrap_or(0),
+                    skipped: 0,
                 },
                 None => continue, // no source and no registry was refused above
             };
@@ -427,9 +438,13 @@ impl<'e> Run<'_, 'e> {
         for (&i, result) in to_stream.iter().zip(streamed) {
             let host = self.hosts[i];
             match result {
-                Ok(bytes) => {
-                    let from = source.engine.host.to_string();
-                    self.done(i, Outcome::Streamed { from, bytes }, &source.found.id);
+                Ok(streamed) => {
+                    let outcome = Outcome::Streamed {
+                        from: source.engine.host.to_string(),
+                        bytes: streamed.sent,
+                        skipped: streamed.skipped,
+                    };
+                    self.done(i, outcome, &source.found.id);
                 }
                 Err(reason) => {
                     let previous = self.before[i].as_ref().map(|f| f.id.as_str());

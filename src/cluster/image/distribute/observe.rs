@@ -12,6 +12,8 @@ use crate::exit::one_line;
 pub(super) struct Found {
     pub(super) id: String,
     pub(super) size: Option<u64>,
+    /// Its layers' diff ids, bottom first.
+    pub(super) layers: Vec<String>,
 }
 
 pub(super) struct Source<'a> {
@@ -110,6 +112,7 @@ pub(super) async fn look(
         Ok(info) => Ok(info.id.map(|id| Found {
             id,
             size: info.size.and_then(|s| u64::try_from(s).ok()),
+            layers: info.root_fs.and_then(|r| r.layers).unwrap_or_default(),
         })),
         Err(e) if is_not_found(&e) => Ok(None),
         Err(e) => Err(e),

@@ -16,6 +16,7 @@ use futures_util::{Stream, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 
 use super::super::short_id;
+use super::super::skip_layers::{self, SkipLayers, without_layers};
 use super::Engine;
 use super::observe::{Found, Source, look};
 use crate::exit::one_line;
@@ -126,24 +127,73 @@ pub(super) async fn pull(
     }
 }
 
+/// What one host was sent of the image, and what it was not (layers it had).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Streamed {
+    pub(super) sent: u64,
+    pub(super) skipped: u64,
+}
+
+impl Streamed {
+    fn message(&self, from: &str) -> String {
+        let sent = format!("{} from {from}", human_bytes(self.sent));
+        match self.skipped {
+            0 => sent,
+            skipped => format!("{sent} ({} of layers already there)", human_bytes(skipped)),
+        }
+    }
+}
+
+/// The layers `target` has of the source's image, to be left out of its archive; None when
+/// nothing can be (see `skip_layers`): the host is then sent the whole image.
+async fn layers_to_skip(target: Engine<'_>, source: &Source<'_>) -> Option<SkipLayers> {
+    if skip_layers::duplicate_layers(&source.found.layers) {
+        return None;
+    }
+    match skip_layers::engine_layers(target.docker).await {
+        Ok(chains) => {
+            let mine: Vec<String> = skip_layers::chain_ids(&source.found.layers);
+            let have = chains?;
+            let shared = mine.iter().filter(|c| have.contains(*c)).count();
+            tracing::debug!(
+                host = target.host,
+                shared,
+                of = mine.len(),
+                "layers already there"
+            );
+            (shared > 0).then(|| SkipLayers::new(have))
+        }
+        Err(e) => {
+            tracing::debug!(
+                host = target.host,
+                "cannot list its layers: {}",
+                one_line(&e)
+            );
+            None
+        }
+    }
+}
+
 /// Streams the image from `source` into every target in parallel, then verifies the id on
-/// each: the bytes each received, or why it did not get the image.
+/// each: the bytes each received (and was spared), or why it did not get the image.
 pub(super) async fn stream(
     image: &str,
     source: &Source<'_>,
     targets: &[Engine<'_>],
     reporter: &dyn Reporter,
-) -> Vec<Result<u64, String>> {
+) -> Vec<Result<Streamed, String>> {
     let from = source.engine.host;
     let total = source.found.size;
+    let skips = join_all(targets.iter().map(|t| layers_to_skip(*t, source))).await;
     let mut sinks = Vec::with_capacity(targets.len());
     let mut loads = Vec::with_capacity(targets.len());
-    for target in targets {
+    for (target, skip) in targets.iter().zip(skips) {
         let (tx, rx) = mpsc::channel(CHANNEL_CHUNKS);
         let (guard, gone) = oneshot::channel();
         sinks.push(Sink { tx, gone });
         let sent = Arc::new(AtomicU64::new(0));
-        let body = receive(rx, sent.clone());
+        let skipped = skip.as_ref().map(SkipLayers::skipped).unwrap_or_default();
+        let body = count(without_layers(receive(rx), skip), sent.clone());
         let task = reporter.task(&format!("image on {}", target.host));
         task.update(&format!("streaming from {from}"));
         tracing::debug!(host = target.host, from, image, "load");
@@ -151,8 +201,12 @@ pub(super) async fn stream(
         loads.push(async move {
             let options = ImportImageOptionsBuilder::new().quiet(true).build();
             let response = docker.import_image_stream(options, body, None);
-            let loaded = drive_load(response, &sent, total, &*task, guard).await;
-            (task, loaded, sent.load(Ordering::Relaxed))
+            let loaded = drive_load(response, &sent, &skipped, total, &*task, guard).await;
+            let bytes = Streamed {
+                sent: sent.load(Ordering::Relaxed),
+                skipped: skipped.load(Ordering::Relaxed),
+            };
+            (task, loaded, bytes)
         });
     }
     tracing::debug!(from, image, hosts = targets.len(), "export");
@@ -166,12 +220,12 @@ pub(super) async fn stream(
         targets
             .iter()
             .zip(loads)
-            .map(|(target, (task, loaded, sent))| {
+            .map(|(target, (task, loaded, bytes))| {
                 let export_failed = export_failed.as_deref();
                 async move {
-                    let result = verify(*target, image, source, loaded, sent, export_failed).await;
+                    let result = verify(*target, image, source, loaded, bytes, export_failed).await;
                     match &result {
-                        Ok(bytes) => task.done(&format!("{} from {from}", human_bytes(*bytes))),
+                        Ok(bytes) => task.done(&bytes.message(from)),
                         Err(reason) => task.fail(reason),
                     }
                     tracing::debug!(host = target.host, ?result, "streamed");
@@ -189,12 +243,12 @@ async fn verify(
     image: &str,
     source: &Source<'_>,
     loaded: Result<(), String>,
-    sent: u64,
+    bytes: Streamed,
     export_failed: Option<&str>,
-) -> Result<u64, String> {
+) -> Result<Streamed, String> {
     let wanted = &source.found.id;
     match (look(target.docker, image).await, loaded) {
-        (Ok(Some(found)), _) if &found.id == wanted => Ok(sent),
+        (Ok(Some(found)), _) if &found.id == wanted => Ok(bytes),
         (Ok(Some(found)), Ok(())) => Err(format!(
             "loaded {image} is {}, not {}",
             short_id(&found.id),
@@ -230,6 +284,7 @@ pub(super) async fn clean_up(host: Engine<'_>, image: &str, wanted: &str, previo
 async fn drive_load<R>(
     response: R,
     sent: &AtomicU64,
+    skipped: &AtomicU64,
     total: Option<u64>,
     task: &dyn Task,
     _guard: oneshot::Sender<()>,
@@ -240,7 +295,7 @@ where
     let mut response = pin!(response);
     let mut tick = tokio::time::interval(PROGRESS_EVERY);
     let progress = || {
-        let done = sent.load(Ordering::Relaxed);
+        let done = sent.load(Ordering::Relaxed) + skipped.load(Ordering::Relaxed);
         task.progress(done, total.map(|t| t.max(done)));
     };
     let result = loop {
@@ -261,23 +316,30 @@ where
     result
 }
 
-/// One host's end of the tee, as a request body: counts what it hands on.
+/// One host's end of the tee.
 fn receive<T>(
     rx: mpsc::Receiver<Result<T, String>>,
-    sent: Arc<AtomicU64>,
 ) -> impl Stream<Item = Result<T, std::io::Error>> + Send + 'static
 where
-    T: AsRef<[u8]> + Send + 'static,
+    T: Send + 'static,
 {
-    futures_util::stream::unfold(rx, move |mut rx| {
-        let sent = sent.clone();
-        async move {
-            let item = rx.recv().await?;
-            let item = item.map_err(std::io::Error::other);
-            if let Ok(chunk) = &item {
-                sent.fetch_add(chunk.as_ref().len() as u64, Ordering::Relaxed);
-            }
-            Some((item, rx))
+    futures_util::stream::unfold(rx, |mut rx| async move {
+        let item = rx.recv().await?;
+        Some((item.map_err(std::io::Error::other), rx))
+    })
+}
+
+/// `body`, counting what it hands on.
+fn count<T, E>(
+    body: impl Stream<Item = Result<T, E>>,
+    sent: Arc<AtomicU64>,
+) -> impl Stream<Item = Result<T, E>>
+where
+    T: AsRef<[u8]>,
+{
+    body.inspect(move |item| {
+        if let Ok(chunk) = item {
+            sent.fetch_add(chunk.as_ref().len() as u64, Ordering::Relaxed);
         }
     })
 }

@@ -1,0 +1,653 @@
+//! An image archive without the layers the receiving engine already has.
+//!
+//! `docker save` on the classic image store writes each layer as `<v1 id>/layer.tar` beside
+//! `<v1 id>/json` (directories in the order of their names), then `manifest.json`. `docker
+//! load` registers a layer only when its chain id is not in the engine's layer store yet: a
+//! layer it has is never opened (moby's `image/tarexport/load.go`). So the archive may leave
+//! out the `layer.tar` of every layer the receiving engine has, and the load makes the same
+//! image.
+//!
+//! Which layer a directory holds is read from the archive itself: the directory's name is
+//! its v1 id, the SHA-256 of its `json` with `id` (and, below the top layer, `os`) dropped,
+//! `layer_id` (the chain id) and `parent` (as a digest) added, keys sorted (moby's
+//! `v1.CreateID`). A directory whose name is that hash for one of the engine's chain ids
+//! holds a layer the engine has; nothing else is left out, and every byte that is sent is
+//! the export's own.
+//!
+//! Nothing is skipped (the archive passes whole) for an archive of another layout (OCI: no
+//! directory name matches), for an image with two equal layers (`docker save` links one to
+//! the other, see [`duplicate_layers`]), or for an engine on the containerd image store
+//! (its load wants every blob, see [`engine_layers`]).
+//!
+//! The tar stream is read, not rewritten: headers (ustar names, PAX `path` and `size`, GNU
+//! long names) are parsed only to know where each entry starts and ends, which the `tar`
+//! crate's blocking reader cannot tell a byte stream that must pass on unchanged.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bollard::Docker;
+use bollard::query_parameters::ListImagesOptionsBuilder;
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+use serde_json::value::RawValue;
+
+use crate::digest::sha256_hex;
+
+const BLOCK: usize = 512;
+/// The largest entry read whole before it is passed on: a layer's `json` (a few KiB) or an
+/// extended header. Anything larger where one of those is expected passes unread.
+const MAX_HELD: u64 = 1 << 20;
+/// Image inspections at once when listing an engine's layers.
+const INSPECT_AT_ONCE: usize = 8;
+
+/// The chain ids of a stack of layers, bottom first: the first layer's diff id, then
+/// `sha256(previous chain id + " " + diff id)` (the OCI image spec's ChainID).
+pub fn chain_ids(diff_ids: &[String]) -> Vec<String> {
+    let mut chains: Vec<String> = Vec::with_capacity(diff_ids.len());
+    for diff in diff_ids {
+        let chain = match chains.last() {
+            None => diff.clone(),
+            Some(below) => format!(
+                "sha256:{}",
+                sha256_hex(format!("{below} {diff}").as_bytes())
+            ),
+        };
+        chains.push(chain);
+    }
+    chains
+}
+
+/// True when an image's layers repeat (`docker save` then links one `layer.tar` to another,
+/// and leaving the linked one out would break the link).
+pub fn duplicate_layers(diff_ids: &[String]) -> bool {
+    let mut seen = HashSet::new();
+    !diff_ids.iter().all(|d| seen.insert(d))
+}
+
+/// The chain ids of every layer of every image on the engine; None when its load would not
+/// skip a layer it has (the containerd image store) or it has no image at all.
+pub async fn engine_layers(
+    docker: &Docker,
+) -> Result<Option<HashSet<String>>, bollard::errors::Error> {
+    let info = docker.info().await?;
+    let containerd = info.driver_status.iter().flatten().any(|pair| {
+        pair.first().is_some_and(|k| k == "driver-type")
+            && pair.get(1).is_some_and(|v| v.contains("containerd"))
+    });
+    if containerd {
+        return Ok(None);
+    }
+    let options = ListImagesOptionsBuilder::new().all(true).build();
+    let images = docker.list_images(Some(options)).await?;
+    let inspected: Vec<_> =
+        futures_util::stream::iter(images.iter().map(|i| docker.inspect_image(&i.id)))
+            .buffer_unordered(INSPECT_AT_ONCE)
+            .collect()
+            .await;
+    let mut chains = HashSet::new();
+    for image in inspected {
+        // An image removed since the listing has no layers to offer.
+        let Ok(image) = image else { continue };
+        let layers = image.root_fs.and_then(|r| r.layers).unwrap_or_default();
+        chains.extend(chain_ids(&layers));
+    }
+    Ok((!chains.is_empty()).then_some(chains))
+}
+
+/// Passes an image archive on, leaving out the `layer.tar` of the layers in `chains`.
+pub struct SkipLayers {
+    chains: HashSet<String>,
+    state: State,
+    /// Read but not passed on yet: extended headers, the current header, an entry held whole.
+    held: Vec<u8>,
+    /// Where the current header starts in `held` (extended headers before it).
+    header_at: usize,
+    /// From extended headers, for the next entry.
+    next_path: Option<String>,
+    next_size: Option<u64>,
+    /// Directories holding a layer the engine has.
+    have: HashSet<String>,
+    skipped: Arc<AtomicU64>,
+}
+
+enum State {
+    /// Reading a header block into `held`.
+    Header,
+    /// Passing this many more bytes.
+    Pass(u64),
+    /// Leaving out this many more bytes.
+    Drop(u64),
+    /// Reading an entry whole into `held`: this many bytes of it left, its data's size.
+    Hold { kind: Held, left: u64, size: u64 },
+    /// The rest passes unread: the archive ended, or was not what was expected.
+    Through,
+}
+
+#[derive(Clone)]
+enum Held {
+    /// A layer's `json`, in directory `dir`.
+    Json { dir: String },
+    /// A PAX extended header for the next entry.
+    Pax,
+    /// A GNU long name for the next entry.
+    LongName,
+}
+
+impl SkipLayers {
+    pub fn new(chains: HashSet<String>) -> Self {
+        Self {
+            chains,
+            state: State::Header,
+            held: Vec::new(),
+            header_at: 0,
+            next_path: None,
+            next_size: None,
+            have: HashSet::new(),
+            skipped: Arc::default(),
+        }
+    }
+
+    /// The bytes of the layers left out so far (their `layer.tar`s' sizes).
+    pub fn skipped(&self) -> Arc<AtomicU64> {
+        self.skipped.clone()
+    }
+
+    /// The next piece of the archive in; what to pass on, in order.
+    pub fn feed(&mut self, chunk: &Bytes) -> Vec<Bytes> {
+        let mut out = Vec::new();
+        let mut pos = 0;
+        // The start of a run of `chunk` being passed on as it is.
+        let mut run: Option<usize> = None;
+        let end_run = |run: &mut Option<usize>, out: &mut Vec<Bytes>, pos: usize| {
+            if let Some(start) = run.take()
+                && start < pos
+            {
+                out.push(chunk.slice(start..pos));
+            }
+        };
+        while pos < chunk.len() {
+            let available = (chunk.len() - pos) as u64;
+            match &mut self.state {
+                State::Through => {
+                    run.get_or_insert(pos);
+                    pos = chunk.len();
+                }
+                State::Pass(left) => {
+                    let n = (*left).min(available);
+                    run.get_or_insert(pos);
+                    pos += n as usize;
+                    *left -= n;
+                    if *left == 0 {
+                        self.state = State::Header;
+                    }
+                }
+                State::Drop(left) => {
+                    end_run(&mut run, &mut out, pos);
+                    let n = (*left).min(available);
+                    pos += n as usize;
+                    *left -= n;
+                    if *left == 0 {
+                        self.state = State::Header;
+                    }
+                }
+                State::Header => {
+                    end_run(&mut run, &mut out, pos);
+                    let want = BLOCK - (self.held.len() - self.header_at);
+                    let n = want.min(chunk.len() - pos);
+                    self.held.extend_from_slice(&chunk[pos..pos + n]);
+                    pos += n;
+                    if self.held.len() - self.header_at == BLOCK {
+                        self.on_header(&mut out);
+                    }
+                }
+                State::Hold { left, .. } => {
+                    end_run(&mut run, &mut out, pos);
+                    let n = (*left).min(available) as usize;
+                    self.held.extend_from_slice(&chunk[pos..pos + n]);
+                    pos += n;
+                    *left -= n as u64;
+                    if *left == 0 {
+                        self.on_held(&mut out);
+                    }
+                }
+            }
+        }
+        end_run(&mut run, &mut out, pos);
+        out
+    }
+
+    /// At the end of the stream: whatever is still held (an archive cut short passes as it
+    /// came, for the engine to refuse).
+    pub fn finish(&mut self) -> Option<Bytes> {
+        self.state = State::Through;
+        (!self.held.is_empty()).then(|| Bytes::from(std::mem::take(&mut self.held)))
+    }
+
+    fn flush(&mut self, out: &mut Vec<Bytes>) {
+        if !self.held.is_empty() {
+            out.push(Bytes::from(std::mem::take(&mut self.held)));
+        }
+        self.header_at = 0;
+    }
+
+    /// Anything unexpected: pass the rest as it is.
+    fn through(&mut self, out: &mut Vec<Bytes>) {
+        self.flush(out);
+        self.state = State::Through;
+    }
+
+    fn on_header(&mut self, out: &mut Vec<Bytes>) {
+        let header: [u8; BLOCK] = match self.held[self.header_at..].try_into() {
+            Ok(h) => h,
+            Err(_) => return self.through(out),
+        };
+        if header.iter().all(|&b| b == 0) {
+            // The end of the archive.
+            return self.through(out);
+        }
+        let Some(size) = self.next_size.take().or_else(|| header_size(&header)) else {
+            return self.through(out);
+        };
+        let name = self
+            .next_path
+            .take()
+            .unwrap_or_else(|| header_name(&header));
+        let padded = size.div_ceil(BLOCK as u64) * BLOCK as u64;
+        let held = |kind| State::Hold {
+            kind,
+            left: padded,
+            size,
+        };
+        match header[156] {
+            b'x' | b'L' if padded > MAX_HELD => self.through(out),
+            b'x' => self.state = held(Held::Pax),
+            b'L' => self.state = held(Held::LongName),
+            b'0' | 0 => match layer_entry(&name) {
+                Some((dir, "json")) if padded <= MAX_HELD => {
+                    self.state = held(Held::Json {
+                        dir: dir.to_string(),
+                    });
+                }
+                Some((dir, "layer.tar")) if self.have.contains(dir) => {
+                    tracing::debug!(dir, size, "left out: the engine has this layer");
+                    self.skipped.fetch_add(size, Ordering::Relaxed);
+                    self.held.clear();
+                    self.header_at = 0;
+                    self.state = if padded == 0 {
+                        State::Header
+                    } else {
+                        State::Drop(padded)
+                    };
+                }
+                _ => self.pass(out, padded),
+            },
+            _ => self.pass(out, padded),
+        }
+    }
+
+    fn pass(&mut self, out: &mut Vec<Bytes>, padded: u64) {
+        self.flush(out);
+        self.state = if padded == 0 {
+            State::Header
+        } else {
+            State::Pass(padded)
+        };
+    }
+
+    fn on_held(&mut self, out: &mut Vec<Bytes>) {
+        let State::Hold { kind, size, .. } = &self.state else {
+            return;
+        };
+        let (kind, size) = (kind.clone(), *size as usize);
+        let data_at = self.header_at + BLOCK;
+        let data = &self.held[data_at..data_at + size];
+        match kind {
+            Held::Json { dir } => {
+                if holds_one_of(&dir, data, &self.chains) {
+                    self.have.insert(dir);
+                }
+                self.flush(out);
+                self.state = State::Header;
+            }
+            Held::Pax => match pax_records(data) {
+                Some((path, size)) => {
+                    self.next_path = path.or(self.next_path.take());
+                    self.next_size = size.or(self.next_size);
+                    self.header_at = self.held.len();
+                    self.state = State::Header;
+                }
+                None => self.through(out),
+            },
+            Held::LongName => {
+                let name = data.split(|&b| b == 0).next().unwrap_or_default();
+                self.next_path = Some(String::from_utf8_lossy(name).into_owned());
+                self.header_at = self.held.len();
+                self.state = State::Header;
+            }
+        }
+    }
+}
+
+/// `stream` with the layers of `skip` left out (all of it when `skip` is None).
+pub fn without_layers<S, E>(
+    stream: S,
+    skip: Option<SkipLayers>,
+) -> impl Stream<Item = Result<Bytes, E>>
+where
+    S: Stream<Item = Result<Bytes, E>>,
+{
+    let queue: VecDeque<Result<Bytes, E>> = VecDeque::new();
+    futures_util::stream::unfold(
+        (Box::pin(stream), skip, queue, false),
+        |(mut stream, mut skip, mut queue, mut ended)| async move {
+            loop {
+                if let Some(item) = queue.pop_front() {
+                    return Some((item, (stream, skip, queue, ended)));
+                }
+                if ended {
+                    return None;
+                }
+                match (stream.next().await, skip.as_mut()) {
+                    (Some(Ok(chunk)), Some(skip)) => {
+                        queue.extend(skip.feed(&chunk).into_iter().map(Ok))
+                    }
+                    (Some(item), None) => queue.push_back(item),
+                    (Some(Err(e)), Some(skip)) => {
+                        queue.extend(skip.finish().map(Ok));
+                        queue.push_back(Err(e));
+                        ended = true;
+                    }
+                    (None, skip) => {
+                        queue.extend(skip.and_then(SkipLayers::finish).map(Ok));
+                        ended = true;
+                    }
+                }
+            }
+        },
+    )
+}
+
+/// `<dir>/<file>` where `dir` is a v1 id (64 lower-case hex digits).
+fn layer_entry(name: &str) -> Option<(&str, &str)> {
+    let (dir, file) = name.trim_start_matches("./").split_once('/')?;
+    let hex = dir.len() == 64 && dir.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    hex.then_some((dir, file))
+}
+
+/// True when directory `dir`, whose layer's `json` is `json`, holds one of `chains`.
+fn holds_one_of(dir: &str, json: &[u8], chains: &HashSet<String>) -> bool {
+    let Ok(fields) = serde_json::from_slice::<BTreeMap<String, Box<RawValue>>>(json) else {
+        return false;
+    };
+    let parent = match fields.get("parent") {
+        Some(p) => match serde_json::from_str::<String>(p.get()) {
+            Ok(hex) => Some(format!("\"sha256:{hex}\"")),
+            Err(_) => return false,
+        },
+        None => None,
+    };
+    let quoted: Vec<String> = chains.iter().map(|c| format!("\"{c}\"")).collect();
+    // Below the top layer `os` was set after the id was made; the top layer had it before.
+    [true, false].into_iter().any(|drop_os| {
+        let mut fields: BTreeMap<&str, &str> = fields
+            .iter()
+            .filter(|(k, _)| match k.as_str() {
+                "id" | "parent" => false,
+                "os" => !drop_os,
+                _ => true,
+            })
+            .map(|(k, v)| (k.as_str(), v.get()))
+            .collect();
+        if let Some(parent) = &parent {
+            fields.insert("parent", parent);
+        }
+        quoted.iter().any(|chain| {
+            fields.insert("layer_id", chain);
+            sha256_hex(go_object(&fields).as_bytes()) == dir
+        })
+    })
+}
+
+/// A JSON object as Go's `json.Marshal` writes a `map[string]*json.RawMessage`: keys sorted,
+/// no spaces, the values as they are.
+fn go_object(fields: &BTreeMap<&str, &str>) -> String {
+    let body: Vec<String> = fields
+        .iter()
+        .map(|(k, v)| format!("{}:{v}", serde_json::Value::from(*k)))
+        .collect();
+    format!("{{{}}}", body.join(","))
+}
+
+/// The `path` and `size` of PAX records (`<len> <key>=<value>\n`); None when malformed.
+fn pax_records(mut data: &[u8]) -> Option<(Option<String>, Option<u64>)> {
+    let (mut path, mut size) = (None, None);
+    while !data.is_empty() {
+        let space = data.iter().position(|&b| b == b' ')?;
+        let len: usize = std::str::from_utf8(&data[..space]).ok()?.parse().ok()?;
+        if len <= space + 1 || len > data.len() {
+            return None;
+        }
+        let record = data[space + 1..len].strip_suffix(b"\n")?;
+        let eq = record.iter().position(|&b| b == b'=')?;
+        let (key, value) = (&record[..eq], &record[eq + 1..]);
+        match key {
+            b"path" => path = Some(String::from_utf8_lossy(value).into_owned()),
+            b"size" => size = Some(std::str::from_utf8(value).ok()?.parse().ok()?),
+            _ => {}
+        }
+        data = &data[len..];
+    }
+    Some((path, size))
+}
+
+/// An entry's size: octal, or base-256 when the first byte's high bit is set (GNU).
+fn header_size(header: &[u8; BLOCK]) -> Option<u64> {
+    let field = &header[124..136];
+    if field[0] & 0x80 != 0 {
+        let mut value: u64 = u64::from(field[0] & 0x7f);
+        for &b in &field[1..] {
+            value = value.checked_mul(256)?.checked_add(u64::from(b))?;
+        }
+        return Some(value);
+    }
+    let text = std::str::from_utf8(field).ok()?;
+    let digits = text.trim_matches(|c: char| c == '\0' || c == ' ');
+    if digits.is_empty() {
+        return Some(0);
+    }
+    u64::from_str_radix(digits, 8).ok()
+}
+
+/// An entry's name: ustar's prefix and name.
+fn header_name(header: &[u8; BLOCK]) -> String {
+    let text = |field: &[u8]| {
+        let end = field.iter().position(|&b| b == 0).unwrap_or(field.len());
+        String::from_utf8_lossy(&field[..end]).into_owned()
+    };
+    let name = text(&header[..100]);
+    // POSIX ustar has a prefix; GNU's "ustar  " keeps other fields there.
+    if &header[257..263] == b"ustar\0" {
+        let prefix = text(&header[345..500]);
+        if !prefix.is_empty() {
+            return format!("{prefix}/{name}");
+        }
+    }
+    name
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A layer's `json` below the top, as Docker 20.10's `docker save` wrote it for the
+    /// verl image's first layer (the Ray image), and the v1 id it is named by.
+    const LOWER_JSON: &str = r#"{"id":"cbd99c9b5288e2c4250853a610b269a4ea812f27a8e59670122f541232f90245","created":"1970-01-01T00:00:00Z","container_config":{"Hostname":"","Domainname":"","User":"","AttachStdin":false,"AttachStdout":false,"AttachStderr":false,"Tty":false,"OpenStdin":false,"StdinOnce":false,"Env":null,"Cmd":null,"Image":"","Volumes":null,"WorkingDir":"","Entrypoint":null,"OnBuild":null,"Labels":null},"os":"linux"}"#;
+    const LOWER_DIR: &str = "cbd99c9b5288e2c4250853a610b269a4ea812f27a8e59670122f541232f90245";
+    const LOWER_CHAIN: &str =
+        "sha256:9db3230d61a47c02fa649d6fe30f094b0f76eb429dc057980dd905eed7ca8694";
+
+    #[test]
+    fn a_directory_is_known_by_its_v1_id() {
+        let chains: HashSet<String> = [LOWER_CHAIN.to_string()].into();
+        assert!(holds_one_of(LOWER_DIR, LOWER_JSON.as_bytes(), &chains));
+        let other: HashSet<String> = [format!("sha256:{}", "0".repeat(64))].into();
+        assert!(!holds_one_of(LOWER_DIR, LOWER_JSON.as_bytes(), &other));
+        // The same json under another name is not that layer.
+        let renamed = LOWER_DIR.replace('c', "d");
+        assert!(!holds_one_of(&renamed, LOWER_JSON.as_bytes(), &chains));
+        assert!(!holds_one_of(LOWER_DIR, b"not json", &chains));
+    }
+
+    #[test]
+    fn chain_ids_follow_the_oci_spec() {
+        let diffs = vec![
+            "sha256:9db3230d61a47c02fa649d6fe30f094b0f76eb429dc057980dd905eed7ca8694".to_string(),
+            "sha256:6b43fa4852f2697942a17e9afb153874ca42155b1ec4a5a7a0c5cb2fe9e12f4a".to_string(),
+        ];
+        let chains = chain_ids(&diffs);
+        assert_eq!(chains[0], diffs[0]);
+        let expect = format!(
+            "sha256:{}",
+            sha256_hex(format!("{} {}", diffs[0], diffs[1]).as_bytes())
+        );
+        assert_eq!(chains[1], expect);
+        assert!(!duplicate_layers(&diffs));
+        assert!(duplicate_layers(&[
+            diffs[0].clone(),
+            diffs[1].clone(),
+            diffs[0].clone()
+        ]));
+    }
+
+    /// A tar entry as Go's archive/tar writes one: ustar header, data, padding.
+    fn entry(name: &str, kind: u8, data: &[u8]) -> Vec<u8> {
+        let mut h = [0u8; BLOCK];
+        h[..name.len()].copy_from_slice(name.as_bytes());
+        h[100..107].copy_from_slice(b"0000644");
+        h[124..135].copy_from_slice(format!("{:011o}", data.len()).as_bytes());
+        h[156] = kind;
+        h[257..263].copy_from_slice(b"ustar\0");
+        h[263..265].copy_from_slice(b"00");
+        h[148..156].copy_from_slice(b"        ");
+        let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
+        h[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
+        let mut out = h.to_vec();
+        out.extend_from_slice(data);
+        out.resize(out.len().div_ceil(BLOCK) * BLOCK, 0);
+        out
+    }
+
+    fn pax(records: &[(&str, &str)]) -> Vec<u8> {
+        let mut data = String::new();
+        for (k, v) in records {
+            // A record's length counts its own digits.
+            let body = format!(" {k}={v}\n");
+            let mut len = body.len() + 1;
+            while len != body.len() + len.to_string().len() {
+                len = body.len() + len.to_string().len();
+            }
+            data.push_str(&format!("{len}{body}"));
+        }
+        entry("PaxHeaders/x", b'x', data.as_bytes())
+    }
+
+    /// An archive of two layers, the lower one the engine's: (the archive, what a load
+    /// needs of it, the lower layer's size).
+    fn archive() -> (Vec<u8>, Vec<u8>, usize) {
+        let lower = vec![7u8; 3000];
+        let upper = vec![9u8; 700];
+        let top_dir = "2".repeat(64);
+        let mut keep = Vec::new();
+        keep.extend(entry(&format!("{LOWER_DIR}/"), b'5', b""));
+        keep.extend(entry(&format!("{LOWER_DIR}/VERSION"), b'0', b"1.0"));
+        keep.extend(entry(
+            &format!("{LOWER_DIR}/json"),
+            b'0',
+            LOWER_JSON.as_bytes(),
+        ));
+        let dropped = entry(&format!("{LOWER_DIR}/layer.tar"), b'0', &lower);
+        let mut tail = Vec::new();
+        tail.extend(entry(&format!("{top_dir}/json"), b'0', b"{\"id\":\"x\"}"));
+        // The top layer's name comes through a PAX header, as Go writes long or odd names.
+        tail.extend(pax(&[("path", &format!("{top_dir}/layer.tar"))]));
+        tail.extend(entry("ignored-by-pax", b'0', &upper));
+        tail.extend(entry("manifest.json", b'0', b"[]"));
+        tail.extend([0u8; 2 * BLOCK]);
+        let mut whole = keep.clone();
+        whole.extend(&dropped);
+        whole.extend(&tail);
+        keep.extend(tail);
+        (whole, keep, lower.len())
+    }
+
+    fn run(skip: &mut SkipLayers, bytes: &[u8], piece: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        for chunk in bytes.chunks(piece) {
+            for b in skip.feed(&Bytes::copy_from_slice(chunk)) {
+                out.extend_from_slice(&b);
+            }
+        }
+        if let Some(b) = skip.finish() {
+            out.extend_from_slice(&b);
+        }
+        out
+    }
+
+    #[test]
+    fn the_engines_layers_are_left_out_whatever_the_chunking() {
+        let (whole, keep, lower) = archive();
+        for piece in [1, 7, 511, 512, 513, 4096, whole.len()] {
+            let mut skip = SkipLayers::new([LOWER_CHAIN.to_string()].into());
+            let counter = skip.skipped();
+            assert_eq!(run(&mut skip, &whole, piece), keep, "chunks of {piece}");
+            assert_eq!(counter.load(Ordering::Relaxed), lower as u64);
+        }
+    }
+
+    #[test]
+    fn nothing_is_left_out_for_an_engine_without_the_layers() {
+        let (whole, _, _) = archive();
+        for piece in [1, 513, whole.len()] {
+            let mut skip = SkipLayers::new([format!("sha256:{}", "0".repeat(64))].into());
+            assert_eq!(run(&mut skip, &whole, piece), whole);
+            assert_eq!(skip.skipped().load(Ordering::Relaxed), 0);
+        }
+    }
+
+    #[test]
+    fn a_cut_or_odd_archive_passes_as_it_came() {
+        let (whole, _, _) = archive();
+        let chains: HashSet<String> = [LOWER_CHAIN.to_string()].into();
+        // Cut inside the lower layer's json: held bytes are passed at the end.
+        let cut = &whole[..3 * BLOCK + 100];
+        assert_eq!(run(&mut SkipLayers::new(chains.clone()), cut, 64), cut);
+        // Not a tar at all.
+        let junk = vec![0x41u8; 5000];
+        assert_eq!(run(&mut SkipLayers::new(chains.clone()), &junk, 100), junk);
+        // A malformed PAX header: the rest passes unread.
+        let mut odd = entry("PaxHeaders/x", b'x', b"99 path=nope\n");
+        odd.extend(&whole);
+        assert_eq!(run(&mut SkipLayers::new(chains), &odd, 300), odd);
+    }
+
+    #[test]
+    fn sizes_read_octal_and_base_256() {
+        let mut h = [0u8; BLOCK];
+        h[124..135].copy_from_slice(b"00000001750");
+        assert_eq!(header_size(&h), Some(1000));
+        let mut h = [0u8; BLOCK];
+        h[124] = 0x80;
+        h[128..136].copy_from_slice(&(9u64 << 32).to_be_bytes());
+        assert_eq!(header_size(&h), Some(9 << 32));
+        let mut h = [0u8; BLOCK];
+        h[124..127].copy_from_slice(b"9zz");
+        assert_eq!(header_size(&h), None);
+        assert_eq!(
+            pax_records(b"20 path=a/layer.tar\n13 size=1024\n"),
+            Some((Some("a/layer.tar".into()), Some(1024)))
+        );
+        assert_eq!(pax_records(b"5 x\n"), None);
+    }
+}
