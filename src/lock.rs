@@ -19,8 +19,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -116,7 +115,8 @@ pub struct Lock {
     /// What messages show (the lock's path as the caller named it).
     shown: PathBuf,
     nonce: String,
-    stop: Arc<AtomicBool>,
+    /// Dropped to stop the heartbeat: its thread wakes at once, not at its next beat.
+    stop: Option<mpsc::Sender<()>>,
     heartbeat: Option<std::thread::JoinHandle<()>>,
     /// Directories made to hold the lock, removed again (when empty) after the lock
     /// itself: taking a lock leaves nothing behind. Dropped after `Drop::drop` runs.
@@ -434,16 +434,15 @@ fn take_over(parent: &Dir, name: &OsStr, stale_nonce: &str) {
 
 impl Lock {
     fn start(parent: Dir, name: OsString, shown: PathBuf, made: fsx::Dirs, nonce: String) -> Lock {
-        let stop = Arc::new(AtomicBool::new(false));
+        let (stop, stopped) = mpsc::channel();
         let heartbeat = match parent.try_clone() {
             Ok(dir) => {
-                let stop = stop.clone();
                 let name = name.clone();
                 let shown = shown.clone();
                 let nonce = nonce.clone();
                 std::thread::Builder::new()
                     .name("argus-lock-heartbeat".into())
-                    .spawn(move || beat(&dir, &name, &shown, &nonce, &stop))
+                    .spawn(move || beat(&dir, &name, &shown, &nonce, &stopped))
                     .ok()
             }
             Err(e) => {
@@ -456,7 +455,7 @@ impl Lock {
             name,
             shown,
             nonce,
-            stop,
+            stop: Some(stop),
             heartbeat,
             _made: made,
         }
@@ -469,17 +468,11 @@ impl Lock {
 }
 
 /// The heartbeat thread: every [`HEARTBEAT`], while the lock `name` in `dir` is still
-/// ours, rewrites its `heartbeat` through the lock's handle.
-fn beat(dir: &Dir, name: &OsStr, shown: &Path, nonce: &str, stop: &AtomicBool) {
+/// ours, rewrites its `heartbeat` through the lock's handle; ends as soon as `stopped`'s
+/// sender is dropped.
+fn beat(dir: &Dir, name: &OsStr, shown: &Path, nonce: &str, stopped: &mpsc::Receiver<()>) {
     let mut n: u64 = 0;
-    let mut slept = Duration::ZERO;
-    while !stop.load(Ordering::Relaxed) {
-        std::thread::sleep(POLL);
-        slept += POLL;
-        if slept < HEARTBEAT {
-            continue;
-        }
-        slept = Duration::ZERO;
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(HEARTBEAT) {
         n += 1;
         let lock = dir.open_dir(name).ok();
         let Some(lock) = lock.filter(|l| read_holder(l).is_some_and(|h| h.nonce == nonce)) else {
@@ -492,7 +485,7 @@ fn beat(dir: &Dir, name: &OsStr, shown: &Path, nonce: &str, stop: &AtomicBool) {
 
 impl Drop for Lock {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        drop(self.stop.take());
         if let Some(thread) = self.heartbeat.take() {
             let _ = thread.join();
         }

@@ -24,6 +24,8 @@ pub struct Readiness {
     pub missing: Vec<(String, String)>,
     /// ALIVE nodes nobody asked for (e.g. the old incarnation of a recreated worker).
     pub unexpected: Vec<String>,
+    /// Every ALIVE node, as Ray reported it.
+    pub alive: Vec<RayNode>,
 }
 
 impl Readiness {
@@ -76,6 +78,7 @@ pub fn assess(
                 .unexpected
                 .push(format!("{} ({})", node.node_name, node.node_ip));
         }
+        readiness.alive.push(node.clone());
     }
     readiness
 }

@@ -165,6 +165,12 @@ impl RayClient {
         if let Some(socket) = &socket {
             builder = builder.unix_socket(socket.as_path());
         }
+        if base.starts_with("http://") {
+            // Plain HTTP (Ray's dashboard without TLS, a tunnel, a socket): no TLS roots
+            // to load, which reading the system's certificate store would cost every
+            // command that talks to Ray (some 10-20 ms).
+            builder = builder.tls_certs_only([]);
+        }
         let http = crate::http::build(builder);
         Self {
             http,

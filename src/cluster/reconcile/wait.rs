@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use bollard::Docker;
 use bollard::query_parameters::InspectContainerOptions;
+use futures_util::future::join_all;
 
 use super::host_engine;
 use crate::cluster::Error;
@@ -30,12 +31,11 @@ pub(super) async fn wait(
     let task = reporter.task("ray");
     let total = plan.containers.len();
     let deadline = tokio::time::Instant::now() + timeout;
-    watch.count_restarts().await;
+    let mut incarnations = watch.count_restarts().await;
     loop {
         // Poll Ray in slices, looking at the containers in between: when each last
         // started (a node older than its container is a previous life's) and whether a
         // missing node's container has died.
-        let incarnations = watch.incarnations().await;
         let slice_end = deadline.min(tokio::time::Instant::now() + Duration::from_secs(2));
         let outcome = ready::wait_ready(
             ray,
@@ -48,7 +48,7 @@ pub(super) async fn wait(
         )
         .await;
         let (readiness, error) = match outcome {
-            Ok(_) => return Ok(alive_nodes(ray, &*task, total).await),
+            Ok(ready) => return Ok(alive_nodes(ready.alive, &*task, total)),
             Err(failed) => failed,
         };
         if error.is_some()
@@ -60,6 +60,7 @@ pub(super) async fn wait(
             return Err(stopped);
         }
         if tokio::time::Instant::now() < deadline {
+            incarnations = watch.incarnations().await;
             continue;
         }
         task.fail("not ready");
@@ -67,10 +68,8 @@ pub(super) async fn wait(
     }
 }
 
-/// Ray's ALIVE nodes once the cluster is ready, said on the task.
-async fn alive_nodes(ray: &RayClient, task: &dyn Task, total: usize) -> Vec<RayNode> {
-    let nodes = ray.nodes().await.unwrap_or_default();
-    let nodes: Vec<RayNode> = nodes.into_iter().filter(RayNode::alive).collect();
+/// Ray's ALIVE nodes once the cluster is ready (as the last look saw them), said on the task.
+fn alive_nodes(nodes: Vec<RayNode>, task: &dyn Task, total: usize) -> Vec<RayNode> {
     let gpus: f64 = nodes.iter().map(RayNode::gpus).sum();
     task.done(&format!("{total}/{total} nodes alive, {gpus} GPUs"));
     nodes
@@ -105,22 +104,31 @@ impl<'a> Watch<'a> {
         container_health(self.docker(name), name).await
     }
 
-    async fn count_restarts(&mut self) {
-        for c in &self.plan.containers {
-            let restarts = self.health(&c.name).await.restarts;
-            self.restarts_before.insert(c.name.clone(), restarts);
+    /// Every container's health, looked at all at once.
+    async fn healths(&self) -> Vec<(&'a str, Health)> {
+        let plan = self.plan;
+        join_all(
+            plan.containers
+                .iter()
+                .map(|c| async { (c.name.as_str(), self.health(&c.name).await) }),
+        )
+        .await
+    }
+
+    /// Counts each container's restarts so far; returns when each last started, as
+    /// [`Self::incarnations`] does.
+    async fn count_restarts(&mut self) -> ready::Incarnations {
+        let healths = self.healths().await;
+        for (name, health) in &healths {
+            self.restarts_before
+                .insert(name.to_string(), health.restarts);
         }
+        started(healths)
     }
 
     /// When each container's current process started.
     async fn incarnations(&self) -> ready::Incarnations {
-        let mut incarnations = ready::Incarnations::new();
-        for c in &self.plan.containers {
-            if let Some(started) = self.health(&c.name).await.started_ms {
-                incarnations.insert(c.name.clone(), started);
-            }
-        }
-        incarnations
+        started(self.healths().await)
     }
 
     /// The dashboard can die while its container runs on (`ray start --block` does not
@@ -227,6 +235,14 @@ async fn tail_logs(docker: Option<&Docker>, name: &str, lines: usize) -> String 
 }
 
 /// A missing container (or one on a host not connected) is not running.
+/// When each container last started, of those that did.
+fn started(healths: Vec<(&str, Health)>) -> ready::Incarnations {
+    healths
+        .into_iter()
+        .filter_map(|(name, h)| Some((name.to_string(), h.started_ms?)))
+        .collect()
+}
+
 async fn container_health(docker: Option<&Docker>, name: &str) -> Health {
     let Some(docker) = docker else {
         return Health {
