@@ -254,7 +254,9 @@ impl SkipLayers {
             .next_path
             .take()
             .unwrap_or_else(|| header_name(&header));
-        let padded = size.div_ceil(BLOCK as u64) * BLOCK as u64;
+        let Some(padded) = size.div_ceil(BLOCK as u64).checked_mul(BLOCK as u64) else {
+            return self.through(out);
+        };
         let held = |kind| State::Hold {
             kind,
             left: padded,
@@ -629,7 +631,16 @@ mod tests {
         // A malformed PAX header: the rest passes unread.
         let mut odd = entry("PaxHeaders/x", b'x', b"99 path=nope\n");
         odd.extend(&whole);
-        assert_eq!(run(&mut SkipLayers::new(chains), &odd, 300), odd);
+        assert_eq!(run(&mut SkipLayers::new(chains.clone()), &odd, 300), odd);
+        // Sizes no archive can have (base-256: beyond u64, u64::MAX): passed on, no overflow.
+        for high in [0xffu8, 0] {
+            let mut huge = entry("x", b'0', b"");
+            huge[124] = 0x80;
+            huge[125..128].fill(high);
+            huge[128..136].fill(0xff);
+            huge.extend(&whole);
+            assert_eq!(run(&mut SkipLayers::new(chains.clone()), &huge, 700), huge);
+        }
     }
 
     #[test]
