@@ -66,17 +66,26 @@ pub fn duplicate_layers(diff_ids: &[String]) -> bool {
     !diff_ids.iter().all(|d| seen.insert(d))
 }
 
-/// The chain ids of every layer of every image on the engine; None when its load would not
-/// skip a layer it has (the containerd image store) or it has no image at all.
+/// The chain ids of every layer of every image on the engine; None when its load is not
+/// known to skip a layer it has (not Docker's engine, or on the containerd image store) or
+/// it has no image at all.
 pub async fn engine_layers(
     docker: &Docker,
 ) -> Result<Option<HashSet<String>>, bollard::errors::Error> {
+    // Only Docker's own engine is known to skip a layer it has: Podman's load refuses an
+    // archive with a layer missing, and so may the containerd image store.
+    let version = docker.version().await?;
+    let docker_engine = version
+        .components
+        .iter()
+        .flatten()
+        .any(|c| c.name == "Engine");
     let info = docker.info().await?;
     let containerd = info.driver_status.iter().flatten().any(|pair| {
         pair.first().is_some_and(|k| k == "driver-type")
             && pair.get(1).is_some_and(|v| v.contains("containerd"))
     });
-    if containerd {
+    if !docker_engine || containerd {
         return Ok(None);
     }
     let options = ListImagesOptionsBuilder::new().all(true).build();
@@ -247,7 +256,13 @@ impl SkipLayers {
             // The end of the archive.
             return self.through(out);
         }
-        let Some(size) = self.next_size.take().or_else(|| header_size(&header)) else {
+        // Go's reader refuses sizes from 2^63 on; so does this one (it passes the rest).
+        let Some(size) = self
+            .next_size
+            .take()
+            .or_else(|| header_size(&header))
+            .filter(|&size| size < 1 << 63)
+        else {
             return self.through(out);
         };
         let name = self
@@ -263,7 +278,8 @@ impl SkipLayers {
             size,
         };
         match header[156] {
-            b'x' | b'L' if padded > MAX_HELD => self.through(out),
+            // One extended header per entry is plenty; a chain of them is not held.
+            b'x' | b'L' if padded > MAX_HELD || self.header_at > 0 => self.through(out),
             b'x' => self.state = held(Held::Pax),
             b'L' => self.state = held(Held::LongName),
             b'0' | 0 => match layer_entry(&name) {
@@ -632,6 +648,15 @@ mod tests {
         let mut odd = entry("PaxHeaders/x", b'x', b"99 path=nope\n");
         odd.extend(&whole);
         assert_eq!(run(&mut SkipLayers::new(chains.clone()), &odd, 300), odd);
+        // Extended headers one after another are not held: the rest passes unread.
+        let mut chained = Vec::new();
+        for _ in 0..3 {
+            chained.extend(pax(&[("path", &format!("{LOWER_DIR}/layer.tar"))]));
+        }
+        chained.extend(&whole);
+        let mut skip = SkipLayers::new(chains.clone());
+        assert_eq!(run(&mut skip, &chained, 512), chained);
+        assert_eq!(skip.skipped().load(Ordering::Relaxed), 0);
         // Sizes no archive can have (base-256: beyond u64, u64::MAX): passed on, no overflow.
         for high in [0xffu8, 0] {
             let mut huge = entry("x", b'0', b"");

@@ -152,16 +152,20 @@ async fn layers_to_skip(target: Engine<'_>, source: &Source<'_>) -> Option<SkipL
     }
     match skip_layers::engine_layers(target.docker).await {
         Ok(chains) => {
-            let mine: Vec<String> = skip_layers::chain_ids(&source.found.layers);
             let have = chains?;
-            let shared = mine.iter().filter(|c| have.contains(*c)).count();
+            let mine = skip_layers::chain_ids(&source.found.layers);
+            let of = mine.len();
+            // Only the image's own layers are looked for (each directory is hashed once per
+            // candidate), not every layer the engine holds.
+            let shared: std::collections::HashSet<String> =
+                mine.into_iter().filter(|c| have.contains(c)).collect();
             tracing::debug!(
                 host = target.host,
-                shared,
-                of = mine.len(),
+                shared = shared.len(),
+                of,
                 "layers already there"
             );
-            (shared > 0).then(|| SkipLayers::new(have))
+            (!shared.is_empty()).then(|| SkipLayers::new(shared))
         }
         Err(e) => {
             tracing::debug!(
@@ -295,7 +299,9 @@ where
     let mut response = pin!(response);
     let mut tick = tokio::time::interval(PROGRESS_EVERY);
     let progress = || {
-        let done = sent.load(Ordering::Relaxed) + skipped.load(Ordering::Relaxed);
+        let done = sent
+            .load(Ordering::Relaxed)
+            .saturating_add(skipped.load(Ordering::Relaxed));
         task.progress(done, total.map(|t| t.max(done)));
     };
     let result = loop {
