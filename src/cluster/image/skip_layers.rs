@@ -111,6 +111,8 @@ pub struct SkipLayers {
     state: State,
     /// Read but not passed on yet: extended headers, the current header, an entry held whole.
     held: Vec<u8>,
+    /// The headers of the layer being left out, passed on only if the stream ends inside it.
+    dropping: Vec<u8>,
     /// Where the current header starts in `held` (extended headers before it).
     header_at: usize,
     /// From extended headers, for the next entry.
@@ -150,6 +152,7 @@ impl SkipLayers {
             chains,
             state: State::Header,
             held: Vec::new(),
+            dropping: Vec::new(),
             header_at: 0,
             next_path: None,
             next_size: None,
@@ -199,6 +202,7 @@ impl SkipLayers {
                     *left -= n;
                     if *left == 0 {
                         self.state = State::Header;
+                        self.dropping.clear();
                     }
                 }
                 State::Header => {
@@ -229,9 +233,18 @@ impl SkipLayers {
 
     /// At the end of the stream: whatever is still held (an archive cut short passes as it
     /// came, for the engine to refuse).
+    ///
+    /// A stream that ends inside a layer being left out ends with that layer's header: the
+    /// engine then sees an archive cut short (as it would have), not one that ended cleanly
+    /// without the layer.
     pub fn finish(&mut self) -> Option<Bytes> {
+        let mut rest = match self.state {
+            State::Drop(_) => std::mem::take(&mut self.dropping),
+            _ => Vec::new(),
+        };
+        rest.append(&mut self.held);
         self.state = State::Through;
-        (!self.held.is_empty()).then(|| Bytes::from(std::mem::take(&mut self.held)))
+        (!rest.is_empty()).then(|| Bytes::from(rest))
     }
 
     fn flush(&mut self, out: &mut Vec<Bytes>) {
@@ -291,7 +304,7 @@ impl SkipLayers {
                 Some((dir, "layer.tar")) if self.have.contains(dir) => {
                     tracing::debug!(dir, size, "left out: the engine has this layer");
                     self.skipped.fetch_add(size, Ordering::Relaxed);
-                    self.held.clear();
+                    self.dropping = std::mem::take(&mut self.held);
                     self.header_at = 0;
                     self.state = if padded == 0 {
                         State::Header
@@ -648,6 +661,17 @@ mod tests {
         let mut odd = entry("PaxHeaders/x", b'x', b"99 path=nope\n");
         odd.extend(&whole);
         assert_eq!(run(&mut SkipLayers::new(chains.clone()), &odd, 300), odd);
+        // Cut inside the layer being left out: its header ends what is passed on, so the
+        // engine sees a cut archive.
+        let layer_at = 4 * BLOCK + LOWER_JSON.len().div_ceil(BLOCK) * BLOCK;
+        let cut = &whole[..layer_at + BLOCK + 1000];
+        let mut skip = SkipLayers::new(chains.clone());
+        let got = run(&mut skip, cut, 333);
+        assert_eq!(
+            got,
+            whole[..layer_at + BLOCK],
+            "everything before the layer, then its header"
+        );
         // Extended headers one after another are not held: the rest passes unread.
         let mut chained = Vec::new();
         for _ in 0..3 {
