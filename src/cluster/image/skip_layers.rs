@@ -66,11 +66,12 @@ pub fn duplicate_layers(diff_ids: &[String]) -> bool {
     !diff_ids.iter().all(|d| seen.insert(d))
 }
 
-/// The chain ids of every layer of every image on the engine; None when its load is not
-/// known to skip a layer it has (not Docker's engine, or on the containerd image store) or
-/// it has no image at all.
+/// Which of `wanted` (chain ids) are layers of some image on the engine; None when none
+/// is, or when its load is not known to skip a layer it has (not Docker's engine, or on the
+/// containerd image store).
 pub async fn engine_layers(
     docker: &Docker,
+    wanted: &[String],
 ) -> Result<Option<HashSet<String>>, bollard::errors::Error> {
     // Only Docker's own engine is known to skip a layer it has: Podman's load refuses an
     // archive with a layer missing, and so may the containerd image store.
@@ -100,7 +101,11 @@ pub async fn engine_layers(
         // An image removed since the listing has no layers to offer.
         let Ok(image) = image else { continue };
         let layers = image.root_fs.and_then(|r| r.layers).unwrap_or_default();
-        chains.extend(chain_ids(&layers));
+        chains.extend(
+            chain_ids(&layers)
+                .into_iter()
+                .filter(|c| wanted.contains(c)),
+        );
     }
     Ok((!chains.is_empty()).then_some(chains))
 }
@@ -304,13 +309,14 @@ impl SkipLayers {
                 Some((dir, "layer.tar")) if self.have.contains(dir) => {
                     tracing::debug!(dir, size, "left out: the engine has this layer");
                     self.skipped.fetch_add(size, Ordering::Relaxed);
-                    self.dropping = std::mem::take(&mut self.held);
                     self.header_at = 0;
-                    self.state = if padded == 0 {
-                        State::Header
+                    if padded == 0 {
+                        self.held.clear();
+                        self.state = State::Header;
                     } else {
-                        State::Drop(padded)
-                    };
+                        self.dropping = std::mem::take(&mut self.held);
+                        self.state = State::Drop(padded);
+                    }
                 }
                 _ => self.pass(out, padded),
             },

@@ -234,7 +234,6 @@ async fn tail_logs(docker: Option<&Docker>, name: &str, lines: usize) -> String 
     }
 }
 
-/// A missing container (or one on a host not connected) is not running.
 /// When each container last started, of those that did.
 fn started(healths: Vec<(&str, Health)>) -> ready::Incarnations {
     healths
@@ -243,6 +242,7 @@ fn started(healths: Vec<(&str, Health)>) -> ready::Incarnations {
         .collect()
 }
 
+/// A missing container (or one on a host not connected) is not running.
 async fn container_health(docker: Option<&Docker>, name: &str) -> Health {
     let Some(docker) = docker else {
         return Health {

@@ -150,22 +150,19 @@ async fn layers_to_skip(target: Engine<'_>, source: &Source<'_>) -> Option<SkipL
     if skip_layers::duplicate_layers(&source.found.layers) {
         return None;
     }
-    match skip_layers::engine_layers(target.docker).await {
-        Ok(chains) => {
-            let have = chains?;
-            let mine = skip_layers::chain_ids(&source.found.layers);
-            let of = mine.len();
-            // Only the image's own layers are looked for (each directory is hashed once per
-            // candidate), not every layer the engine holds.
-            let shared: std::collections::HashSet<String> =
-                mine.into_iter().filter(|c| have.contains(c)).collect();
+    let mine = skip_layers::chain_ids(&source.found.layers);
+    // Only the image's own layers are looked for (each directory is hashed once per
+    // candidate), not every layer the engine holds.
+    match skip_layers::engine_layers(target.docker, &mine).await {
+        Ok(shared) => {
+            let shared = shared?;
             tracing::debug!(
                 host = target.host,
                 shared = shared.len(),
-                of,
+                of = mine.len(),
                 "layers already there"
             );
-            (!shared.is_empty()).then(|| SkipLayers::new(shared))
+            Some(SkipLayers::new(shared))
         }
         Err(e) => {
             tracing::debug!(
