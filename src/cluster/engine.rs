@@ -67,7 +67,7 @@ impl NodeEngine {
         reference: &str,
         id: &str,
         archive: &Path,
-    ) -> Result<bool, Error> {
+    ) -> Result<Option<u64>, Error> {
         super::node::load_archive(&self.docker, reference, id, archive).await
     }
 

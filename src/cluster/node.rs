@@ -67,24 +67,26 @@ pub async fn save_archive(docker: &Docker, reference: &str, path: &Path) -> Resu
     result.map(|()| true)
 }
 
-/// Makes sure the engine has image `id`, loading it from `archive` when absent and tagging
-/// it `reference`; the id is checked after the load. True when it was loaded.
+/// Makes sure the engine has image `id`, loading it from `archive` when absent (without the
+/// layers the engine already has) and tagging it `reference`; the id is checked after the
+/// load. None when it was there, else the bytes of layers not read from the archive.
 pub async fn load_archive(
     docker: &Docker,
     reference: &str,
     id: &str,
     archive: &Path,
-) -> Result<bool, Error> {
+) -> Result<Option<u64>, Error> {
     if has_image(docker, id).await {
-        return Ok(false);
+        return Ok(None);
     }
-    let file = tokio::fs::File::open(archive)
+    let io = |source| Error::SharedStorage {
+        path: archive.display().to_string(),
+        source,
+    };
+    let file = std::fs::File::open(archive).map_err(io)?;
+    let (body, skipped) = super::image::archive_load_body(docker, "this node", file, id)
         .await
-        .map_err(|source| Error::SharedStorage {
-            path: archive.display().to_string(),
-            source,
-        })?;
-    let body = tokio_util::io::ReaderStream::new(file);
+        .map_err(io)?;
     let options = ImportImageOptionsBuilder::new().quiet(true).build();
     let mut load = docker.import_image_stream(options, body, None);
     while let Some(step) = load.next().await {
@@ -103,7 +105,7 @@ pub async fn load_archive(
         .unwrap_or((reference, "latest"));
     let options = TagImageOptionsBuilder::new().repo(repo).tag(tag).build();
     let _ = docker.tag_image(id, Some(options)).await;
-    Ok(true)
+    Ok(Some(skipped.load(std::sync::atomic::Ordering::Relaxed)))
 }
 
 /// Creates and starts this host's containers of the plan, the head first.

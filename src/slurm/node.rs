@@ -170,8 +170,8 @@ async fn bring(
     drop(file);
     let fd = opened.display().to_string();
     let shown = archive.display().to_string();
-    match loaded {
-        Ok(_) => {}
+    let skipped = match loaded {
+        Ok(skipped) => skipped.unwrap_or(0),
         Err(crate::cluster::Error::SharedStorage { source, .. }) => {
             return Err(Error::Io {
                 path: archive.to_path_buf(),
@@ -189,8 +189,19 @@ async fn bring(
             return Err(crate::cluster::Error::BadEndpoint(why.replace(&fd, &shown)).into());
         }
         Err(e) => return Err(e.into()),
-    }
-    reporter.note(&format!("{me}: image loaded from {}", archive.display()));
+    };
+    let spared = if skipped > 0 {
+        format!(
+            " ({} of its layers already here)",
+            crate::ui::human_bytes(skipped)
+        )
+    } else {
+        String::new()
+    };
+    reporter.note(&format!(
+        "{me}: image loaded from {}{spared}",
+        archive.display()
+    ));
     Ok(ImageSource::Loaded)
 }
 

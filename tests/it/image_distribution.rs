@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use argus::cluster::NodeEngine;
 use argus::cluster::docker::connect;
 use argus::cluster::image::{DistributeError, Distribution, Engine, Outcome, distribute};
 use argus::exit::{Classify, Exit};
@@ -326,19 +327,12 @@ async fn a_host_with_another_image_under_the_name_gets_the_right_one() {
     );
 }
 
-/// A host that has the image's lower layer (its base image) is sent only the layer it
-/// lacks, and ends with the whole image: the same id, both layers' files in a container's
-/// filesystem. A host without the base is sent everything.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_host_is_not_sent_the_layers_it_has() {
-    let Some(ctx) = TestContext::docker_engine() else {
-        return;
-    };
-    let hosts = Hosts::up(&ctx, &["a", "b"], Options::default());
+/// An image of two layers made here: a base (4 MB that do not compress away, the file
+/// `content`) and a small upper layer (the file `upper`): (the base, the image, its id).
+fn two_layer_image(ctx: &TestContext) -> (String, String, String, LocalImages) {
     let base = format!("{}-base:1", ctx.prefix);
     let image = format!("{}-two-layers:1", ctx.prefix);
-    let _images = LocalImages(vec![base.clone(), image.clone()]);
-    // A lower layer of 4 MB that does not compress away, and a small one above it.
+    let images = LocalImages(vec![base.clone(), image.clone()]);
     let noise: String = (0..4u32 << 20)
         .map(|i| char::from(b'a' + (i.wrapping_mul(2_654_435_761) >> 27) as u8 % 26))
         .collect();
@@ -358,6 +352,39 @@ async fn a_host_is_not_sent_the_layers_it_has() {
     crate::harness::docker(&["rm", container]);
     let wanted = wanted.trim().to_string();
     assert!(wanted.starts_with("sha256:"), "docker commit: {wanted:?}");
+    (base, image, wanted, images)
+}
+
+/// Host `h` holds image `wanted` as `image`, both layers really there: a container's
+/// filesystem holds both files.
+fn has_both_layers(hosts: &Hosts, h: &str, image: &str, wanted: &str) {
+    assert_eq!(hosts.image_id(h, image).as_deref(), Some(wanted), "{h}");
+    let c = hosts.docker_ok(h, &["create", "--entrypoint", "/none", image]);
+    let c = c.trim();
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "docker -H {} export {c} | tar -t",
+            hosts.host(h).unix
+        ))
+        .output()
+        .expect("export");
+    hosts.docker_ok(h, &["rm", c]);
+    let files = String::from_utf8_lossy(&out.stdout);
+    assert!(files.lines().any(|f| f == "content"), "{h}: {files}");
+    assert!(files.lines().any(|f| f == "upper"), "{h}: {files}");
+}
+
+/// A host that has the image's lower layer (its base image) is sent only the layer it
+/// lacks, and ends with the whole image: the same id, both layers' files in a container's
+/// filesystem. A host without the base is sent everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_is_not_sent_the_layers_it_has() {
+    let Some(ctx) = TestContext::docker_engine() else {
+        return;
+    };
+    let hosts = Hosts::up(&ctx, &["a", "b"], Options::default());
+    let (base, image, wanted, _images) = two_layer_image(&ctx);
     // b has the base (as a host that ran argus's Ray image has the verl image's base).
     hosts.load_image("b", &base);
 
@@ -405,27 +432,58 @@ async fn a_host_is_not_sent_the_layers_it_has() {
         "{b_task:?}"
     );
     for h in ["a", "b"] {
-        assert_eq!(
-            hosts.image_id(h, &image).as_deref(),
-            Some(wanted.as_str()),
-            "{h}"
-        );
-        // Both layers are really there: a container's filesystem holds both files.
-        let c = hosts.docker_ok(h, &["create", "--entrypoint", "/none", &image]);
-        let c = c.trim();
-        let out = Command::new("sh")
-            .arg("-c")
-            .arg(format!(
-                "docker -H {} export {c} | tar -t",
-                hosts.host(h).unix
-            ))
-            .output()
-            .expect("export");
-        hosts.docker_ok(h, &["rm", c]);
-        let files = String::from_utf8_lossy(&out.stdout);
-        assert!(files.lines().any(|f| f == "content"), "{h}: {files}");
-        assert!(files.lines().any(|f| f == "upper"), "{h}: {files}");
+        has_both_layers(&hosts, h, &image, &wanted);
     }
+}
+
+/// A node step loading the run's archive from the shared storage (`load_archive`) reads
+/// past the layers its engine has, finds them by the image's own config in the archive, and
+/// ends with the same image as a node that loaded all of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_loading_the_archive_skips_the_layers_it_has() {
+    let Some(ctx) = TestContext::docker_engine() else {
+        return;
+    };
+    let hosts = Hosts::up(&ctx, &["a", "b"], Options::default());
+    let (base, image, wanted, _images) = two_layer_image(&ctx);
+    hosts.load_image("b", &base);
+    let work = tempfile::tempdir().expect("temp dir");
+    let archive = work.path().join("image.tar");
+    crate::harness::docker(&["save", "-o", &archive.display().to_string(), &image]);
+    let size = std::fs::metadata(&archive).expect("archive").len();
+
+    let mut skipped = Vec::new();
+    for h in ["a", "b"] {
+        let node = NodeEngine::connect(Some(&hosts.host(h).unix))
+            .await
+            .expect("connect");
+        let loaded = node.load_archive(&image, &wanted, &archive).await;
+        skipped.push(loaded.unwrap_or_else(|e| panic!("{h}: {e}")));
+        has_both_layers(&hosts, h, &image, &wanted);
+        // Loaded once: a second call finds the image and reads nothing.
+        let again = node.load_archive(&image, &wanted, &archive).await;
+        assert_eq!(again.ok(), Some(None), "{h}");
+    }
+    assert_eq!(skipped[0], Some(0), "a has no layer of it");
+    let b = skipped[1].expect("b loaded it");
+    assert!(
+        b > 4 << 20 && b < size,
+        "b read past the base layer: {b} of {size}"
+    );
+    // The archive of another image (the base's) does not hold the id: refused, not loaded.
+    let other = work.path().join("other.tar");
+    crate::harness::docker(&["save", "-o", &other.display().to_string(), &base]);
+    let node = NodeEngine::connect(Some(&hosts.host("a").unix))
+        .await
+        .expect("connect");
+    hosts.docker_ok("a", &["rmi", &image]);
+    let refused = node.load_archive(&image, &wanted, &other).await;
+    assert!(
+        refused
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("did not hold image")),
+        "{refused:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -8,15 +8,19 @@
 //! `mod.rs` finds or pulls the image (`ensure`); `build` is the build policy and its
 //! steps; `apt` reads this machine's Debian mirror; `process` streams a step's output;
 //! `import` turns the rootfs into an image through the Docker API; `distribute` brings
-//! the image to every host of a cluster, pulling or streaming it between engines.
+//! the image to every host of a cluster, pulling or streaming it between engines;
+//! `skip_layers` leaves out of an archive the layers an engine has, `archive` finds which
+//! those are in an archive on a file (a Slurm node's load), `tar_header` reads both.
 
 mod apt;
+mod archive;
 mod build;
 mod distribute;
 mod import;
 mod layer;
 mod process;
 mod skip_layers;
+mod tar_header;
 
 use std::path::Path;
 
@@ -30,6 +34,7 @@ use crate::exit::{Classify, Exit};
 use crate::ui::Reporter;
 
 pub use apt::debian_mirror;
+pub use archive::load_body as archive_load_body;
 pub use build::{BuildReport, BuildSpec, build};
 pub use distribute::{
     DistributeError, Distribution, Engine, HostFailure, HostImage, Outcome, distribute,

@@ -33,9 +33,9 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use serde_json::value::RawValue;
 
+use super::tar_header::{BLOCK, header_name, header_size, pax_records};
 use crate::digest::sha256_hex;
 
-const BLOCK: usize = 512;
 /// The largest entry read whole before it is passed on: a layer's `json` (a few KiB) or an
 /// extended header. Anything larger where one of those is expected passes unread.
 const MAX_HELD: u64 = 1 << 20;
@@ -108,6 +108,34 @@ pub async fn engine_layers(
         );
     }
     Ok((!chains.is_empty()).then_some(chains))
+}
+
+/// What to leave out of an archive of the image of `diff_ids` for the engine `docker` (`host`
+/// in logs): the layers it has; None when nothing can be (see [`engine_layers`] and
+/// [`duplicate_layers`]) or its layers cannot be listed.
+pub async fn for_engine(docker: &Docker, host: &str, diff_ids: &[String]) -> Option<SkipLayers> {
+    if duplicate_layers(diff_ids) {
+        return None;
+    }
+    let mine = chain_ids(diff_ids);
+    // Only the image's own layers are looked for (each directory is hashed once per
+    // candidate), not every layer the engine holds.
+    match engine_layers(docker, &mine).await {
+        Ok(shared) => {
+            let shared = shared?;
+            tracing::debug!(
+                host,
+                shared = shared.len(),
+                of = mine.len(),
+                "layers already there"
+            );
+            Some(SkipLayers::new(shared))
+        }
+        Err(e) => {
+            tracing::debug!(host, "cannot list its layers: {e}");
+            None
+        }
+    }
 }
 
 /// Passes an image archive on, leaving out the `layer.tar` of the layers in `chains`.
@@ -457,65 +485,9 @@ fn go_object(fields: &BTreeMap<&str, &str>) -> String {
     format!("{{{}}}", body.join(","))
 }
 
-/// The `path` and `size` of PAX records (`<len> <key>=<value>\n`); None when malformed.
-fn pax_records(mut data: &[u8]) -> Option<(Option<String>, Option<u64>)> {
-    let (mut path, mut size) = (None, None);
-    while !data.is_empty() {
-        let space = data.iter().position(|&b| b == b' ')?;
-        let len: usize = std::str::from_utf8(&data[..space]).ok()?.parse().ok()?;
-        if len <= space + 1 || len > data.len() {
-            return None;
-        }
-        let record = data[space + 1..len].strip_suffix(b"\n")?;
-        let eq = record.iter().position(|&b| b == b'=')?;
-        let (key, value) = (&record[..eq], &record[eq + 1..]);
-        match key {
-            b"path" => path = Some(String::from_utf8_lossy(value).into_owned()),
-            b"size" => size = Some(std::str::from_utf8(value).ok()?.parse().ok()?),
-            _ => {}
-        }
-        data = &data[len..];
-    }
-    Some((path, size))
-}
-
-/// An entry's size: octal, or base-256 when the first byte's high bit is set (GNU).
-fn header_size(header: &[u8; BLOCK]) -> Option<u64> {
-    let field = &header[124..136];
-    if field[0] & 0x80 != 0 {
-        let mut value: u64 = u64::from(field[0] & 0x7f);
-        for &b in &field[1..] {
-            value = value.checked_mul(256)?.checked_add(u64::from(b))?;
-        }
-        return Some(value);
-    }
-    let text = std::str::from_utf8(field).ok()?;
-    let digits = text.trim_matches(|c: char| c == '\0' || c == ' ');
-    if digits.is_empty() {
-        return Some(0);
-    }
-    u64::from_str_radix(digits, 8).ok()
-}
-
-/// An entry's name: ustar's prefix and name.
-fn header_name(header: &[u8; BLOCK]) -> String {
-    let text = |field: &[u8]| {
-        let end = field.iter().position(|&b| b == 0).unwrap_or(field.len());
-        String::from_utf8_lossy(&field[..end]).into_owned()
-    };
-    let name = text(&header[..100]);
-    // POSIX ustar has a prefix; GNU's "ustar  " keeps other fields there.
-    if &header[257..263] == b"ustar\0" {
-        let prefix = text(&header[345..500]);
-        if !prefix.is_empty() {
-            return format!("{prefix}/{name}");
-        }
-    }
-    name
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::tar_header::{entry, pax};
     use super::*;
 
     /// A layer's `json` below the top, as Docker 20.10's `docker save` wrote it for the
@@ -559,37 +531,6 @@ mod tests {
     }
 
     /// A tar entry as Go's archive/tar writes one: ustar header, data, padding.
-    fn entry(name: &str, kind: u8, data: &[u8]) -> Vec<u8> {
-        let mut h = [0u8; BLOCK];
-        h[..name.len()].copy_from_slice(name.as_bytes());
-        h[100..107].copy_from_slice(b"0000644");
-        h[124..135].copy_from_slice(format!("{:011o}", data.len()).as_bytes());
-        h[156] = kind;
-        h[257..263].copy_from_slice(b"ustar\0");
-        h[263..265].copy_from_slice(b"00");
-        h[148..156].copy_from_slice(b"        ");
-        let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
-        h[148..155].copy_from_slice(format!("{sum:06o}\0").as_bytes());
-        let mut out = h.to_vec();
-        out.extend_from_slice(data);
-        out.resize(out.len().div_ceil(BLOCK) * BLOCK, 0);
-        out
-    }
-
-    fn pax(records: &[(&str, &str)]) -> Vec<u8> {
-        let mut data = String::new();
-        for (k, v) in records {
-            // A record's length counts its own digits.
-            let body = format!(" {k}={v}\n");
-            let mut len = body.len() + 1;
-            while len != body.len() + len.to_string().len() {
-                len = body.len() + len.to_string().len();
-            }
-            data.push_str(&format!("{len}{body}"));
-        }
-        entry("PaxHeaders/x", b'x', data.as_bytes())
-    }
-
     /// An archive of two layers, the lower one the engine's: (the archive, what a load
     /// needs of it, the lower layer's size).
     fn archive() -> (Vec<u8>, Vec<u8>, usize) {
@@ -696,24 +637,5 @@ mod tests {
             huge.extend(&whole);
             assert_eq!(run(&mut SkipLayers::new(chains.clone()), &huge, 700), huge);
         }
-    }
-
-    #[test]
-    fn sizes_read_octal_and_base_256() {
-        let mut h = [0u8; BLOCK];
-        h[124..135].copy_from_slice(b"00000001750");
-        assert_eq!(header_size(&h), Some(1000));
-        let mut h = [0u8; BLOCK];
-        h[124] = 0x80;
-        h[128..136].copy_from_slice(&(9u64 << 32).to_be_bytes());
-        assert_eq!(header_size(&h), Some(9 << 32));
-        let mut h = [0u8; BLOCK];
-        h[124..127].copy_from_slice(b"9zz");
-        assert_eq!(header_size(&h), None);
-        assert_eq!(
-            pax_records(b"20 path=a/layer.tar\n13 size=1024\n"),
-            Some((Some("a/layer.tar".into()), Some(1024)))
-        );
-        assert_eq!(pax_records(b"5 x\n"), None);
     }
 }

@@ -144,37 +144,6 @@ impl Streamed {
     }
 }
 
-/// The layers `target` has of the source's image, to be left out of its archive; None when
-/// nothing can be (see `skip_layers`): the host is then sent the whole image.
-async fn layers_to_skip(target: Engine<'_>, source: &Source<'_>) -> Option<SkipLayers> {
-    if skip_layers::duplicate_layers(&source.found.layers) {
-        return None;
-    }
-    let mine = skip_layers::chain_ids(&source.found.layers);
-    // Only the image's own layers are looked for (each directory is hashed once per
-    // candidate), not every layer the engine holds.
-    match skip_layers::engine_layers(target.docker, &mine).await {
-        Ok(shared) => {
-            let shared = shared?;
-            tracing::debug!(
-                host = target.host,
-                shared = shared.len(),
-                of = mine.len(),
-                "layers already there"
-            );
-            Some(SkipLayers::new(shared))
-        }
-        Err(e) => {
-            tracing::debug!(
-                host = target.host,
-                "cannot list its layers: {}",
-                one_line(&e)
-            );
-            None
-        }
-    }
-}
-
 /// Streams the image from `source` into every target in parallel, then verifies the id on
 /// each: the bytes each received (and was spared), or why it did not get the image.
 pub(super) async fn stream(
@@ -185,7 +154,12 @@ pub(super) async fn stream(
 ) -> Vec<Result<Streamed, String>> {
     let from = source.engine.host;
     let total = source.found.size;
-    let skips = join_all(targets.iter().map(|t| layers_to_skip(*t, source))).await;
+    let skips = join_all(
+        targets
+            .iter()
+            .map(|t| skip_layers::for_engine(t.docker, t.host, &source.found.layers)),
+    )
+    .await;
     let mut sinks = Vec::with_capacity(targets.len());
     let mut loads = Vec::with_capacity(targets.len());
     for (target, skip) in targets.iter().zip(skips) {

@@ -1,0 +1,184 @@
+//! An image archive on a file (`docker save`, as a Slurm run keeps it on the shared
+//! storage): the image's layers (diff ids), read from its config without reading the layers.
+//!
+//! The config is the entry `<hex>.json` of image `sha256:<hex>`; only the headers before it
+//! are read, each layer's data is seeked over. What is found counts only if it hashes to the
+//! image's id: the archive is a file on storage others may write.
+
+use std::io::{Read, Seek, SeekFrom};
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use bollard::Docker;
+use bytes::Bytes;
+use futures_util::Stream;
+use serde::Deserialize;
+
+use super::skip_layers::{self, SkipLayers, without_layers};
+use super::tar_header::{BLOCK, header_name, header_size, pax_records};
+use crate::digest::sha256_hex;
+
+/// The largest config or extended header read (a config is a few KiB; its history grows it).
+const MAX_READ: u64 = 4 << 20;
+/// Entries looked at before giving up: an archive holds three per layer and a few more.
+const MAX_ENTRIES: usize = 10_000;
+
+#[derive(Deserialize)]
+struct Config {
+    rootfs: RootFs,
+}
+
+#[derive(Deserialize)]
+struct RootFs {
+    diff_ids: Vec<String>,
+}
+
+/// The archive of image `id` in `file`, from its start, as a load's body for `docker`
+/// (`host` in logs), without the layers that engine has; with the bytes left out so far.
+pub async fn load_body(
+    docker: &Docker,
+    host: &str,
+    mut file: std::fs::File,
+    id: &str,
+) -> std::io::Result<(
+    impl Stream<Item = std::io::Result<Bytes>> + use<>,
+    Arc<AtomicU64>,
+)> {
+    let owned = id.to_string();
+    let (file, layers) = tokio::task::spawn_blocking(move || {
+        let layers = diff_ids(&mut file, &owned);
+        file.rewind().map(|()| (file, layers))
+    })
+    .await
+    .map_err(std::io::Error::other)??;
+    let skip = match layers {
+        Some(layers) => skip_layers::for_engine(docker, host, &layers).await,
+        None => {
+            tracing::debug!(
+                host,
+                id,
+                "no config of the image found: the whole archive is loaded"
+            );
+            None
+        }
+    };
+    let skipped = skip.as_ref().map(SkipLayers::skipped).unwrap_or_default();
+    let body = tokio_util::io::ReaderStream::new(tokio::fs::File::from_std(file));
+    Ok((without_layers(body, skip), skipped))
+}
+
+/// The diff ids of image `id` (`sha256:<hex>`), bottom first, from its config in `archive`;
+/// None when the archive holds no config of that id (another layout, cut short, or not
+/// that image) or cannot be read. Leaves `archive` wherever it stopped.
+pub fn diff_ids(archive: &mut (impl Read + Seek), id: &str) -> Option<Vec<String>> {
+    let hex = id.strip_prefix("sha256:")?;
+    let config = format!("{hex}.json");
+    let (mut next_path, mut next_size) = (None, None);
+    for _ in 0..MAX_ENTRIES {
+        let mut header = [0u8; BLOCK];
+        archive.read_exact(&mut header).ok()?;
+        if header.iter().all(|&b| b == 0) {
+            return None;
+        }
+        let size = next_size.take().or_else(|| header_size(&header))?;
+        let name = next_path.take().unwrap_or_else(|| header_name(&header));
+        let padded = size.div_ceil(BLOCK as u64).checked_mul(BLOCK as u64)?;
+        let read = |archive: &mut _| -> Option<Vec<u8>> {
+            if size > MAX_READ {
+                return None;
+            }
+            let mut data = vec![0u8; padded as usize];
+            Read::read_exact(archive, &mut data).ok()?;
+            data.truncate(size as usize);
+            Some(data)
+        };
+        match header[156] {
+            b'x' => {
+                let (path, size) = pax_records(&read(archive)?)?;
+                (next_path, next_size) = (path, size);
+            }
+            b'L' => {
+                let data = read(archive)?;
+                let name = data.split(|&b| b == 0).next().unwrap_or_default();
+                next_path = Some(String::from_utf8_lossy(name).into_owned());
+            }
+            b'0' | 0 if name.trim_start_matches("./") == config => {
+                let data = read(archive)?;
+                if sha256_hex(&data) != hex {
+                    return None;
+                }
+                return serde_json::from_slice::<Config>(&data)
+                    .ok()
+                    .map(|c| c.rootfs.diff_ids);
+            }
+            _ => {
+                archive
+                    .seek(SeekFrom::Current(i64::try_from(padded).ok()?))
+                    .ok()?;
+            }
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Cursor;
+
+    use super::super::tar_header::{entry, pax};
+    use super::*;
+
+    const CONFIG: &str = r#"{"architecture":"amd64","rootfs":{"type":"layers","diff_ids":["sha256:aa","sha256:bb"]}}"#;
+
+    fn id() -> String {
+        format!("sha256:{}", sha256_hex(CONFIG.as_bytes()))
+    }
+
+    /// A layer (its data large, as the scan must seek over it), a PAX-named entry, the
+    /// config, then manifest.json.
+    fn archive(config: &str) -> Vec<u8> {
+        let dir = "1".repeat(64);
+        let mut out = entry(&format!("{dir}/json"), b'0', b"{}");
+        out.extend(entry(
+            &format!("{dir}/layer.tar"),
+            b'0',
+            &vec![7u8; 3 << 20],
+        ));
+        out.extend(pax(&[("path", &format!("{}/VERSION", "2".repeat(64)))]));
+        out.extend(entry("ignored", b'0', b"1.0"));
+        out.extend(entry(
+            &format!("{}.json", id().trim_start_matches("sha256:")),
+            b'0',
+            config.as_bytes(),
+        ));
+        out.extend(entry("manifest.json", b'0', b"[]"));
+        out.extend([0u8; 2 * BLOCK]);
+        out
+    }
+
+    #[test]
+    fn the_config_of_the_id_gives_the_layers() {
+        let layers = diff_ids(&mut Cursor::new(archive(CONFIG)), &id());
+        assert_eq!(
+            layers,
+            Some(vec!["sha256:aa".to_string(), "sha256:bb".to_string()])
+        );
+    }
+
+    #[test]
+    fn anything_else_gives_none() {
+        // A config that is not the image's (its hash differs from the id).
+        let forged = CONFIG.replace("aa", "cc");
+        assert_eq!(diff_ids(&mut Cursor::new(archive(&forged)), &id()), None);
+        // Another image's id, a cut archive, an empty one, not a digest.
+        let other = format!("sha256:{}", "3".repeat(64));
+        assert_eq!(diff_ids(&mut Cursor::new(archive(CONFIG)), &other), None);
+        let whole = archive(CONFIG);
+        assert_eq!(
+            diff_ids(&mut Cursor::new(&whole[..(3 << 20) + 2048]), &id()),
+            None
+        );
+        assert_eq!(diff_ids(&mut Cursor::new(Vec::new()), &id()), None);
+        assert_eq!(diff_ids(&mut Cursor::new(archive(CONFIG)), "latest"), None);
+    }
+}
