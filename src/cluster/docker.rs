@@ -213,6 +213,14 @@ pub fn docker_err(action: impl Into<String>) -> impl FnOnce(bollard::errors::Err
     move |source| Error::Docker { action, source }
 }
 
+/// The head's CPU weight (a container's default is 1024). Every node waits for the head's
+/// GCS and dashboard, and where the head shares cores with workers (one Docker host, the
+/// first node of a Slurm allocation) they all start at once: under that contention the head
+/// goes first. A weight only counts when CPUs are short, so a worker busy training loses
+/// nothing while the head is idle. Decided by the role, not part of the spec hash: a head
+/// made without it is not recreated (measured: `bench/slurm`, 19.9 s to 19.2 s).
+const HEAD_CPU_SHARES: i64 = 8192;
+
 /// The create-container request for a planned container. `network_id` addresses the
 /// cluster's network by id: a name can be ambiguous (Docker allows two networks of one name).
 pub fn create_body(
@@ -224,6 +232,7 @@ pub fn create_body(
         shm_size: c.shm_size.map(|b| b as i64),
         memory: c.memory.map(|b| b as i64),
         nano_cpus: c.cpus.map(|cpus| (cpus * 1e9) as i64),
+        cpu_shares: (c.role == super::plan::Role::Head).then_some(HEAD_CPU_SHARES),
         restart_policy: Some(RestartPolicy {
             name: Some(RestartPolicyNameEnum::UNLESS_STOPPED),
             maximum_retry_count: None,

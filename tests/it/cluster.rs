@@ -116,6 +116,11 @@ fn up_converges_and_a_second_up_changes_nothing() {
         assert!(n["resources_total"].get("head_node").is_none());
     }
     assert_eq!(report["gpus"], 4.0);
+    // Where the head shares cores with workers it goes first (CPU weight; default 1024).
+    assert_eq!(inspect(&c.head)["HostConfig"]["CpuShares"], 8192);
+    for w in &c.workers {
+        assert_eq!(inspect(w)["HostConfig"]["CpuShares"], 0, "{w}");
+    }
     for dir in [
         "common/code",
         "common/datasets",
