@@ -213,26 +213,53 @@ pub fn docker_err(action: impl Into<String>) -> impl FnOnce(bollard::errors::Err
     move |source| Error::Docker { action, source }
 }
 
-/// The head's CPU weight (a container's default is 1024). Every node waits for the head's
-/// GCS and dashboard, and where the head shares cores with workers (one Docker host, the
-/// first node of a Slurm allocation) they all start at once: under that contention the head
-/// goes first. A weight only counts when CPUs are short, so a worker busy training loses
-/// nothing while the head is idle. Decided by the role, not part of the spec hash: a head
-/// made without it is not recreated (measured: `bench/slurm`, 19.9 s to 19.2 s).
-const HEAD_CPU_SHARES: i64 = 8192;
+/// The head's CPU weight (a container's default is 1024; on cgroup v2 the runtime maps it to
+/// a `cpu.weight` some 3 to 5 times the default's). Every node waits for the head's GCS and
+/// dashboard, and where the head shares cores with workers (one Docker host, the first node
+/// of a Slurm allocation) they all start at once: under that contention the head goes
+/// first. A weight only counts when CPUs are short, so a worker busy training loses nothing
+/// while the head is idle. Decided by the role, not part of the spec hash: a head made
+/// without it is not recreated (measured: `bench/slurm`, 19.9 s to 19.2 s).
+pub const HEAD_CPU_SHARES: i64 = 8192;
+
+/// True when the engine is Docker's own (its `/version` names an `Engine` component), not
+/// another one behind Docker's API (Podman names its own "Podman Engine").
+pub async fn is_dockers_engine(docker: &Docker) -> Result<bool, bollard::errors::Error> {
+    let version = docker.version().await?;
+    Ok(version
+        .components
+        .iter()
+        .flatten()
+        .any(|c| c.name == "Engine"))
+}
+
+/// The head's CPU weight on this engine: only on Docker's own engine where it says it
+/// applies CPU shares (Podman without a delegated `cpu` controller refuses a container that
+/// asks for one, and a weight is not worth a head that does not start).
+pub async fn head_cpu_shares(docker: &Docker) -> Option<i64> {
+    let docker_engine = is_dockers_engine(docker).await.unwrap_or(false);
+    let shares = docker_engine
+        && docker
+            .info()
+            .await
+            .is_ok_and(|info| info.cpu_shares == Some(true));
+    shares.then_some(HEAD_CPU_SHARES)
+}
 
 /// The create-container request for a planned container. `network_id` addresses the
 /// cluster's network by id: a name can be ambiguous (Docker allows two networks of one name).
+/// `cpu_shares`: the container's CPU weight, when it has one.
 pub fn create_body(
     c: &ContainerPlan,
     cluster: &str,
     network_id: Option<&str>,
+    cpu_shares: Option<i64>,
 ) -> ContainerCreateBody {
     let mut host = HostConfig {
         shm_size: c.shm_size.map(|b| b as i64),
         memory: c.memory.map(|b| b as i64),
         nano_cpus: c.cpus.map(|cpus| (cpus * 1e9) as i64),
-        cpu_shares: (c.role == super::plan::Role::Head).then_some(HEAD_CPU_SHARES),
+        cpu_shares,
         restart_policy: Some(RestartPolicy {
             name: Some(RestartPolicyNameEnum::UNLESS_STOPPED),
             maximum_retry_count: None,

@@ -67,9 +67,13 @@ pub async fn save_archive(docker: &Docker, reference: &str, path: &Path) -> Resu
     result.map(|()| true)
 }
 
-/// Makes sure the engine has image `id`, loading it from `archive` when absent (without the
-/// layers the engine already has) and tagging it `reference`; the id is checked after the
-/// load. None when it was there, else the bytes of layers not read from the archive.
+/// Makes sure the engine has image `id`, loading it from `archive` when absent (without
+/// sending the engine the layers it already has) and tagging it `reference`; the id is
+/// checked after the load. None when it was there, else the bytes of layers not sent.
+///
+/// The engine's layers are listed before the load reads the archive: an image removed
+/// meanwhile (`docker image prune -a` on a shared node) can take a layer that was left out
+/// with it, and that load fails. It is then loaded once more, whole.
 pub async fn load_archive(
     docker: &Docker,
     reference: &str,
@@ -79,19 +83,21 @@ pub async fn load_archive(
     if has_image(docker, id).await {
         return Ok(None);
     }
-    let io = |source| Error::SharedStorage {
-        path: archive.display().to_string(),
-        source,
+    let (loaded, skipped) = load(docker, id, archive, true).await;
+    let skipped = match loaded {
+        Ok(()) => skipped,
+        // Only a load that left something out is tried again, and only when the image is
+        // not there after all.
+        Err(e) if skipped > 0 && !has_image(docker, id).await => {
+            tracing::info!(
+                "loading {} without the layers this engine had failed ({e}): loading all of it",
+                archive.display()
+            );
+            load(docker, id, archive, false).await.0?;
+            0
+        }
+        Err(e) => return Err(e),
     };
-    let file = std::fs::File::open(archive).map_err(io)?;
-    let (body, skipped) = super::image::archive_load_body(docker, "this node", file, id)
-        .await
-        .map_err(io)?;
-    let options = ImportImageOptionsBuilder::new().quiet(true).build();
-    let mut load = docker.import_image_stream(options, body, None);
-    while let Some(step) = load.next().await {
-        step.map_err(docker_err(format!("load {}", archive.display())))?;
-    }
     // Two loads of one archive at once (two jobs on this node) both end with the image.
     if !has_image(docker, id).await {
         return Err(Error::BadEndpoint(format!(
@@ -105,7 +111,30 @@ pub async fn load_archive(
         .unwrap_or((reference, "latest"));
     let options = TagImageOptionsBuilder::new().repo(repo).tag(tag).build();
     let _ = docker.tag_image(id, Some(options)).await;
-    Ok(Some(skipped.load(std::sync::atomic::Ordering::Relaxed)))
+    Ok(Some(skipped))
+}
+
+/// One load of `archive` (without the layers the engine has when `skip`), and the bytes
+/// it did not send.
+async fn load(docker: &Docker, id: &str, archive: &Path, skip: bool) -> (Result<(), Error>, u64) {
+    let body = super::image::archive_load_body(docker, "this node", archive, id, skip).await;
+    let (body, skipped) = match body {
+        Ok(body) => body,
+        Err(source) => {
+            let path = archive.display().to_string();
+            return (Err(Error::SharedStorage { path, source }), 0);
+        }
+    };
+    let options = ImportImageOptionsBuilder::new().quiet(true).build();
+    let mut load = docker.import_image_stream(options, body, None);
+    let mut result = Ok(());
+    while let Some(step) = load.next().await {
+        if let Err(e) = step {
+            result = Err(docker_err(format!("load {}", archive.display()))(e));
+            break;
+        }
+    }
+    (result, skipped.load(std::sync::atomic::Ordering::Relaxed))
 }
 
 /// Creates and starts this host's containers of the plan, the head first.

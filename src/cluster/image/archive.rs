@@ -6,6 +6,7 @@
 //! image's id: the archive is a file on storage others may write.
 
 use std::io::{Read, Seek, SeekFrom};
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 
@@ -15,12 +16,13 @@ use futures_util::Stream;
 use serde::Deserialize;
 
 use super::skip_layers::{self, SkipLayers, without_layers};
-use super::tar_header::{BLOCK, header_name, header_size, pax_records};
+use super::tar_header::{BLOCK, header_name, header_only, header_size, pax_records};
 use crate::digest::sha256_hex;
 
 /// The largest config or extended header read (a config is a few KiB; its history grows it).
 const MAX_READ: u64 = 4 << 20;
-/// Entries looked at before giving up: an archive holds three per layer and a few more.
+/// Entries looked at before giving up: an archive holds four per layer (its directory,
+/// `VERSION`, `json`, `layer.tar`, each perhaps after an extended header) and a few more.
 const MAX_ENTRIES: usize = 10_000;
 
 #[derive(Deserialize)]
@@ -33,37 +35,51 @@ struct RootFs {
     diff_ids: Vec<String>,
 }
 
-/// The archive of image `id` in `file`, from its start, as a load's body for `docker`
-/// (`host` in logs), without the layers that engine has; with the bytes left out so far.
+/// Bytes read from the archive at a time (tokio's default is 4 KiB, each a trip through its
+/// blocking pool).
+const READ_CHUNK: usize = 1 << 20;
+
+/// The archive of image `id` at `path` as a load's body for `docker` (`host` in logs),
+/// without the layers that engine has when `skip` (their bytes are read, not sent); with
+/// the bytes left out so far.
 pub async fn load_body(
     docker: &Docker,
     host: &str,
-    mut file: std::fs::File,
+    path: &Path,
     id: &str,
+    skip: bool,
 ) -> std::io::Result<(
     impl Stream<Item = std::io::Result<Bytes>> + use<>,
     Arc<AtomicU64>,
 )> {
-    let owned = id.to_string();
+    let (path, owned) = (path.to_path_buf(), id.to_string());
     let (file, layers) = tokio::task::spawn_blocking(move || {
-        let layers = diff_ids(&mut file, &owned);
+        let mut file = std::fs::File::open(path)?;
+        let layers = if skip {
+            diff_ids(&mut file, &owned)
+        } else {
+            None
+        };
         file.rewind().map(|()| (file, layers))
     })
     .await
     .map_err(std::io::Error::other)??;
     let skip = match layers {
         Some(layers) => skip_layers::for_engine(docker, host, &layers).await,
-        None => {
-            tracing::debug!(
+        None if skip => {
+            tracing::info!(
                 host,
                 id,
-                "no config of the image found: the whole archive is loaded"
+                "the archive holds no config named by the image id (not `docker save`'s \
+                 classic layout?): all of it is loaded"
             );
             None
         }
+        None => None,
     };
     let skipped = skip.as_ref().map(SkipLayers::skipped).unwrap_or_default();
-    let body = tokio_util::io::ReaderStream::new(tokio::fs::File::from_std(file));
+    let file = tokio::fs::File::from_std(file);
+    let body = tokio_util::io::ReaderStream::with_capacity(file, READ_CHUNK);
     Ok((without_layers(body, skip), skipped))
 }
 
@@ -81,6 +97,7 @@ pub fn diff_ids(archive: &mut (impl Read + Seek), id: &str) -> Option<Vec<String
             return None;
         }
         let size = next_size.take().or_else(|| header_size(&header))?;
+        let size = if header_only(&header) { 0 } else { size };
         let name = next_path.take().unwrap_or_else(|| header_name(&header));
         let padded = size.div_ceil(BLOCK as u64).checked_mul(BLOCK as u64)?;
         let read = |archive: &mut _| -> Option<Vec<u8>> {
@@ -161,6 +178,28 @@ mod tests {
         let layers = diff_ids(&mut Cursor::new(archive(CONFIG)), &id());
         assert_eq!(
             layers,
+            Some(vec!["sha256:aa".to_string(), "sha256:bb".to_string()])
+        );
+    }
+
+    #[test]
+    fn sizes_from_pax_and_entries_without_data_are_read_as_go_does() {
+        let dir = "1".repeat(64);
+        // A layer whose size is only in its PAX header (as Go writes one from 8 GiB on).
+        let mut out = pax(&[("size", &(3u64 << 20).to_string())]);
+        let mut layer = entry(&format!("{dir}/layer.tar"), b'0', &vec![7u8; 3 << 20]);
+        layer[124..136].copy_from_slice(&[0; 12]);
+        out.extend(layer);
+        // A directory whose size field claims data it does not have.
+        let mut directory = entry(&format!("{dir}/"), b'5', b"");
+        directory[124..135].copy_from_slice(b"00000002000");
+        out.extend(directory);
+        let config = id();
+        let hex = config.trim_start_matches("sha256:");
+        out.extend(entry(&format!("{hex}.json"), b'0', CONFIG.as_bytes()));
+        out.extend([0u8; 2 * BLOCK]);
+        assert_eq!(
+            diff_ids(&mut Cursor::new(out), &config),
             Some(vec!["sha256:aa".to_string(), "sha256:bb".to_string()])
         );
     }

@@ -33,7 +33,7 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use serde_json::value::RawValue;
 
-use super::tar_header::{BLOCK, header_name, header_size, pax_records};
+use super::tar_header::{BLOCK, header_name, header_only, header_size, pax_records};
 use crate::digest::sha256_hex;
 
 /// The largest entry read whole before it is passed on: a layer's `json` (a few KiB) or an
@@ -75,12 +75,7 @@ pub async fn engine_layers(
 ) -> Result<Option<HashSet<String>>, bollard::errors::Error> {
     // Only Docker's own engine is known to skip a layer it has: Podman's load refuses an
     // archive with a layer missing, and so may the containerd image store.
-    let version = docker.version().await?;
-    let docker_engine = version
-        .components
-        .iter()
-        .flatten()
-        .any(|c| c.name == "Engine");
+    let docker_engine = crate::cluster::docker::is_dockers_engine(docker).await?;
     let info = docker.info().await?;
     let containerd = info.driver_status.iter().flatten().any(|pair| {
         pair.first().is_some_and(|k| k == "driver-type")
@@ -132,7 +127,11 @@ pub async fn for_engine(docker: &Docker, host: &str, diff_ids: &[String]) -> Opt
             Some(SkipLayers::new(shared))
         }
         Err(e) => {
-            tracing::debug!(host, "cannot list its layers: {e}");
+            tracing::debug!(
+                host,
+                "cannot list its layers: {}",
+                crate::exit::one_line(&e)
+            );
             None
         }
     }
@@ -311,6 +310,7 @@ impl SkipLayers {
         else {
             return self.through(out);
         };
+        let size = if header_only(&header) { 0 } else { size };
         let name = self
             .next_path
             .take()
@@ -530,7 +530,6 @@ mod tests {
         ]));
     }
 
-    /// A tar entry as Go's archive/tar writes one: ustar header, data, padding.
     /// An archive of two layers, the lower one the engine's: (the archive, what a load
     /// needs of it, the lower layer's size).
     fn archive() -> (Vec<u8>, Vec<u8>, usize) {

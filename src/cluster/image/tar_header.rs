@@ -62,7 +62,13 @@ pub fn header_name(header: &[u8; BLOCK]) -> String {
     name
 }
 
-/// A ustar entry: its header, its data, padded.
+/// True for the kinds of entry that hold no data whatever their size field says (links,
+/// devices, directories, FIFOs), as Go's reader (and so `docker load`) takes them.
+pub fn header_only(header: &[u8; BLOCK]) -> bool {
+    matches!(header[156], b'1'..=b'6')
+}
+
+/// A tar entry as Go's archive/tar writes one: ustar header, data, padding.
 #[cfg(test)]
 pub fn entry(name: &str, kind: u8, data: &[u8]) -> Vec<u8> {
     let mut h = [0u8; BLOCK];

@@ -16,7 +16,7 @@ use super::observe::cluster_networks;
 use crate::cluster::Error;
 use crate::cluster::docker::{self, docker_err, is_conflict, is_not_found};
 use crate::cluster::hosts::Engine;
-use crate::cluster::plan::{ClusterPlan, ContainerPlan, LABEL_CLUSTER};
+use crate::cluster::plan::{ClusterPlan, ContainerPlan, LABEL_CLUSTER, Role};
 use crate::config::layout::{self, Layout};
 use crate::ui::Reporter;
 
@@ -153,8 +153,13 @@ pub(crate) async fn start(
         Err(e) => return Err(docker_err(format!("inspect container {}", c.name))(e)),
     }
     let options = CreateContainerOptionsBuilder::new().name(&c.name).build();
+    let cpu_shares = match c.role {
+        Role::Head => docker::head_cpu_shares(docker).await,
+        Role::Worker => None,
+    };
+    let body = docker::create_body(c, cluster, network_id, cpu_shares);
     docker
-        .create_container(Some(options), docker::create_body(c, cluster, network_id))
+        .create_container(Some(options), body)
         .await
         .map_err(|e| {
             task.fail("create failed");
