@@ -16,7 +16,7 @@ use futures_util::Stream;
 use serde::Deserialize;
 
 use super::skip_layers::{self, SkipLayers, without_layers};
-use super::tar_header::{BLOCK, header_name, header_only, header_size, pax_records};
+use super::tar_header::{BLOCK, Located, locate, long_name, pax_records};
 use crate::digest::sha256_hex;
 
 /// The largest config or extended header read (a config is a few KiB; its history grows it).
@@ -96,10 +96,7 @@ pub fn diff_ids(archive: &mut (impl Read + Seek), id: &str) -> Option<Vec<String
         if header.iter().all(|&b| b == 0) {
             return None;
         }
-        let size = next_size.take().or_else(|| header_size(&header))?;
-        let size = if header_only(&header) { 0 } else { size };
-        let name = next_path.take().unwrap_or_else(|| header_name(&header));
-        let padded = size.div_ceil(BLOCK as u64).checked_mul(BLOCK as u64)?;
+        let Located { name, size, padded } = locate(&header, next_path.take(), next_size.take())?;
         let read = |archive: &mut _| -> Option<Vec<u8>> {
             if size > MAX_READ {
                 return None;
@@ -114,11 +111,7 @@ pub fn diff_ids(archive: &mut (impl Read + Seek), id: &str) -> Option<Vec<String
                 let (path, size) = pax_records(&read(archive)?)?;
                 (next_path, next_size) = (path, size);
             }
-            b'L' => {
-                let data = read(archive)?;
-                let name = data.split(|&b| b == 0).next().unwrap_or_default();
-                next_path = Some(String::from_utf8_lossy(name).into_owned());
-            }
+            b'L' => next_path = Some(long_name(&read(archive)?)),
             b'0' | 0 if name.trim_start_matches("./") == config => {
                 let data = read(archive)?;
                 if sha256_hex(&data) != hex {

@@ -33,7 +33,7 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use serde_json::value::RawValue;
 
-use super::tar_header::{BLOCK, header_name, header_only, header_size, pax_records};
+use super::tar_header::{BLOCK, Located, locate, long_name, pax_records};
 use crate::digest::sha256_hex;
 
 /// The largest entry read whole before it is passed on: a layer's `json` (a few KiB) or an
@@ -301,21 +301,9 @@ impl SkipLayers {
             // The end of the archive.
             return self.through(out);
         }
-        // Go's reader refuses sizes from 2^63 on; so does this one (it passes the rest).
-        let Some(size) = self
-            .next_size
-            .take()
-            .or_else(|| header_size(&header))
-            .filter(|&size| size < 1 << 63)
-        else {
-            return self.through(out);
-        };
-        let size = if header_only(&header) { 0 } else { size };
-        let name = self
-            .next_path
-            .take()
-            .unwrap_or_else(|| header_name(&header));
-        let Some(padded) = size.div_ceil(BLOCK as u64).checked_mul(BLOCK as u64) else {
+        // An entry whose size cannot be read passes with the rest, unread.
+        let (path, size) = (self.next_path.take(), self.next_size.take());
+        let Some(Located { name, size, padded }) = locate(&header, path, size) else {
             return self.through(out);
         };
         let held = |kind| State::Hold {
@@ -386,8 +374,7 @@ impl SkipLayers {
                 None => self.through(out),
             },
             Held::LongName => {
-                let name = data.split(|&b| b == 0).next().unwrap_or_default();
-                self.next_path = Some(String::from_utf8_lossy(name).into_owned());
+                self.next_path = Some(long_name(data));
                 self.header_at = self.held.len();
                 self.state = State::Header;
             }

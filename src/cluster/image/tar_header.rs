@@ -28,7 +28,7 @@ pub fn pax_records(mut data: &[u8]) -> Option<(Option<String>, Option<u64>)> {
 }
 
 /// An entry's size: octal, or base-256 when the first byte's high bit is set (GNU).
-pub fn header_size(header: &[u8; BLOCK]) -> Option<u64> {
+fn header_size(header: &[u8; BLOCK]) -> Option<u64> {
     let field = &header[124..136];
     if field[0] & 0x80 != 0 {
         let mut value: u64 = u64::from(field[0] & 0x7f);
@@ -46,7 +46,7 @@ pub fn header_size(header: &[u8; BLOCK]) -> Option<u64> {
 }
 
 /// An entry's name: ustar's prefix and name.
-pub fn header_name(header: &[u8; BLOCK]) -> String {
+fn header_name(header: &[u8; BLOCK]) -> String {
     let text = |field: &[u8]| {
         let end = field.iter().position(|&b| b == 0).unwrap_or(field.len());
         String::from_utf8_lossy(&field[..end]).into_owned()
@@ -62,9 +62,37 @@ pub fn header_name(header: &[u8; BLOCK]) -> String {
     name
 }
 
+/// Where an entry's data stands.
+pub struct Located {
+    /// Its name: from an extended header before it, else its own.
+    pub name: String,
+    /// The bytes of its data (0 for a header-only kind, whatever the header says).
+    pub size: u64,
+    /// Those bytes padded to whole blocks: where the next header starts.
+    pub padded: u64,
+}
+
+/// The entry of `header`, with what the extended headers before it said (`path`, `size`);
+/// None when its size cannot be read, or is 2^63 or more, which Go's reader refuses.
+pub fn locate(header: &[u8; BLOCK], path: Option<String>, size: Option<u64>) -> Option<Located> {
+    let size = size
+        .or_else(|| header_size(header))
+        .filter(|&size| size < 1 << 63)?;
+    let size = if header_only(header) { 0 } else { size };
+    let padded = size.div_ceil(BLOCK as u64).checked_mul(BLOCK as u64)?;
+    let name = path.unwrap_or_else(|| header_name(header));
+    Some(Located { name, size, padded })
+}
+
+/// The name a GNU long-name entry (`L`) gives the next entry: its data up to the first NUL.
+pub fn long_name(data: &[u8]) -> String {
+    let name = data.split(|&b| b == 0).next().unwrap_or_default();
+    String::from_utf8_lossy(name).into_owned()
+}
+
 /// True for the kinds of entry that hold no data whatever their size field says (links,
 /// devices, directories, FIFOs), as Go's reader (and so `docker load`) takes them.
-pub fn header_only(header: &[u8; BLOCK]) -> bool {
+fn header_only(header: &[u8; BLOCK]) -> bool {
     matches!(header[156], b'1'..=b'6')
 }
 
