@@ -42,7 +42,13 @@ pub struct Options {
     /// A stand-in `nvidia-container-runtime-hook` on every engine's PATH: the engines accept
     /// NVIDIA device requests, and the container sees `NVIDIA_VISIBLE_DEVICES=<the ids>`.
     pub nvidia: bool,
+    /// The host whose engine is [`NEWER_DOCKERD`] (Docker 26, whose `docker save` writes the
+    /// OCI layout) instead of the system's Docker 20.10.
+    pub newer_engine: Option<&'static str>,
 }
+
+/// The dockerd of Debian 13's docker.io (26.1), unpacked by tests/setup.sh.
+pub const NEWER_DOCKERD: &str = "/var/cache/argus-test/docker.io-trixie/usr/sbin/dockerd";
 
 /// An instance of the fixture, owned by one test.
 pub struct Hosts {
@@ -151,6 +157,10 @@ impl Hosts {
         }
         if options.nvidia {
             args.push("--nvidia");
+        }
+        let newer = options.newer_engine.map(|h| format!("{h}={NEWER_DOCKERD}"));
+        if let Some(newer) = &newer {
+            args.extend(["--dockerd", newer.as_str()]);
         }
         args.extend(["--owner", owner.as_str()]);
         let output = fixture(&args);

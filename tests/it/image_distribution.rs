@@ -486,6 +486,81 @@ async fn a_node_loading_the_archive_skips_the_layers_it_has() {
     );
 }
 
+/// From Docker 25 `docker save` writes an OCI image layout (each layer the blob of its
+/// diff id, the config the blob of the image id): a Docker 26 engine's archive skips the
+/// layers the receiving engine has too, both streamed from that engine to hosts and loaded
+/// by a node from a file, on Docker 20.10 and on Docker 26.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_archive_of_a_newer_engine_skips_the_layers_too() {
+    let Some(ctx) = TestContext::docker_engine() else {
+        return;
+    };
+    let options = Options {
+        newer_engine: Some("n"),
+        ..Options::default()
+    };
+    let hosts = Hosts::up(&ctx, &["a", "b", "n"], options);
+    let version = hosts.docker_ok("n", &["version", "--format", "{{.Server.Version}}"]);
+    assert!(version.starts_with("26."), "n runs {version}");
+    let (base, image, wanted, _images) = two_layer_image(&ctx);
+    hosts.load_image("n", &image);
+    hosts.load_image("b", &base);
+    let work = tempfile::tempdir().expect("temp dir");
+    let archive = work.path().join("image.tar");
+    hosts.docker_ok("n", &["save", "-o", &archive.display().to_string(), &image]);
+    let listing = Command::new("tar")
+        .arg("-tf")
+        .arg(&archive)
+        .output()
+        .expect("tar");
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    assert!(
+        listing.lines().any(|l| l == "oci-layout") && !listing.contains("layer.tar"),
+        "Docker 26 wrote the OCI layout: {listing}"
+    );
+
+    // Streamed from n (as `argus up` does from the local engine) to a and b.
+    let n = connect(Some(&hosts.host("n").unix))
+        .await
+        .expect("connect n");
+    let engines = connect_hosts(&hosts, &["a", "b"]).await;
+    let targets = as_engines(&["a", "b"], &engines);
+    let recorder = Recorder::default();
+    let source = Some(Engine::new("n", &n));
+    let done = distribute(&image, source, &targets, false, &recorder)
+        .await
+        .expect("distribute");
+    let skipped = |h: &str| match outcome(&done, h) {
+        Outcome::Streamed { skipped, .. } => *skipped,
+        other => panic!("host {h}: {other:?}"),
+    };
+    assert_eq!(skipped("a"), 0, "a has no layer of it: {done:?}");
+    assert!(skipped("b") > 4 << 20, "b was spared the base: {done:?}");
+    for h in ["a", "b"] {
+        has_both_layers(&hosts, h, &image, &wanted);
+        hosts.docker_ok(h, &["rmi", &image]);
+    }
+
+    // Loaded from the file by a node holding the base, on Docker 20.10 (b) and 26 (n).
+    hosts.docker_ok("n", &["rmi", &image]);
+    hosts.load_image("n", &base);
+    for h in ["a", "b", "n"] {
+        let node = NodeEngine::connect(Some(&hosts.host(h).unix))
+            .await
+            .expect("connect");
+        let loaded = node.load_archive(&image, &wanted, &archive).await;
+        let skipped = loaded.unwrap_or_else(|e| panic!("{h}: {e}"));
+        match h {
+            "a" => assert_eq!(skipped, Some(0), "a has no layer of it"),
+            _ => assert!(
+                skipped.is_some_and(|s| s > 4 << 20),
+                "{h} read past the base: {skipped:?}"
+            ),
+        }
+        has_both_layers(&hosts, h, &image, &wanted);
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupted_transfer_leaves_nothing_and_is_retried() {
     let Some(ctx) = TestContext::docker() else {

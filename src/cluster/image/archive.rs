@@ -1,8 +1,9 @@
 //! An image archive on a file (`docker save`, as a Slurm run keeps it on the shared
 //! storage): the image's layers (diff ids), read from its config without reading the layers.
 //!
-//! The config is the entry `<hex>.json` of image `sha256:<hex>`; only the headers before it
-//! are read, each layer's data is seeked over. What is found counts only if it hashes to the
+//! The config of image `sha256:<hex>` is the entry `<hex>.json` (`docker save` up to Docker
+//! 24) or the blob `blobs/sha256/<hex>` (from Docker 25, an OCI image layout); only the
+//! headers before it are read, each layer's data is seeked over. What is found counts only if it hashes to the
 //! image's id: the archive is a file on storage others may write.
 
 use std::io::{Read, Seek, SeekFrom};
@@ -15,14 +16,15 @@ use bytes::Bytes;
 use futures_util::Stream;
 use serde::Deserialize;
 
-use super::skip_layers::{self, SkipLayers, without_layers};
+use super::skip_layers::{self, SkipLayers, blob_name, without_layers};
 use super::tar_header::{BLOCK, Located, locate, long_name, pax_records};
 use crate::digest::sha256_hex;
 
 /// The largest config or extended header read (a config is a few KiB; its history grows it).
 const MAX_READ: u64 = 4 << 20;
-/// Entries looked at before giving up: an archive holds four per layer (its directory,
-/// `VERSION`, `json`, `layer.tar`, each perhaps after an extended header) and a few more.
+/// Entries looked at before giving up: an archive holds at most four per layer (its
+/// directory, `VERSION`, `json`, `layer.tar`, each perhaps after an extended header) and a
+/// few more.
 const MAX_ENTRIES: usize = 10_000;
 
 #[derive(Deserialize)]
@@ -70,8 +72,8 @@ pub async fn load_body(
             tracing::info!(
                 host,
                 id,
-                "the archive holds no config named by the image id (not `docker save`'s \
-                 classic layout?): all of it is loaded"
+                "the archive holds no config named by the image id (not written by `docker \
+                 save`?): all of it is loaded"
             );
             None
         }
@@ -112,7 +114,9 @@ pub fn diff_ids(archive: &mut (impl Read + Seek), id: &str) -> Option<Vec<String
                 (next_path, next_size) = (path, size);
             }
             b'L' => next_path = Some(long_name(&read(archive)?)),
-            b'0' | 0 if name.trim_start_matches("./") == config => {
+            b'0' | 0
+                if name.trim_start_matches("./") == config || blob_name(&name) == Some(hex) =>
+            {
                 let data = read(archive)?;
                 if sha256_hex(&data) != hex {
                     return None;
@@ -195,6 +199,38 @@ mod tests {
             diff_ids(&mut Cursor::new(out), &config),
             Some(vec!["sha256:aa".to_string(), "sha256:bb".to_string()])
         );
+    }
+
+    #[test]
+    fn in_the_oci_layout_the_config_is_the_blob_of_the_id() {
+        // As Docker 25 and later write it: the layer blob (seeked over), the config blob.
+        let config = id();
+        let hex = config.trim_start_matches("sha256:");
+        let mut out = entry("blobs/", b'5', b"");
+        out.extend(entry("blobs/sha256/", b'5', b""));
+        out.extend(entry(
+            &format!("blobs/sha256/{}", "1".repeat(64)),
+            b'0',
+            &vec![7u8; 3 << 20],
+        ));
+        out.extend(entry(
+            &format!("blobs/sha256/{hex}"),
+            b'0',
+            CONFIG.as_bytes(),
+        ));
+        out.extend(entry("index.json", b'0', b"{}"));
+        out.extend([0u8; 2 * BLOCK]);
+        assert_eq!(
+            diff_ids(&mut Cursor::new(&out), &config),
+            Some(vec!["sha256:aa".to_string(), "sha256:bb".to_string()])
+        );
+        // A blob named by the id whose content is not that config counts for nothing.
+        let forged = out
+            .windows(3)
+            .position(|w| w == b"aa\"")
+            .expect("the config's first diff id");
+        out[forged] = b'c';
+        assert_eq!(diff_ids(&mut Cursor::new(&out), &config), None);
     }
 
     #[test]

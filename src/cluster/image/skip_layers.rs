@@ -1,23 +1,26 @@
 //! An image archive without the layers the receiving engine already has.
 //!
-//! `docker save` on the classic image store writes each layer as `<v1 id>/layer.tar` beside
-//! `<v1 id>/json` (directories in the order of their names), then `manifest.json`. `docker
-//! load` registers a layer only when its chain id is not in the engine's layer store yet: a
-//! layer it has is never opened (moby's `image/tarexport/load.go`). So the archive may leave
-//! out the `layer.tar` of every layer the receiving engine has, and the load makes the same
-//! image.
+//! `docker save` on the classic image store writes one of two layouts. Up to Docker 24 each
+//! layer is `<v1 id>/layer.tar` beside `<v1 id>/json` (directories in the order of their
+//! names), then `manifest.json`. From Docker 25 the archive is an OCI image layout: each layer
+//! is the blob `blobs/sha256/<hex>` of its diff id `sha256:<hex>` (the uncompressed tar is the
+//! blob), beside the config, the manifest, `index.json` and a `manifest.json` naming those
+//! paths (moby's `image/tarexport/save.go`). Either way `docker load` unpacks the archive and
+//! registers a layer only when its chain id is not in the engine's layer store yet: a layer
+//! it has is never opened (moby's `image/tarexport/load.go`). So the archive may leave out
+//! every layer the receiving engine has, and the load makes the same image.
 //!
-//! Which layer a directory holds is read from the archive itself: the directory's name is
-//! its v1 id, the SHA-256 of its `json` with `id` (and, below the top layer, `os`) dropped,
-//! `layer_id` (the chain id) and `parent` (as a digest) added, keys sorted (moby's
-//! `v1.CreateID`). A directory whose name is that hash for one of the engine's chain ids
-//! holds a layer the engine has; nothing else is left out, and every byte that is sent is
-//! the export's own.
+//! Which layer an entry holds is read from the archive itself. In the OCI layout a blob is
+//! named by its content's hash, so `blobs/sha256/<hex>` of a layer's diff id is that layer. In
+//! the older layout a directory's name is its v1 id, the SHA-256 of its `json` with `id` (and,
+//! below the top layer, `os`) dropped, `layer_id` (the chain id) and `parent` (as a digest)
+//! added, keys sorted (moby's `v1.CreateID`); a directory whose name is that hash for one of
+//! the engine's chain ids holds a layer the engine has. Nothing else is left out, and every
+//! byte that is sent is the export's own.
 //!
-//! Nothing is skipped (the archive passes whole) for an archive of another layout (OCI: no
-//! directory name matches), for an image with two equal layers (`docker save` links one to
-//! the other, see [`duplicate_layers`]), or for an engine on the containerd image store
-//! (its load wants every blob, see [`engine_layers`]).
+//! Nothing is skipped (the archive passes whole) for an image with two equal layers (`docker
+//! save` stores or links one for both, see [`duplicate_layers`]), or for an engine on the
+//! containerd image store (its load wants every blob, see [`engine_layers`]).
 //!
 //! The tar stream is read, not rewritten: headers (ustar names, PAX `path` and `size`, GNU
 //! long names) are parsed only to know where each entry starts and ends, which the `tar`
@@ -124,7 +127,7 @@ pub async fn for_engine(docker: &Docker, host: &str, diff_ids: &[String]) -> Opt
                 of = mine.len(),
                 "layers already there"
             );
-            Some(SkipLayers::new(shared))
+            Some(SkipLayers::new(diff_ids, shared))
         }
         Err(e) => {
             tracing::debug!(
@@ -137,9 +140,12 @@ pub async fn for_engine(docker: &Docker, host: &str, diff_ids: &[String]) -> Opt
     }
 }
 
-/// Passes an image archive on, leaving out the `layer.tar` of the layers in `chains`.
+/// Passes an image archive on, leaving out the layers the engine has.
 pub struct SkipLayers {
+    /// The chain ids of the layers the engine has.
     chains: HashSet<String>,
+    /// The blob names (`<hex>` of the diff id) of those layers, for the OCI layout.
+    blobs: HashSet<String>,
     state: State,
     /// Read but not passed on yet: extended headers, the current header, an entry held whole.
     held: Vec<u8>,
@@ -179,9 +185,18 @@ enum Held {
 }
 
 impl SkipLayers {
-    pub fn new(chains: HashSet<String>) -> Self {
+    /// For an image of `diff_ids` (bottom first, no two equal) on an engine holding the
+    /// layers of chain ids `held`.
+    pub fn new(diff_ids: &[String], held: HashSet<String>) -> Self {
+        let blobs = diff_ids
+            .iter()
+            .zip(chain_ids(diff_ids))
+            .filter(|(_, chain)| held.contains(chain))
+            .filter_map(|(diff, _)| diff.strip_prefix("sha256:").map(str::to_string))
+            .collect();
         Self {
-            chains,
+            chains: held,
+            blobs,
             state: State::Header,
             held: Vec::new(),
             dropping: Vec::new(),
@@ -324,19 +339,31 @@ impl SkipLayers {
                 }
                 Some((dir, "layer.tar")) if self.have.contains(dir) => {
                     tracing::debug!(dir, size, "left out: the engine has this layer");
-                    self.skipped.fetch_add(size, Ordering::Relaxed);
-                    self.header_at = 0;
-                    if padded == 0 {
-                        self.held.clear();
-                        self.state = State::Header;
-                    } else {
-                        self.dropping = std::mem::take(&mut self.held);
-                        self.state = State::Drop(padded);
-                    }
+                    self.leave_out(size, padded);
                 }
-                _ => self.pass(out, padded),
+                _ => match blob_name(&name) {
+                    Some(hex) if self.blobs.contains(hex) => {
+                        tracing::debug!(blob = hex, size, "left out: the engine has this layer");
+                        self.leave_out(size, padded);
+                    }
+                    _ => self.pass(out, padded),
+                },
             },
             _ => self.pass(out, padded),
+        }
+    }
+
+    /// Leaves out the entry whose header is held (its data `padded` bytes, `size` of them
+    /// the layer's).
+    fn leave_out(&mut self, size: u64, padded: u64) {
+        self.skipped.fetch_add(size, Ordering::Relaxed);
+        self.header_at = 0;
+        if padded == 0 {
+            self.held.clear();
+            self.state = State::Header;
+        } else {
+            self.dropping = std::mem::take(&mut self.held);
+            self.state = State::Drop(padded);
         }
     }
 
@@ -424,8 +451,20 @@ where
 /// `<dir>/<file>` where `dir` is a v1 id (64 lower-case hex digits).
 fn layer_entry(name: &str) -> Option<(&str, &str)> {
     let (dir, file) = name.trim_start_matches("./").split_once('/')?;
-    let hex = dir.len() == 64 && dir.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-    hex.then_some((dir, file))
+    is_sha256_hex(dir).then_some((dir, file))
+}
+
+/// `<hex>` of an entry `blobs/sha256/<hex>` (the OCI layout's blobs).
+pub(super) fn blob_name(name: &str) -> Option<&str> {
+    let hex = name
+        .trim_start_matches("./")
+        .strip_prefix("blobs/sha256/")?;
+    is_sha256_hex(hex).then_some(hex)
+}
+
+/// 64 lower-case hex digits, as a SHA-256 digest is written in an archive's names.
+fn is_sha256_hex(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
 /// True when directory `dir`, whose layer's `json` is `json`, holds one of `chains`.
@@ -484,6 +523,19 @@ mod tests {
     const LOWER_CHAIN: &str =
         "sha256:9db3230d61a47c02fa649d6fe30f094b0f76eb429dc057980dd905eed7ca8694";
 
+    /// The image's diff ids: the lower layer's (its chain id too), then the top one's.
+    fn diffs() -> Vec<String> {
+        vec![
+            LOWER_CHAIN.to_string(),
+            format!("sha256:{}", "9".repeat(64)),
+        ]
+    }
+
+    /// For an engine holding the lower layer.
+    fn engine_with_lower() -> SkipLayers {
+        SkipLayers::new(&diffs(), [LOWER_CHAIN.to_string()].into())
+    }
+
     #[test]
     fn a_directory_is_known_by_its_v1_id() {
         let chains: HashSet<String> = [LOWER_CHAIN.to_string()].into();
@@ -538,12 +590,23 @@ mod tests {
         tail.extend(pax(&[("path", &format!("{top_dir}/layer.tar"))]));
         tail.extend(entry("ignored-by-pax", b'0', &upper));
         tail.extend(entry("manifest.json", b'0', b"[]"));
+        with_and_without(keep, &dropped, tail, lower.len())
+    }
+
+    /// (`keep`, `dropped`, `tail` and the archive's end; the same without `dropped`; the
+    /// size of the layer in `dropped`).
+    fn with_and_without(
+        mut keep: Vec<u8>,
+        dropped: &[u8],
+        mut tail: Vec<u8>,
+        size: usize,
+    ) -> (Vec<u8>, Vec<u8>, usize) {
         tail.extend([0u8; 2 * BLOCK]);
         let mut whole = keep.clone();
-        whole.extend(&dropped);
+        whole.extend(dropped);
         whole.extend(&tail);
         keep.extend(tail);
-        (whole, keep, lower.len())
+        (whole, keep, size)
     }
 
     fn run(skip: &mut SkipLayers, bytes: &[u8], piece: usize) -> Vec<u8> {
@@ -563,7 +626,7 @@ mod tests {
     fn the_engines_layers_are_left_out_whatever_the_chunking() {
         let (whole, keep, lower) = archive();
         for piece in [1, 7, 511, 512, 513, 4096, whole.len()] {
-            let mut skip = SkipLayers::new([LOWER_CHAIN.to_string()].into());
+            let mut skip = engine_with_lower();
             let counter = skip.skipped();
             assert_eq!(run(&mut skip, &whole, piece), keep, "chunks of {piece}");
             assert_eq!(counter.load(Ordering::Relaxed), lower as u64);
@@ -574,31 +637,80 @@ mod tests {
     fn nothing_is_left_out_for_an_engine_without_the_layers() {
         let (whole, _, _) = archive();
         for piece in [1, 513, whole.len()] {
-            let mut skip = SkipLayers::new([format!("sha256:{}", "0".repeat(64))].into());
+            let other = [format!("sha256:{}", "0".repeat(64))].into();
+            let mut skip = SkipLayers::new(&diffs(), other);
             assert_eq!(run(&mut skip, &whole, piece), whole);
             assert_eq!(skip.skipped().load(Ordering::Relaxed), 0);
         }
     }
 
+    /// An archive as Docker 25 and later write it (an OCI image layout, the layers as blobs
+    /// named by their diff ids, `archive.Tar`'s order): (the archive, what a load needs of
+    /// it, the lower layer's size).
+    fn oci_archive() -> (Vec<u8>, Vec<u8>, usize) {
+        let lower = vec![7u8; 3000];
+        let blob = |hex: &str| format!("blobs/sha256/{hex}");
+        let lower_hex = LOWER_CHAIN.trim_start_matches("sha256:");
+        let mut keep = Vec::new();
+        keep.extend(entry("blobs/", b'5', b""));
+        keep.extend(entry("blobs/sha256/", b'5', b""));
+        keep.extend(entry(&blob(&"0".repeat(64)), b'0', b"{\"rootfs\":{}}"));
+        let dropped = entry(&blob(lower_hex), b'0', &lower);
+        let mut tail = Vec::new();
+        // The top layer's blob, through a PAX header as in the other layout.
+        tail.extend(pax(&[("path", &format!("./{}", blob(&"9".repeat(64))))]));
+        tail.extend(entry("ignored-by-pax", b'0', &[9u8; 700]));
+        // A blob named like a layer the engine has but not a whole digest: kept.
+        tail.extend(entry(&blob(&lower_hex[..63]), b'0', b"x"));
+        tail.extend(entry("index.json", b'0', b"{}"));
+        tail.extend(entry("manifest.json", b'0', b"[]"));
+        tail.extend(entry("oci-layout", b'0', b"{}"));
+        with_and_without(keep, &dropped, tail, lower.len())
+    }
+
+    #[test]
+    fn in_the_oci_layout_the_blobs_of_the_engines_layers_are_left_out() {
+        let (whole, keep, lower) = oci_archive();
+        for piece in [1, 511, 512, 4096, whole.len()] {
+            let mut skip = engine_with_lower();
+            assert_eq!(run(&mut skip, &whole, piece), keep, "chunks of {piece}");
+            assert_eq!(skip.skipped().load(Ordering::Relaxed), lower as u64);
+            // An engine with other layers gets it all.
+            let other = [format!("sha256:{}", "0".repeat(64))].into();
+            let mut skip = SkipLayers::new(&diffs(), other);
+            assert_eq!(run(&mut skip, &whole, piece), whole);
+        }
+        // An engine holding only the top layer's chain (not a stack it could hold) is not
+        // spared the lower one, and the blob of a diff id is left out only where its chain
+        // is held.
+        let top_chain = chain_ids(&diffs())[1].clone();
+        let mut skip = SkipLayers::new(&diffs(), [top_chain].into());
+        let got = run(&mut skip, &whole, 512);
+        assert_eq!(skip.skipped().load(Ordering::Relaxed), 700);
+        // Its PAX header, its header and its data went.
+        let top_pax = pax(&[("path", &format!("./blobs/sha256/{}", "9".repeat(64)))]);
+        let top = top_pax.len() + BLOCK + 700usize.div_ceil(BLOCK) * BLOCK;
+        assert_eq!(got.len(), whole.len() - top);
+    }
+
     #[test]
     fn a_cut_or_odd_archive_passes_as_it_came() {
         let (whole, _, _) = archive();
-        let chains: HashSet<String> = [LOWER_CHAIN.to_string()].into();
         // Cut inside the lower layer's json: held bytes are passed at the end.
         let cut = &whole[..3 * BLOCK + 100];
-        assert_eq!(run(&mut SkipLayers::new(chains.clone()), cut, 64), cut);
+        assert_eq!(run(&mut engine_with_lower(), cut, 64), cut);
         // Not a tar at all.
         let junk = vec![0x41u8; 5000];
-        assert_eq!(run(&mut SkipLayers::new(chains.clone()), &junk, 100), junk);
+        assert_eq!(run(&mut engine_with_lower(), &junk, 100), junk);
         // A malformed PAX header: the rest passes unread.
         let mut odd = entry("PaxHeaders/x", b'x', b"99 path=nope\n");
         odd.extend(&whole);
-        assert_eq!(run(&mut SkipLayers::new(chains.clone()), &odd, 300), odd);
+        assert_eq!(run(&mut engine_with_lower(), &odd, 300), odd);
         // Cut inside the layer being left out: its header ends what is passed on, so the
         // engine sees a cut archive.
         let layer_at = 4 * BLOCK + LOWER_JSON.len().div_ceil(BLOCK) * BLOCK;
         let cut = &whole[..layer_at + BLOCK + 1000];
-        let mut skip = SkipLayers::new(chains.clone());
+        let mut skip = engine_with_lower();
         let got = run(&mut skip, cut, 333);
         assert_eq!(
             got,
@@ -611,7 +723,7 @@ mod tests {
             chained.extend(pax(&[("path", &format!("{LOWER_DIR}/layer.tar"))]));
         }
         chained.extend(&whole);
-        let mut skip = SkipLayers::new(chains.clone());
+        let mut skip = engine_with_lower();
         assert_eq!(run(&mut skip, &chained, 512), chained);
         assert_eq!(skip.skipped().load(Ordering::Relaxed), 0);
         // Sizes no archive can have (base-256: beyond u64, u64::MAX): passed on, no overflow.
@@ -621,7 +733,7 @@ mod tests {
             huge[125..128].fill(high);
             huge[128..136].fill(0xff);
             huge.extend(&whole);
-            assert_eq!(run(&mut SkipLayers::new(chains.clone()), &huge, 700), huge);
+            assert_eq!(run(&mut engine_with_lower(), &huge, 700), huge);
         }
     }
 }
