@@ -44,19 +44,20 @@ tests/venvs.sh all
 # docker.io, downloaded from Debian's archive (signatures checked against the system's keyring)
 # and unpacked under /var/cache/argus-test, not installed (the system's engine stays as it is).
 NEWER_DOCKERD=/var/cache/argus-test/docker.io-trixie/usr/sbin/dockerd
-if [ ! -x "$NEWER_DOCKERD" ]; then
+if ! "$NEWER_DOCKERD" --version >/dev/null 2>&1; then
     echo "tests/setup.sh: fetching Debian 13's docker.io (a newer dockerd, unpacked)" >&2
     apt_dir=$(mktemp -d)
-    trap 'rm -rf "$apt_dir"' EXIT
-    mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
+    mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" /var/cache/argus-test
     echo 'deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main' \
         >"$apt_dir/sources.list"
     apt_opts=(-o "Dir::Etc::sourcelist=$apt_dir/sources.list" -o Dir::Etc::sourceparts=/dev/null
         -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o APT::Sandbox::User=root)
     apt-get "${apt_opts[@]}" update -qq
     (cd "$apt_dir" && apt-get "${apt_opts[@]}" download -qq docker.io)
+    # Unpacked beside its place and moved there whole: an interrupted run leaves nothing half.
+    dpkg-deb -x "$apt_dir"/docker.io_*.deb "$apt_dir/unpacked"
+    "$apt_dir/unpacked/usr/sbin/dockerd" --version >/dev/null
     rm -rf /var/cache/argus-test/docker.io-trixie
-    mkdir -p /var/cache/argus-test
-    dpkg-deb -x "$apt_dir"/docker.io_*.deb /var/cache/argus-test/docker.io-trixie
-    "$NEWER_DOCKERD" --version >/dev/null
+    mv "$apt_dir/unpacked" /var/cache/argus-test/docker.io-trixie
+    rm -rf "$apt_dir"
 fi

@@ -51,7 +51,7 @@ pub async fn save_archive(docker: &Docker, reference: &str, path: &Path) -> Resu
     let result = async {
         use tokio::io::AsyncWriteExt;
         let mut file = tokio::fs::File::create(&temp).await.map_err(io)?;
-        let mut stream = docker.export_image(reference);
+        let mut stream = docker.export_image(&super::image::one_image(reference));
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(docker_err(format!("export image {reference}")))?;
             file.write_all(&chunk).await.map_err(io)?;
@@ -84,11 +84,19 @@ pub async fn load_archive(
         return Ok(None);
     }
     let (loaded, skipped) = load(docker, id, archive, true).await;
+    let present = loaded.is_ok() || has_image(docker, id).await;
     let skipped = match loaded {
         Ok(()) => skipped,
+        // The image is whole (its id is its content's) even if the load failed after it:
+        // an archive of several images (an older argus's, of a name without a tag) can fail
+        // on another one.
+        Err(e) if present => {
+            tracing::info!("{} gave image {id}, then failed: {e}", archive.display());
+            skipped
+        }
         // Only a load that left something out is tried again, and only when the image is
         // not there after all.
-        Err(e) if skipped > 0 && !has_image(docker, id).await => {
+        Err(e) if skipped > 0 => {
             tracing::info!(
                 "loading {} without the layers this engine had failed ({e}): loading all of it",
                 archive.display()
@@ -105,12 +113,12 @@ pub async fn load_archive(
             archive.display()
         )));
     }
-    let (repo, tag) = reference
-        .rsplit_once(':')
-        .filter(|(_, t)| !t.contains('/'))
-        .unwrap_or((reference, "latest"));
-    let options = TagImageOptionsBuilder::new().repo(repo).tag(tag).build();
-    let _ = docker.tag_image(id, Some(options)).await;
+    // A reference by digest is not a tag to give it (nor a `latest` to move).
+    if !reference.contains('@') {
+        let (repo, tag) = super::image::split_tag(reference);
+        let options = TagImageOptionsBuilder::new().repo(repo).tag(tag).build();
+        let _ = docker.tag_image(id, Some(options)).await;
+    }
     Ok(Some(skipped))
 }
 

@@ -114,6 +114,8 @@ pub fn diff_ids(archive: &mut (impl Read + Seek), id: &str) -> Option<Vec<String
                 (next_path, next_size) = (path, size);
             }
             b'L' => next_path = Some(long_name(&read(archive)?)),
+            // A GNU long link name or sparse file: not followed (`docker save` writes neither).
+            b'K' | b'S' => return None,
             b'0' | 0
                 if name.trim_start_matches("./") == config || blob_name(&name) == Some(hex) =>
             {

@@ -150,6 +150,27 @@ pub async fn ensure_built(
     build(&docker, &spec, reporter).await.map(|_| ())
 }
 
+/// `repo:tag` split as Docker's tag API wants it (`latest` when there is none).
+pub fn split_tag(reference: &str) -> (&str, &str) {
+    let name = reference.split('@').next().unwrap_or(reference);
+    match name.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => (repo, tag),
+        _ => (name, "latest"),
+    }
+}
+
+/// `reference` as `docker save` exports exactly one image by it: with a digest as it is,
+/// else `repo:tag` (a bare name would export every tag of the repository, and an archive of
+/// several images can share a layer at other places in their stacks than the wanted one's,
+/// which leaving out layers the engine has would then break).
+pub fn one_image(reference: &str) -> String {
+    if reference.contains('@') {
+        return reference.to_string();
+    }
+    let (repo, tag) = split_tag(reference);
+    format!("{repo}:{tag}")
+}
+
 /// An image reference Docker takes as a tag: `[registry/]name[:tag]`, a lower-case name of
 /// `[a-z0-9._/-]` (a registry may have a port), a tag of `[A-Za-z0-9._-]`, 1 to 128 long.
 pub fn valid_tag(reference: &str) -> bool {
@@ -276,6 +297,22 @@ pub fn short_id(id: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tags_split_after_the_last_path_component() {
+        assert_eq!(split_tag("argus/ray:2.51.1"), ("argus/ray", "2.51.1"));
+        assert_eq!(
+            split_tag("localhost:5000/ray"),
+            ("localhost:5000/ray", "latest")
+        );
+        assert_eq!(
+            split_tag("localhost:5000/ray:t@sha256:ab"),
+            ("localhost:5000/ray", "t")
+        );
+        assert_eq!(one_image("localhost:5000/ray"), "localhost:5000/ray:latest");
+        assert_eq!(one_image("argus/ray:2.51.1"), "argus/ray:2.51.1");
+        assert_eq!(one_image("ray@sha256:ab"), "ray@sha256:ab");
+    }
 
     #[test]
     fn inputs_hash_ignores_the_mirror_and_follows_the_pins() {

@@ -187,7 +187,13 @@ enum Held {
 impl SkipLayers {
     /// For an image of `diff_ids` (bottom first, no two equal) on an engine holding the
     /// layers of chain ids `held`.
+    /// With two equal layers nothing is left out (see [`duplicate_layers`]).
     pub fn new(diff_ids: &[String], held: HashSet<String>) -> Self {
+        let held = if duplicate_layers(diff_ids) {
+            HashSet::new()
+        } else {
+            held
+        };
         let blobs = diff_ids
             .iter()
             .zip(chain_ids(diff_ids))
@@ -329,6 +335,9 @@ impl SkipLayers {
         match header[156] {
             // One extended header per entry is plenty; a chain of them is not held.
             b'x' | b'L' if padded > MAX_HELD || self.header_at > 0 => self.through(out),
+            // A GNU long link name or sparse file: where Go's reader takes the next entry's
+            // name or data from is no longer followed (`docker save` writes neither).
+            b'K' | b'S' => self.through(out),
             b'x' => self.state = held(Held::Pax),
             b'L' => self.state = held(Held::LongName),
             b'0' | 0 => match layer_entry(&name) {
@@ -726,6 +735,23 @@ mod tests {
         let mut skip = engine_with_lower();
         assert_eq!(run(&mut skip, &chained, 512), chained);
         assert_eq!(skip.skipped().load(Ordering::Relaxed), 0);
+        // A GNU long name, then a long link name (Go's reader gives the entry after them the
+        // long name), or a PAX sparse-file name: the rest passes unread.
+        let layer = format!("{LOWER_DIR}/layer.tar");
+        let mut long_link = entry("././@LongLink", b'L', format!("{layer}\0").as_bytes());
+        long_link.extend(entry("././@LongLink", b'K', b"target\0"));
+        let mut sparse = pax(&[("GNU.sparse.name", layer.as_str())]);
+        sparse.extend(entry("x", b'0', b"data"));
+        for odd in [long_link, sparse] {
+            let mut odd = odd;
+            odd.extend(&whole);
+            let mut skip = engine_with_lower();
+            assert_eq!(run(&mut skip, &odd, 512), odd);
+        }
+        // Two equal layers: nothing is left out, whatever the engine holds.
+        let doubled = vec![LOWER_CHAIN.to_string(), LOWER_CHAIN.to_string()];
+        let mut skip = SkipLayers::new(&doubled, [LOWER_CHAIN.to_string()].into());
+        assert_eq!(run(&mut skip, &whole, 512), whole);
         // Sizes no archive can have (base-256: beyond u64, u64::MAX): passed on, no overflow.
         for high in [0xffu8, 0] {
             let mut huge = entry("x", b'0', b"");

@@ -5,7 +5,9 @@
 /// A tar block: every header, and the unit entries are padded to.
 pub const BLOCK: usize = 512;
 
-/// The `path` and `size` of PAX records (`<len> <key>=<value>\n`); None when malformed.
+/// The `path` and `size` of PAX records (`<len> <key>=<value>\n`); None when malformed, or
+/// when they describe a sparse file (`GNU.sparse.*`: its name and sizes are elsewhere, which
+/// `docker save` never writes and neither reader follows).
 pub fn pax_records(mut data: &[u8]) -> Option<(Option<String>, Option<u64>)> {
     let (mut path, mut size) = (None, None);
     while !data.is_empty() {
@@ -20,6 +22,7 @@ pub fn pax_records(mut data: &[u8]) -> Option<(Option<String>, Option<u64>)> {
         match key {
             b"path" => path = Some(String::from_utf8_lossy(value).into_owned()),
             b"size" => size = Some(std::str::from_utf8(value).ok()?.parse().ok()?),
+            k if k.starts_with(b"GNU.sparse.") => return None,
             _ => {}
         }
         data = &data[len..];

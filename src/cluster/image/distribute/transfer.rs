@@ -15,8 +15,8 @@ use futures_util::future::join_all;
 use futures_util::{Stream, StreamExt};
 use tokio::sync::{mpsc, oneshot};
 
-use super::super::short_id;
 use super::super::skip_layers::{self, SkipLayers, without_layers};
+use super::super::{one_image, short_id, split_tag};
 use super::Engine;
 use super::observe::{Found, Source, look};
 use crate::exit::one_line;
@@ -48,15 +48,6 @@ pub(super) async fn retag(host: Engine<'_>, reference: &str, wanted: &str) -> bo
             tracing::debug!(host = host.host, "tag {reference}: {}", one_line(&e));
             false
         }
-    }
-}
-
-/// `repo:tag` split as Docker's tag API wants it (`latest` when there is none).
-fn split_tag(reference: &str) -> (&str, &str) {
-    let name = reference.split('@').next().unwrap_or(reference);
-    match name.rsplit_once(':') {
-        Some((repo, tag)) if !tag.contains('/') => (repo, tag),
-        _ => (name, "latest"),
     }
 }
 
@@ -185,7 +176,9 @@ pub(super) async fn stream(
         });
     }
     tracing::debug!(from, image, hosts = targets.len(), "export");
-    let export = source.engine.docker.export_image(image);
+    // One image: `docker save` of a name without a tag writes every tag of it, whose layers
+    // a host may hold at other places in the stack than the wanted image's.
+    let export = source.engine.docker.export_image(&one_image(image));
     let (exported, loads) = futures_util::join!(tee(export, sinks), join_all(loads));
     if let Err(e) = &exported {
         tracing::debug!(from, "export failed: {e}");
@@ -380,19 +373,6 @@ where
 mod tests {
     use super::*;
     use futures_util::FutureExt;
-
-    #[test]
-    fn tags_split_after_the_last_path_component() {
-        assert_eq!(split_tag("argus/ray:2.51.1"), ("argus/ray", "2.51.1"));
-        assert_eq!(
-            split_tag("localhost:5000/ray"),
-            ("localhost:5000/ray", "latest")
-        );
-        assert_eq!(
-            split_tag("localhost:5000/ray:t@sha256:ab"),
-            ("localhost:5000/ray", "t")
-        );
-    }
 
     #[derive(Debug, thiserror::Error)]
     #[error("disk on fire")]
