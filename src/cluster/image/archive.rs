@@ -3,8 +3,8 @@
 //!
 //! The config of image `sha256:<hex>` is the entry `<hex>.json` (`docker save` up to Docker
 //! 24) or the blob `blobs/sha256/<hex>` (from Docker 25, an OCI image layout); only the
-//! headers before it are read, each layer's data is seeked over. What is found counts only if it hashes to the
-//! image's id: the archive is a file on storage others may write.
+//! headers before it are read, each layer's data is seeked over. What is found counts only
+//! if it hashes to the image's id: the archive is a file on storage others may write.
 
 use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
@@ -17,7 +17,7 @@ use futures_util::Stream;
 use serde::Deserialize;
 
 use super::skip_layers::{self, SkipLayers, blob_name, without_layers};
-use super::tar_header::{BLOCK, Located, locate, long_name, pax_records};
+use super::tar_header::{BLOCK, Located, locate, long_name, not_followed, pax_records};
 use crate::digest::sha256_hex;
 
 /// The largest config or extended header read (a config is a few KiB; its history grows it).
@@ -114,8 +114,7 @@ pub fn diff_ids(archive: &mut (impl Read + Seek), id: &str) -> Option<Vec<String
                 (next_path, next_size) = (path, size);
             }
             b'L' => next_path = Some(long_name(&read(archive)?)),
-            // A GNU long link name or sparse file: not followed (`docker save` writes neither).
-            b'K' | b'S' => return None,
+            _ if not_followed(&header) => return None,
             b'0' | 0
                 if name.trim_start_matches("./") == config || blob_name(&name) == Some(hex) =>
             {

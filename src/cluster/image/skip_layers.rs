@@ -36,7 +36,7 @@ use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use serde_json::value::RawValue;
 
-use super::tar_header::{BLOCK, Located, locate, long_name, pax_records};
+use super::tar_header::{BLOCK, Located, locate, long_name, not_followed, pax_records};
 use crate::digest::sha256_hex;
 
 /// The largest entry read whole before it is passed on: a layer's `json` (a few KiB) or an
@@ -185,9 +185,8 @@ enum Held {
 }
 
 impl SkipLayers {
-    /// For an image of `diff_ids` (bottom first, no two equal) on an engine holding the
-    /// layers of chain ids `held`.
-    /// With two equal layers nothing is left out (see [`duplicate_layers`]).
+    /// For an image of `diff_ids` (bottom first) on an engine holding the layers of chain
+    /// ids `held`; with two equal layers nothing is left out (see [`duplicate_layers`]).
     pub fn new(diff_ids: &[String], held: HashSet<String>) -> Self {
         let held = if duplicate_layers(diff_ids) {
             HashSet::new()
@@ -335,9 +334,7 @@ impl SkipLayers {
         match header[156] {
             // One extended header per entry is plenty; a chain of them is not held.
             b'x' | b'L' if padded > MAX_HELD || self.header_at > 0 => self.through(out),
-            // A GNU long link name or sparse file: where Go's reader takes the next entry's
-            // name or data from is no longer followed (`docker save` writes neither).
-            b'K' | b'S' => self.through(out),
+            _ if not_followed(&header) => self.through(out),
             b'x' => self.state = held(Held::Pax),
             b'L' => self.state = held(Held::LongName),
             b'0' | 0 => match layer_entry(&name) {

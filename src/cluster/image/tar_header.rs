@@ -93,6 +93,13 @@ pub fn long_name(data: &[u8]) -> String {
     String::from_utf8_lossy(name).into_owned()
 }
 
+/// True for a GNU long link name (`K`) or sparse file (`S`): Go's reader takes the next
+/// entry's name or this entry's data from elsewhere than these readers look, and `docker save`
+/// writes neither, so neither reader follows an archive past one.
+pub fn not_followed(header: &[u8; BLOCK]) -> bool {
+    matches!(header[156], b'K' | b'S')
+}
+
 /// True for the kinds of entry that hold no data whatever their size field says (links,
 /// devices, directories, FIFOs), as Go's reader (and so `docker load`) takes them.
 fn header_only(header: &[u8; BLOCK]) -> bool {
