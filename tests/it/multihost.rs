@@ -635,3 +635,104 @@ fn a_host_whose_shared_mount_differs_is_refused_before_ray_starts() {
         .unwrap_or_default();
     assert!(probes.is_empty(), "{probes:?}");
 }
+
+/// Thaws a host's containers when dropped: frozen processes cannot be killed, so a failed
+/// test would otherwise leave the fixture unable to go down.
+struct Frozen(PathBuf);
+
+impl Frozen {
+    /// Freezes every container the host's engine makes from now on (their cgroup parent).
+    fn host(hosts: &Hosts, host: &str) -> Self {
+        let dir = PathBuf::from(format!(
+            "/sys/fs/cgroup/freezer/argus-mh-{}-{host}",
+            hosts.instance()
+        ));
+        std::fs::create_dir_all(&dir).expect("the host's freezer cgroup (cgroup v1)");
+        std::fs::write(dir.join("freezer.state"), "FROZEN").expect("freeze");
+        Self(dir)
+    }
+
+    fn thaw(&self) {
+        let _ = std::fs::write(self.0.join("freezer.state"), "THAWED");
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        self.thaw();
+    }
+}
+
+/// `up`'s probe of a host's interface (a container of the image) takes as long as that host
+/// takes to run a container: one that needs longer than doctor's 5 s bound is a busy host,
+/// not a failed one, and the `up` goes on.
+#[test]
+fn a_host_slow_to_run_the_interface_probe_does_not_fail_up() {
+    let Some(mut ctx) = TestContext::docker() else {
+        return;
+    };
+    let hosts = Hosts::up(&ctx, &["a", "b"], Options::default());
+    for h in ["a", "b"] {
+        hosts.load_image(h, IMAGE);
+    }
+    let (cluster, _shared, profile) = profile(
+        &mut ctx,
+        &hosts,
+        &[("a", "unix"), ("b", "unix")],
+        "a",
+        &["b"],
+    );
+    let tp = ctx.path("testpoint");
+    let mut up = argus(&ctx, &hosts, &profile)
+        .env("ARGUS_TESTPOINT", "up:before-iface-probe")
+        .env("ARGUS_TESTPOINT_FILE", &tp)
+        .args(["--json", "up"])
+        .spawn_to(&ctx.path("up.out"), &ctx.path("up.err"));
+    poll("up to reach the probe", Duration::from_secs(120), || {
+        tp.exists().then_some(())
+    });
+    // Host b runs nothing for 8 s from here: its probe container starts only then.
+    let frozen = Frozen::host(&hosts, "b");
+    std::fs::remove_file(&tp).expect("let up go on");
+    let released = Instant::now();
+    poll(
+        "b's probe container to be made",
+        Duration::from_secs(60),
+        || {
+            let out = hosts.docker_ok("b", &["ps", "-aq", "--filter", "label=argus.probe"]);
+            (!out.trim().is_empty()).then_some(())
+        },
+    );
+    while released.elapsed() < Duration::from_secs(8) {
+        assert!(
+            up.try_wait().expect("up").is_none(),
+            "up ended while b was frozen"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    frozen.thaw();
+    let status = wait_or_kill(&mut up, Duration::from_secs(240), "up");
+    let err = std::fs::read_to_string(ctx.path("up.err")).unwrap_or_default();
+    assert_eq!(status, Some(0), "{err}");
+    assert_eq!(read_json(&ctx.path("up.out"))["changed"], true);
+    let status = argus(&ctx, &hosts, &profile)
+        .args(["--json", "status"])
+        .run()
+        .code(0)
+        .json();
+    assert_eq!(alive_nodes(&status).len(), 2, "{status:#}");
+    // Both hosts' containers carry the interface b's late probe (and a's) found.
+    for h in ["a", "b"] {
+        let names = containers(&hosts, h, &cluster);
+        let name = names.keys().next().expect("a container");
+        let env = hosts.docker_ok(h, &["inspect", "-f", "{{json .Config.Env}}", name]);
+        assert!(env.contains("NCCL_SOCKET_IFNAME="), "{h}: {env}");
+    }
+    assert!(
+        hosts
+            .docker_ok("b", &["ps", "-aq", "--filter", "label=argus.probe"])
+            .trim()
+            .is_empty(),
+        "the probe container is removed"
+    );
+}

@@ -29,8 +29,12 @@ const SCRIPT: &str = include_str!("../../../assets/doctor/netprobe.py");
 /// ran out of time is found and removed.
 const LABEL_PROBE: &str = "argus.probe";
 
-/// How long one host's probe may take, container start to removal.
+/// How long one host's probe may take in doctor, container start to removal: a slower
+/// host is reported (unknown), within doctor's own bounds.
 pub(super) const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long `up`'s probe of a host's interface may take: there a slow probe is a busy host
+/// (its containers start as slowly), and failing on it would fail the `up`.
+const UP_PROBE_TIMEOUT: Duration = Duration::from_secs(60);
 /// What the script itself may spend on `/proc` (the rest is the container's start and end).
 const SCRIPT_BUDGET_S: &str = "2.5";
 
@@ -79,8 +83,8 @@ pub struct ProbeArgs {
     pub cluster: String,
 }
 
-/// Runs the probe on one host, bounded by [`PROBE_TIMEOUT`].
-pub async fn probe(docker: &Docker, args: &ProbeArgs) -> Result<Seen, String> {
+/// Runs the probe on one host, bounded by `bound`.
+pub async fn probe(docker: &Docker, args: &ProbeArgs, bound: Duration) -> Result<Seen, String> {
     let ranges: Vec<String> = args
         .ranges
         .iter()
@@ -97,7 +101,7 @@ pub async fn probe(docker: &Docker, args: &ProbeArgs) -> Result<Seen, String> {
         args.own_ids.join(","),
         SCRIPT_BUDGET_S.to_string(),
     ];
-    let output = run_bounded(docker, &args.image_id, &args.cluster, cmd, PROBE_TIMEOUT).await?;
+    let output = run_bounded(docker, &args.image_id, &args.cluster, cmd, bound).await?;
     let line = output
         .lines()
         .rev()
@@ -270,11 +274,13 @@ pub async fn ifaces_for_up(
             if dry_run {
                 return (e.name.clone(), None);
             }
-            let outcome = probe(&e.docker, args).await.and_then(|seen| {
-                seen.route
-                    .iface
-                    .ok_or_else(|| seen.route.error.unwrap_or_else(|| "no interface".into()))
-            });
+            let outcome = probe(&e.docker, args, UP_PROBE_TIMEOUT)
+                .await
+                .and_then(|seen| {
+                    seen.route
+                        .iface
+                        .ok_or_else(|| seen.route.error.unwrap_or_else(|| "no interface".into()))
+                });
             (e.name.clone(), Some(outcome))
         }
     }))
@@ -579,7 +585,7 @@ async fn host_checks_unbounded(
         own_ids: own.iter().map(|o| o.id.clone()).collect(),
         cluster: p.name.clone(),
     };
-    let seen = match probe(&engine.docker, &args).await {
+    let seen = match probe(&engine.docker, &args, PROBE_TIMEOUT).await {
         Ok(seen) => seen,
         Err(e) => {
             let mut checks = vec![clash.unwrap_or_else(|| unknown("ports", host, &e))];

@@ -208,6 +208,7 @@ async fn plan_cluster(
         .map_err(|clash| Error::Ports(Box::new(clash)))?;
     // Across hosts with host networking: the interface each host reaches the head through,
     // for NCCL and Gloo (what running containers carry; a dry run probes nothing).
+    crate::testpoint::reach("up:before-iface-probe");
     let collective_iface =
         match super::doctor::network::ifaces_for_up(&loaded.profile, engines, image_id, dry_run)
             .await
