@@ -29,6 +29,35 @@ fn doctor(argus: crate::harness::Argus, args: &[&str]) -> (serde_json::Value, i3
     (report, run.code, took)
 }
 
+/// doctor on what should be healthy, once it finds nothing. A probe past its bound on a
+/// machine the rest of the suite loads is reported unknown ("did not end within", "no
+/// answer within"): doctor's contract on a slow host, not a finding about the cluster.
+/// Only then is doctor run again (3 times at most); any other finding is returned at once.
+fn doctor_healthy(argus: impl Fn() -> crate::harness::Argus) -> (serde_json::Value, i32, Duration) {
+    let past_bound = |c: &serde_json::Value| {
+        c["status"] == "unknown"
+            && c["seen"]
+                .as_str()
+                .is_some_and(|s| s.contains("did not end within") || s.contains("no answer within"))
+    };
+    let mut attempt = 1;
+    loop {
+        let (report, code, took) = doctor(argus(), &[]);
+        let found: Vec<&serde_json::Value> = report["hosts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .flat_map(|h| h["checks"].as_array().into_iter().flatten())
+            .filter(|c| c["status"] != "ok")
+            .collect();
+        if found.is_empty() || attempt == 3 || !found.iter().all(|c| past_bound(c)) {
+            return (report, code, took);
+        }
+        eprintln!("doctor, attempt {attempt}: only probes past their bound (a loaded machine)");
+        attempt += 1;
+    }
+}
+
 /// Every check of the report: (host, name, status).
 fn checks(report: &serde_json::Value) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
@@ -100,7 +129,7 @@ fn doctor_finds_nothing_on_the_builtin_profile_and_names_each_fault() {
     let (local, shared) = crate::verl::builtin_profile(&mut ctx, "");
     std::fs::create_dir_all(&shared).expect("shared");
     let builtin = || ctx.argus().profile(&local);
-    let (report, code, took) = doctor(builtin(), &[]);
+    let (report, code, took) = doctor_healthy(builtin);
     eprintln!("doctor on the built-in profile: {took:?}");
     assert_eq!(findings(&report), [], "{report:#}");
     assert_eq!(code, 0, "{report:#}");
@@ -359,7 +388,7 @@ fn doctor_across_three_hosts_names_a_foreign_image_and_a_foreign_shared_director
     std::fs::create_dir_all(&shared).expect("shared");
     let profile = spanning(&mut ctx, &hosts, &shared, false);
 
-    let (report, code, took) = doctor(ctx.argus().profile(&profile), &[]);
+    let (report, code, took) = doctor_healthy(|| ctx.argus().profile(&profile));
     eprintln!("doctor on 3 emulated hosts: {took:?}");
     assert_eq!(findings(&report), [], "{report:#}");
     assert_eq!(code, 0);
