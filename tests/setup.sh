@@ -46,15 +46,18 @@ tests/venvs.sh all
 NEWER_DOCKERD=/var/cache/argus-test/docker.io-trixie/usr/sbin/dockerd
 if ! "$NEWER_DOCKERD" --version >/dev/null 2>&1; then
     echo "tests/setup.sh: fetching Debian 13's docker.io (a newer dockerd, unpacked)" >&2
-    apt_dir=$(mktemp -d)
-    mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial" /var/cache/argus-test
+    # Beside its place (one file system, so the move below is a rename), gone on any exit.
+    mkdir -p /var/cache/argus-test
+    apt_dir=$(mktemp -d /var/cache/argus-test/.docker.io-XXXXXX)
+    trap 'rm -rf "$apt_dir"' EXIT
+    mkdir -p "$apt_dir/lists/partial" "$apt_dir/cache/archives/partial"
     echo 'deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main' \
         >"$apt_dir/sources.list"
     apt_opts=(-o "Dir::Etc::sourcelist=$apt_dir/sources.list" -o Dir::Etc::sourceparts=/dev/null
         -o "Dir::State::Lists=$apt_dir/lists" -o "Dir::Cache=$apt_dir/cache" -o APT::Sandbox::User=root)
     apt-get "${apt_opts[@]}" update -qq
     (cd "$apt_dir" && apt-get "${apt_opts[@]}" download -qq docker.io)
-    # Unpacked beside its place and moved there whole: an interrupted run leaves nothing half.
+    # Unpacked there and moved whole: an interrupted run leaves nothing half.
     dpkg-deb -x "$apt_dir"/docker.io_*.deb "$apt_dir/unpacked"
     "$apt_dir/unpacked/usr/sbin/dockerd" --version >/dev/null
     rm -rf /var/cache/argus-test/docker.io-trixie
