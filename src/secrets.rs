@@ -95,11 +95,13 @@ pub fn redact_args<S: AsRef<str>>(args: &[S], max_chars: usize) -> String {
     }
 }
 
-/// `key=<redacted>` when `key` is secret-named, else the word unchanged.
+/// A `key=value` word with its value's secrets replaced ([`redact_override_value`]: the
+/// whole value when `key` is secret-named, the secrets inside a mapping value), else the
+/// word unchanged.
 fn redact_assignment(word: &str) -> String {
     match word.split_once('=') {
-        Some((key, _)) if is_secret_override_key(key) => format!("{key}={REDACTED}"),
-        _ => word.to_string(),
+        Some((key, value)) => format!("{key}={}", redact_override_value(key, value)),
+        None => word.to_string(),
     }
 }
 
@@ -223,19 +225,18 @@ impl Secrets {
         Cow::Owned(out)
     }
 
-    /// A JSON document with secret-named keys' string values and every secret value
-    /// replaced, at any depth.
+    /// A JSON document with what secret-named keys hold (every string and number under
+    /// them, however deep) and every secret value replaced, at any depth.
     pub fn redact_json(&self, value: serde_json::Value) -> serde_json::Value {
         use serde_json::Value;
         match value {
             Value::Object(map) => Value::Object(
                 map.into_iter()
                     .map(|(k, v)| {
-                        let v = match v {
-                            Value::String(_) | Value::Number(_) if is_secret_name(&k) => {
-                                Value::String(REDACTED.into())
-                            }
-                            other => self.redact_json(other),
+                        let v = if is_secret_name(&k) {
+                            blank_json(v)
+                        } else {
+                            self.redact_json(v)
                         };
                         (self.redact_str(&k).into_owned(), v)
                     })
@@ -249,19 +250,17 @@ impl Secrets {
         }
     }
 
-    /// The same for a YAML value.
+    /// The same for a YAML value (a mapping-valued Hydra override included).
     pub fn redact_yaml(&self, value: serde_yaml::Value) -> serde_yaml::Value {
         use serde_yaml::Value;
         match value {
             Value::Mapping(map) => Value::Mapping(
                 map.into_iter()
                     .map(|(k, v)| {
-                        let secret_key = k.as_str().is_some_and(is_secret_name);
-                        let v = match v {
-                            Value::String(_) | Value::Number(_) if secret_key => {
-                                Value::String(REDACTED.into())
-                            }
-                            other => self.redact_yaml(other),
+                        let v = if k.as_str().is_some_and(is_secret_name) {
+                            blank_yaml(v)
+                        } else {
+                            self.redact_yaml(v)
                         };
                         (self.redact_yaml(k), v)
                     })
@@ -280,6 +279,100 @@ impl Secrets {
             }
             other => other,
         }
+    }
+}
+
+/// What a secret-named key holds, with every string and number in it (at any depth)
+/// replaced by [`REDACTED`]; booleans, nulls and the shape are kept.
+fn blank_json(value: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    match value {
+        Value::String(_) | Value::Number(_) => Value::String(REDACTED.into()),
+        Value::Array(items) => Value::Array(items.into_iter().map(blank_json).collect()),
+        Value::Object(map) => {
+            Value::Object(map.into_iter().map(|(k, v)| (k, blank_json(v))).collect())
+        }
+        other => other,
+    }
+}
+
+/// [`blank_json`] for YAML.
+fn blank_yaml(value: serde_yaml::Value) -> serde_yaml::Value {
+    use serde_yaml::Value;
+    match value {
+        Value::String(_) | Value::Number(_) => Value::String(REDACTED.into()),
+        Value::Sequence(items) => Value::Sequence(items.into_iter().map(blank_yaml).collect()),
+        Value::Mapping(map) => {
+            Value::Mapping(map.into_iter().map(|(k, v)| (k, blank_yaml(v))).collect())
+        }
+        Value::Tagged(t) => blank_yaml(t.value),
+        other => other,
+    }
+}
+
+/// The secrets a YAML value holds wherever they sit: every string and number under a
+/// secret-named key, at any depth (`{env_vars: {WANDB_API_KEY: ...}}` as a Hydra
+/// override's value). The one rule [`Secrets::redact_yaml`] redacts by.
+pub fn secrets_in_yaml(value: &serde_yaml::Value) -> Vec<String> {
+    fn walk(value: &serde_yaml::Value, under_secret: bool, out: &mut Vec<String>) {
+        use serde_yaml::Value;
+        match value {
+            Value::String(s) if under_secret => out.push(s.clone()),
+            Value::Number(n) if under_secret => out.push(n.to_string()),
+            Value::Sequence(items) => items.iter().for_each(|v| walk(v, under_secret, out)),
+            Value::Mapping(map) => {
+                for (k, v) in map {
+                    walk(
+                        v,
+                        under_secret || k.as_str().is_some_and(is_secret_name),
+                        out,
+                    );
+                }
+            }
+            Value::Tagged(t) => walk(&t.value, under_secret, out),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(value, false, &mut out);
+    out
+}
+
+/// A Hydra override's value text as the tree Hydra's grammar reads (`{a: {b: c}}`,
+/// `[x, y]`, a scalar); None when it is not a plain value (a sweep, a function call,
+/// a syntax error).
+fn override_tree(text: &str) -> Option<serde_yaml::Value> {
+    crate::hydra::parse_value(text).ok()?.to_yaml()
+}
+
+/// The secrets in a Hydra override written as `key=value` text: the whole value when the
+/// key is secret-named ([`is_secret_override_key`]), else what secret-named keys inside
+/// the value hold, at any depth ([`secrets_in_yaml`]).
+pub fn secrets_in_override(key: &str, value: &str) -> Vec<String> {
+    if is_secret_override_key(key) {
+        return vec![value.to_string()];
+    }
+    override_tree(value)
+        .map(|tree| secrets_in_yaml(&tree))
+        .unwrap_or_default()
+}
+
+/// A Hydra override's value text with its secrets replaced, for what argus shows and
+/// records: [`REDACTED`] for the whole value when the key is secret-named; the value
+/// rewritten with secret-named keys' contents replaced when it holds any (at any depth);
+/// [`REDACTED`] whole when it cannot be read as a plain value but names a secret-named
+/// word (it may hide one where this cannot see); else unchanged.
+pub fn redact_override_value<'a>(key: &str, value: &'a str) -> Cow<'a, str> {
+    if is_secret_override_key(key) {
+        return Cow::Borrowed(REDACTED);
+    }
+    match override_tree(value) {
+        Some(tree) if secrets_in_yaml(&tree).is_empty() => Cow::Borrowed(value),
+        Some(tree) => Cow::Owned(crate::hydra::format_value(
+            &Secrets::new().redact_yaml(tree),
+        )),
+        None if is_secret_name(value) => Cow::Borrowed(REDACTED),
+        None => Cow::Borrowed(value),
     }
 }
 
@@ -613,6 +706,66 @@ mod tests {
         assert_eq!(redact_args(&["é".repeat(300)], 200).chars().count(), 200);
         assert!(is_secret_override_key("+wandb.api_key"));
         assert!(!is_secret_override_key("data.tokenizer"));
+    }
+
+    #[test]
+    fn a_secret_named_key_is_seen_at_any_depth_of_a_value() {
+        let tree: serde_yaml::Value = serde_yaml::from_str(
+            "env_vars: {WANDB_API_KEY: wandb-deep-1, PLAIN: keep-me}\nlist: [{db: {password: [pw-in-list, 12345678]}}]\nCREDENTIALS: {a: {b: cred-deep-2}, on: true}\n",
+        )
+        .unwrap();
+        let found = secrets_in_yaml(&tree);
+        assert_eq!(
+            found,
+            ["wandb-deep-1", "pw-in-list", "12345678", "cred-deep-2"]
+        );
+        let text = serde_yaml::to_string(&Secrets::new().redact_yaml(tree)).unwrap();
+        for clear in &found {
+            assert!(!text.contains(clear.as_str()), "{clear} in {text}");
+        }
+        assert!(
+            text.contains("keep-me") && text.contains("on: true"),
+            "{text}"
+        );
+        let json = serde_json::json!({"a": {"b": {"HF_TOKEN": {"x": ["t-deep-3", 1]}}}});
+        let text = Secrets::new().redact_json(json).to_string();
+        assert_eq!(
+            text,
+            r#"{"a":{"b":{"HF_TOKEN":{"x":["<redacted>","<redacted>"]}}}}"#
+        );
+    }
+
+    #[test]
+    fn an_override_value_is_redacted_inside_as_hydra_reads_it() {
+        let key = "+ray_kwargs.ray_init.runtime_env";
+        let value = "{env_vars: {WANDB_API_KEY: 'w k-1', PLAIN: x}}";
+        assert_eq!(secrets_in_override(key, value), ["w k-1"]);
+        let shown = redact_override_value(key, value);
+        assert!(!shown.contains("w k-1"), "{shown}");
+        let back = crate::hydra::parse_value(&shown)
+            .unwrap()
+            .to_yaml()
+            .unwrap();
+        assert_eq!(back["env_vars"]["WANDB_API_KEY"], REDACTED);
+        assert_eq!(back["env_vars"]["PLAIN"], "x");
+        // Nothing secret: the text as written.
+        assert_eq!(redact_override_value("a.b", "{x: 1}"), "{x: 1}");
+        assert_eq!(redact_override_value("a.api_key", "abc"), REDACTED);
+        // What Hydra's grammar cannot read as a plain value is hidden whole when it names
+        // a secret-named word.
+        assert_eq!(redact_override_value("a", "choice({token: x},y)"), REDACTED);
+        // A command line (a lock's holder): the same rule inside `--set` words.
+        let line = redact_args(
+            &[
+                "argus",
+                "run",
+                "--set",
+                "overrides.+a.b={creds: {db_password: pw-raw-4567}}",
+            ],
+            1000,
+        );
+        assert!(!line.contains("pw-raw-4567"), "{line}");
+        assert!(line.contains("db_password"), "{line}");
     }
 
     #[test]

@@ -424,8 +424,14 @@ fn derived_submission_id(
     format!("{}-{hex}", job.spec.workload.as_str())
 }
 
-/// Maps of environment variables (and metadata), where a name says what the value is.
-const PROFILE_ENV_MAPS: &[&[&str]] = &[&["env"], &["submit", "runtime_env", "env_vars"]];
+/// Maps of environment variables (and metadata), where a name says what the value is
+/// (`*`: any item of a list).
+const PROFILE_ENV_MAPS: &[&[&str]] = &[
+    &["env"],
+    &["head", "env"],
+    &["workers", "*", "env"],
+    &["submit", "runtime_env", "env_vars"],
+];
 const JOBSPEC_ENV_MAPS: &[&[&str]] = &[&["env_vars"], &["metadata"]];
 
 /// Every secret written in a document: values of variables named like one (`HF_TOKEN`,
@@ -443,14 +449,19 @@ pub fn secrets(source: &Source, env_maps: &[&[&str]]) -> Vec<Finding> {
     walk(&doc, &mut path, &mut |path, key, value| {
         let in_env_map = env_maps.iter().any(|map| {
             map.len() + 1 == path.len()
-                && map
-                    .iter()
-                    .zip(path.iter())
-                    .all(|(want, seg)| *seg == Seg::Key(want.to_string()))
+                && map.iter().zip(path.iter()).all(|(want, seg)| match seg {
+                    Seg::Index(_) => *want == "*",
+                    Seg::Key(key) => key == want,
+                })
         });
+        // A key inside an override's value (`overrides.<key>.env_vars.WANDB_API_KEY`), where
+        // argus redacts by the same rule.
+        let in_override_value = path.len() > 2 && path[0] == Seg::Key("overrides".into());
         let what = match (key, value) {
             (Some(key), Some(value))
-                if in_env_map && !value.is_empty() && crate::secrets::is_secret_name(key) =>
+                if (in_env_map || in_override_value)
+                    && !value.is_empty()
+                    && crate::secrets::is_secret_name(key) =>
             {
                 Some(format!("`{key}` is a secret"))
             }

@@ -41,6 +41,34 @@ impl HydraValue {
         matches!(self, HydraValue::List(_) | HydraValue::Dict(_))
     }
 
+    /// The YAML value OmegaConf makes of this one; None when it holds a sweep or a
+    /// function call, which only Hydra itself evaluates.
+    pub fn to_yaml(&self) -> Option<Yaml> {
+        Some(match self {
+            HydraValue::Null => Yaml::Null,
+            HydraValue::Bool(b) => Yaml::Bool(*b),
+            HydraValue::Int(i) => match i64::try_from(*i) {
+                Ok(i) => Yaml::Number(i.into()),
+                Err(_) => Yaml::String(i.to_string()),
+            },
+            HydraValue::Float(f) => Yaml::Number((*f).into()),
+            HydraValue::Str(s) => Yaml::String(s.clone()),
+            HydraValue::List(items) => Yaml::Sequence(
+                items
+                    .iter()
+                    .map(HydraValue::to_yaml)
+                    .collect::<Option<_>>()?,
+            ),
+            HydraValue::Dict(entries) => Yaml::Mapping(
+                entries
+                    .iter()
+                    .map(|(k, v)| Some((k.to_yaml()?, v.to_yaml()?)))
+                    .collect::<Option<_>>()?,
+            ),
+            HydraValue::Sweep(_) | HydraValue::Call { .. } => return None,
+        })
+    }
+
     /// Whether Hydra reads this value as `yaml` (numbers compared by value, NaN equal).
     pub fn same_as(&self, yaml: &Yaml) -> bool {
         match (self, yaml) {

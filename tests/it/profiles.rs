@@ -261,6 +261,133 @@ fn secrets_never_appear_in_clear_in_a_printed_payload_or_an_error() {
     );
 }
 
+/// Every regular file below `dir` (links not followed), with its text.
+fn texts_under(dir: &Path) -> Vec<(std::path::PathBuf, String)> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => out.extend(texts_under(&path)),
+            Ok(t) if t.is_file() => {
+                let bytes = std::fs::read(&path).unwrap_or_default();
+                out.push((path, String::from_utf8_lossy(&bytes).into_owned()));
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+/// A secret-named key inside a mapping-valued override (in the file, and through `--set`)
+/// is a secret wherever argus shows or writes the override: `submit --dry-run`, its
+/// `--json`, `export kuberay` and the run lock's `owner.json` on the shared storage.
+#[test]
+fn a_secret_inside_an_override_value_is_never_shown_recorded_or_exported() {
+    let Some(mut ctx) = TestContext::docker() else {
+        return;
+    };
+    let name = ctx.cluster("c");
+    let shared = ctx.path("shared");
+    let profile = ctx.write("p.yaml", &test_profile(&name, &shared, free_port(), 1, ""));
+    // A worker group's own env holds a secret too.
+    let grouped = std::fs::read_to_string(&profile).expect("profile").replace(
+        "  - name: gpu\n",
+        "  - name: gpu\n    env: {GROUP_API_KEY: group-secret-99}\n",
+    );
+    assert!(grouped.contains("GROUP_API_KEY"), "{grouped}");
+    let profile = ctx.write("p.yaml", &grouped);
+    let job = ctx.write(
+        "job.yaml",
+        "workload: ppo\ncode_path: /mnt/shared/common/code/verl/x\noverrides:\n  +ray_kwargs.ray_init.runtime_env: {env_vars: {WANDB_API_KEY: wandb-deep-secret-1, PLAIN: plain-value-1}}\n",
+    );
+    let set = "overrides.+x.y={creds: {db_password: pw-raw-4567}}";
+    let secrets = ["wandb-deep-secret-1", "pw-raw-4567", "group-secret-99"];
+    let clear = |what: &str, text: &str| {
+        for secret in secrets {
+            assert!(!text.contains(secret), "{what}: {secret} in clear:\n{text}");
+        }
+    };
+    for json in [false, true] {
+        let mut args = vec!["submit", "--dry-run", "--no-check", "--set", set];
+        if json {
+            args.push("--json");
+        }
+        let run = ctx
+            .argus()
+            .profile(&profile)
+            .args(&args)
+            .arg_path(&job)
+            .run()
+            .code(0);
+        clear("submit --dry-run", &run.stdout);
+        clear("submit --dry-run", &run.stderr);
+        // What is not secret is shown as it is.
+        assert!(run.stdout.contains("plain-value-1"), "{}", run.stdout);
+    }
+
+    let out = ctx.path("rayjob.yaml");
+    let export = ctx
+        .argus()
+        .profile(&profile)
+        .args(["export", "kuberay"])
+        .arg_path(&job)
+        .args(["-o"])
+        .arg_path(&out)
+        .args([
+            "--pvc",
+            "argus-shared",
+            "--image",
+            "registry.example/argus/ray:2.51.1",
+        ])
+        .run()
+        .code(2)
+        .stderr_has("`WANDB_API_KEY` is a secret: it would be exported in clear")
+        .stderr_has("`GROUP_API_KEY` is a secret: it would be exported in clear");
+    assert!(!out.exists(), "nothing is written");
+    clear("export", &export.stdout);
+    clear("export", &export.stderr);
+    clear("export", &std::fs::read_to_string(&out).unwrap_or_default());
+
+    // `argus run` paused once it holds the run's lock: nothing on the shared storage holds
+    // the secrets (the lock's owner.json records the command line, --set included).
+    let tp = ctx.path("tp");
+    let mut child = ctx
+        .argus()
+        .profile(&profile)
+        .env("ARGUS_TESTPOINT", "run:up")
+        .env("ARGUS_TESTPOINT_FILE", &tp)
+        .args(["run", "--set", set])
+        .arg_path(&job)
+        .spawn_to(&ctx.path("run.out"), &ctx.path("run.err"));
+    crate::harness::poll(
+        "argus run to reach run:up",
+        std::time::Duration::from_secs(120),
+        || {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "argus run ended ({status}) before run:up:\n{}",
+                    std::fs::read_to_string(ctx.path("run.err")).unwrap_or_default()
+                );
+            }
+            tp.exists().then_some(())
+        },
+    );
+    let files = texts_under(&shared);
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        files.iter().any(|(p, _)| p.ends_with("owner.json")),
+        "the run holds its lock: {:?}",
+        files.iter().map(|f| &f.0).collect::<Vec<_>>()
+    );
+    for (path, text) in &files {
+        clear(&path.display().to_string(), text);
+    }
+}
+
 fn nothing_under(dir: &Path) -> bool {
     std::fs::read_dir(dir).map_or(true, |mut d| d.next().is_none())
 }

@@ -136,8 +136,9 @@ impl LoadedJobSpec {
     }
 }
 
-/// The secret values a JobSpec carries: secret-named env vars and metadata, and overrides
-/// whose last key segment is secret-named (`wandb.api_key: ...`).
+/// The secret values a JobSpec carries: secret-named env vars and metadata, overrides
+/// whose last key segment is secret-named (`wandb.api_key: ...`), and what secret-named
+/// keys hold inside an override's value, at any depth.
 pub fn secrets_of(spec: &JobSpec) -> Secrets {
     let mut s = Secrets::new();
     s.add_vars(
@@ -151,15 +152,8 @@ pub fn secrets_of(spec: &JobSpec) -> Secrets {
             .map(|(k, v)| (k.as_str(), v.0.as_str())),
     );
     for o in &spec.overrides.0 {
-        if secrets::is_secret_override_key(&o.key) {
-            match &o.value {
-                OverrideValue::Raw(v) => s.add(v),
-                OverrideValue::Yaml(v) => s.add(&yaml::to_string(v)),
-                OverrideValue::Delete => {}
-            }
-            if let OverrideValue::Yaml(serde_yaml::Value::String(v)) = &o.value {
-                s.add(v);
-            }
+        for value in o.secret_values() {
+            s.add(&value);
         }
     }
     s

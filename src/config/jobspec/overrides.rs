@@ -62,16 +62,44 @@ impl Overrides {
 }
 
 impl Override {
-    /// This override with its value replaced by `<redacted>` when its key is secret.
+    /// This override with its secrets replaced by `<redacted>`: the whole value when its
+    /// key is secret, else what secret-named keys hold inside a mapping value, at any
+    /// depth (`+ray_kwargs.ray_init.runtime_env: {env_vars: {WANDB_API_KEY: ...}}`).
     pub fn redacted(&self) -> Override {
-        let secret = crate::secrets::is_secret_override_key(&self.key)
-            && !matches!(self.value, OverrideValue::Delete);
-        if !secret {
-            return self.clone();
-        }
+        use crate::secrets;
+        let value = match &self.value {
+            OverrideValue::Delete => OverrideValue::Delete,
+            _ if secrets::is_secret_override_key(&self.key) => {
+                OverrideValue::Raw(secrets::REDACTED.into())
+            }
+            OverrideValue::Yaml(v) => {
+                OverrideValue::Yaml(secrets::Secrets::new().redact_yaml(v.clone()))
+            }
+            OverrideValue::Raw(v) => {
+                OverrideValue::Raw(secrets::redact_override_value(&self.key, v).into_owned())
+            }
+        };
         Override {
             key: self.key.clone(),
-            value: OverrideValue::Raw(crate::secrets::REDACTED.into()),
+            value,
+        }
+    }
+
+    /// The secret values this override carries, wherever they sit in its value (the
+    /// rule of [`Override::redacted`]), for redaction by value elsewhere.
+    pub fn secret_values(&self) -> Vec<String> {
+        use crate::secrets;
+        match &self.value {
+            OverrideValue::Delete => Vec::new(),
+            OverrideValue::Raw(v) => secrets::secrets_in_override(&self.key, v),
+            OverrideValue::Yaml(v) if secrets::is_secret_override_key(&self.key) => {
+                let mut out = vec![crate::config::yaml::to_string(v)];
+                if let serde_yaml::Value::String(s) = v {
+                    out.push(s.clone());
+                }
+                out
+            }
+            OverrideValue::Yaml(v) => secrets::secrets_in_yaml(v),
         }
     }
 }

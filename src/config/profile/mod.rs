@@ -207,7 +207,11 @@ impl LoadedProfile {
 /// The profile's secret values, remembered for redaction (see `crate::secrets`).
 fn remember_secrets(p: &Profile) {
     let mut s = crate::secrets::Secrets::new();
-    s.add_vars(p.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    // The profile's env, the head's and every worker group's (over it).
+    let groups = std::iter::once(&p.head.env).chain(p.workers.iter().map(|g| &g.env));
+    for env in std::iter::once(&p.env).chain(groups) {
+        s.add_vars(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    }
     s.add_vars(
         p.submit
             .runtime_env
