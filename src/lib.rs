@@ -47,6 +47,7 @@ pub mod ray;
 pub mod records;
 pub mod secrets;
 pub mod testpoint;
+pub mod text;
 pub mod ui;
 
 use std::process::ExitCode;

@@ -34,7 +34,7 @@ const POLL: Duration = Duration::from_millis(100);
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot take the lock {}", path.display())]
+    #[error("cannot take the lock {}", crate::text::shown(path))]
     Io {
         path: PathBuf,
         #[source]

@@ -160,14 +160,14 @@ impl Published {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The parser's error is part of the message (`serde_json` says where), not a cause.
-    #[error("corrupt record {}: {error}", path.display())]
+    #[error("corrupt record {}: {error}", crate::text::shown(path))]
     Corrupt {
         path: PathBuf,
         error: serde_json::Error,
     },
-    #[error("corrupt record {}: {reason}", path.display())]
+    #[error("corrupt record {}: {reason}", crate::text::shown(path))]
     Invalid { path: PathBuf, reason: String },
-    #[error("cannot read the record {}", path.display())]
+    #[error("cannot read the record {}", crate::text::shown(path))]
     Read {
         path: PathBuf,
         #[source]

@@ -118,14 +118,16 @@ impl Secrets {
         Self::default()
     }
 
-    /// Adds a value (trimmed); short or trivial ones are left out (see [`MIN_SECRET_LEN`]).
+    /// Adds a value (trimmed), with every form a log may print it in ([`printed_forms`]:
+    /// JSON-escaped, Python's `repr`, shell-quoted); short or trivial ones are left out
+    /// (see [`MIN_SECRET_LEN`]).
     pub fn add(&mut self, value: &str) {
         let value = value.trim();
         let trivial = ["true", "false", "none", "null", REDACTED];
         if value.chars().count() >= MIN_SECRET_LEN
             && !trivial.iter().any(|t| value.eq_ignore_ascii_case(t))
         {
-            self.values.insert(value.to_string());
+            self.values.extend(printed_forms(value));
         }
     }
 
@@ -280,6 +282,87 @@ impl Secrets {
             other => other,
         }
     }
+}
+
+/// `value` and the text it becomes inside the quotes of the ways programs print a string,
+/// so that a secret is found however a log wrote it: JSON (serde_json and Python's
+/// `json.dumps`, which writes non-ASCII as `\uXXXX`), Python's `repr` (either quote),
+/// and shell quoting (`'\''` as bash's `set -x` writes it, `'"'"'` as Python's
+/// `shlex.quote`, a double-quoted word, and backslashes as `printf %q`). Each differs
+/// from `value` only when `value` holds a character that form escapes.
+fn printed_forms(value: &str) -> BTreeSet<String> {
+    let json = serde_json::to_string(value).unwrap_or_default();
+    let json = json[1..json.len().saturating_sub(1).max(1)].to_string();
+    let ascii_json = json
+        .chars()
+        .map(|c| {
+            if c.is_ascii() {
+                c.to_string()
+            } else {
+                let mut units = [0u16; 2];
+                c.encode_utf16(&mut units)
+                    .iter()
+                    .map(|u| format!("\\u{u:04x}"))
+                    .collect()
+            }
+        })
+        .collect();
+    let shell_word = |c: char| c.is_ascii_alphanumeric() || "_/.,:@%+=-".contains(c);
+    let mut forms = BTreeSet::from([
+        value.to_string(),
+        json,
+        ascii_json,
+        python_repr_inner(value, '\''),
+        python_repr_inner(value, '"'),
+        value.replace('\'', "'\\''"),
+        value.replace('\'', "'\"'\"'"),
+        value.chars().fold(String::new(), |mut out, c| {
+            if matches!(c, '"' | '\\' | '$' | '`') {
+                out.push('\\');
+            }
+            out.push(c);
+            out
+        }),
+        value.chars().fold(String::new(), |mut out, c| {
+            if !shell_word(c) {
+                out.push('\\');
+            }
+            out.push(c);
+            out
+        }),
+    ]);
+    forms.retain(|f| !f.is_empty());
+    forms
+}
+
+/// What Python's `repr` writes between its quotes for `value` quoted with `quote`:
+/// backslash escapes for the quote, `\\`, `\n`, `\r`, `\t`, and `\xNN` / `\uNNNN` /
+/// `\UNNNNNNNN` for what it does not print (controls, separators but the space, format
+/// characters: an approximation of `str.isprintable` that covers what a secret holds).
+fn python_repr_inner(value: &str, quote: char) -> String {
+    let printable = |c: char| {
+        !(c.is_control()
+            || matches!(c, '\u{a0}' | '\u{ad}' | '\u{1680}' | '\u{2000}'..='\u{200f}'
+                | '\u{2028}'..='\u{202f}' | '\u{205f}'..='\u{206f}' | '\u{3000}' | '\u{feff}'))
+    };
+    let mut out = String::new();
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if printable(c) => out.push(c),
+            c if (c as u32) < 0x100 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c if (c as u32) < 0x10000 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push_str(&format!("\\U{:08x}", c as u32)),
+        }
+    }
+    out
 }
 
 /// What a secret-named key holds, with every string and number in it (at any depth)
@@ -766,6 +849,50 @@ mod tests {
         );
         assert!(!line.contains("pw-raw-4567"), "{line}");
         assert!(line.contains("db_password"), "{line}");
+    }
+
+    #[test]
+    fn a_secret_is_found_however_a_program_printed_it() {
+        let secret = "pa\"ss\\w'ord-é $x";
+        let mut s = Secrets::new();
+        s.add(secret);
+        // The forms Python and a shell print, made by Python itself where it can run.
+        let python = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import json,shlex,sys; v=sys.argv[1]; print(json.dumps(v)); print(json.dumps(v, ensure_ascii=False)); print(repr(v)); print(repr(v.replace(chr(39), ''))); print(shlex.quote(v)); print({'k': v})",
+                secret,
+            ])
+            .output();
+        let mut printed: Vec<String> = match python {
+            Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(str::to_string)
+                .collect(),
+            _ => Vec::new(),
+        };
+        assert_eq!(printed.len(), 6, "python3 printed the forms");
+        printed.push(format!("'{}'", secret.replace('\'', "'\\''")));
+        printed.push(serde_json::to_string(secret).unwrap());
+        let mut bash_q = String::new();
+        for c in secret.chars() {
+            if !(c.is_ascii_alphanumeric() || "_/.,:@%+=-".contains(c)) {
+                bash_q.push('\\');
+            }
+            bash_q.push(c);
+        }
+        printed.push(bash_q);
+        // The value without its quote (Python's repr then keeps single quotes).
+        s.add(&secret.replace('\'', ""));
+        for line in printed {
+            let text = format!("token={line} next");
+            let shown = s.redact_str(&text);
+            assert!(
+                !shown.contains("ord-é") && !shown.contains("ord-\\u00e9"),
+                "{line} -> {shown}"
+            );
+            assert!(shown.ends_with(" next"), "{shown}");
+        }
     }
 
     #[test]

@@ -69,7 +69,7 @@ pub async fn run(cli: &Cli, command: &SlurmCommand, printer: &Printer) -> Result
             let loaded = super::profile(cli)?;
             let listed = slurm::attach::node_containers(&loaded, run_id).await?;
             // One line per node: srun passes the nodes' lines through whole.
-            printer.data(serde_json::to_string(&listed)?);
+            printer.json_line(&listed);
             Ok(Exit::Success)
         }
         SlurmCommand::CollectNode { run_id, params } => {
@@ -77,14 +77,14 @@ pub async fn run(cli: &Cli, command: &SlurmCommand, printer: &Printer) -> Result
             let params: crate::diagnose::bundle::NodeParams = serde_json::from_str(params)
                 .map_err(|e| slurm::Error::Invalid(format!("--params: {e}")))?;
             let part = slurm::collect::node_part(&loaded, run_id, &params).await?;
-            printer.data(serde_json::to_string(&part)?);
+            printer.json_line(&part);
             Ok(Exit::Success)
         }
         SlurmCommand::DoctorNode { run_id, token } => {
             let loaded = super::profile(cli)?;
             // One line each: srun passes the node's lines through whole.
             let mut print = |line: &slurm::doctor::NodeLine| {
-                printer.data(serde_json::to_string(line).unwrap_or_default());
+                printer.json_line(line);
             };
             slurm::doctor::node_step(&loaded, run_id, token, &mut print).await?;
             Ok(Exit::Success)

@@ -168,10 +168,10 @@ pub fn display_path(path: &[Seg]) -> String {
     let mut out = String::new();
     for seg in path {
         match seg {
-            Seg::Key(k) if out.is_empty() => out.push_str(k),
+            Seg::Key(k) if out.is_empty() => out.push_str(&crate::text::one_line(k)),
             Seg::Key(k) => {
                 out.push('.');
-                out.push_str(k);
+                out.push_str(&crate::text::one_line(k));
             }
             Seg::Index(i) => out.push_str(&format!("[{i}]")),
         }

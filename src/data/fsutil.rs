@@ -11,11 +11,14 @@ use crate::fsx::special_kind;
 /// A path that is not what it must be (a regular file, or a directory).
 #[derive(Debug, thiserror::Error)]
 pub enum NotRegular {
-    #[error("{} is {kind}: refusing to read it (it could block forever)", path.display())]
+    #[error(
+        "{} is {kind}: refusing to read it (it could block forever)",
+        crate::text::shown(path)
+    )]
     Special { path: PathBuf, kind: &'static str },
-    #[error("{} is not a regular file", path.display())]
+    #[error("{} is not a regular file", crate::text::shown(path))]
     Other { path: PathBuf },
-    #[error("cannot open {}", path.display())]
+    #[error("cannot open {}", crate::text::shown(path))]
     Io {
         path: PathBuf,
         #[source]

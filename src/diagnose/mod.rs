@@ -52,7 +52,7 @@ pub enum Error {
     NoRecords(String),
     #[error(transparent)]
     Record(#[from] crate::records::Error),
-    #[error("cannot write the bundle {}", path.display())]
+    #[error("cannot write the bundle {}", crate::text::shown(path))]
     Write {
         path: PathBuf,
         #[source]

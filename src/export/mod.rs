@@ -160,7 +160,7 @@ pub enum Error {
     /// Every finding of the export (refusals and warnings, for `--json`).
     #[error("{}", refused(.0))]
     Refused(Vec<Finding>),
-    #[error("cannot write {}", path.display())]
+    #[error("cannot write {}", crate::text::shown(path))]
     Write {
         path: PathBuf,
         #[source]

@@ -318,16 +318,16 @@ pub enum Unsafe {
         .path.display()
     )]
     Link { path: PathBuf },
-    #[error("{} is not a directory", .path.display())]
+    #[error("{} is not a directory", crate::text::shown(.path))]
     NotDir { path: PathBuf },
-    #[error("{} is not a regular file", .path.display())]
+    #[error("{} is not a regular file", crate::text::shown(.path))]
     NotFile { path: PathBuf },
     #[error(
         "{} has a second hard link: it could be anyone's file, linked in by someone who cannot read it",
         .path.display()
     )]
     HardLink { path: PathBuf },
-    #[error("{} is larger than {cap} bytes: not a file argus wrote", .path.display())]
+    #[error("{} is larger than {cap} bytes: not a file argus wrote", crate::text::shown(.path))]
     TooLarge { path: PathBuf, cap: u64 },
     #[error(
         "{} is a tree deeper than {} levels: not one argus made",
@@ -363,7 +363,7 @@ impl From<Unsafe> for std::io::Error {
 /// stages' `Io` variants wrap (`Io(#[from] fsx::IoAt)`), so the message reads
 /// `<action> <path>` with the OS error as its cause everywhere.
 #[derive(Debug, thiserror::Error)]
-#[error("{action} {}", path.display())]
+#[error("{action} {}", crate::text::shown(path))]
 pub struct IoAt {
     pub action: &'static str,
     pub path: PathBuf,

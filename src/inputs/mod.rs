@@ -39,7 +39,7 @@ pub enum Error {
     Data(#[from] crate::data::Error),
     #[error(transparent)]
     Snapshot(#[from] crate::snapshot::Error),
-    #[error("no snapshot {code_id} under {}", root.display())]
+    #[error("no snapshot {code_id} under {}", crate::text::shown(root))]
     CodeNotFound { code_id: String, root: PathBuf },
     #[error(transparent)]
     Id(#[from] crate::ids::IdError),

@@ -54,7 +54,7 @@ pub enum Error {
         "job {id} of this run is gone: argus has no record of its end and the cluster no longer knows it"
     )]
     JobLost { id: String },
-    #[error("cannot write the run record at {}", path.display())]
+    #[error("cannot write the run record at {}", crate::text::shown(path))]
     Record {
         path: PathBuf,
         #[source]

@@ -63,9 +63,9 @@ pub enum Error {
     Invalid(String),
     #[error("Slurm run {run_id} has no cluster to reach: {why}")]
     NoCluster { run_id: String, why: String },
-    #[error("no Slurm run {run_id} under {}", dir.display())]
+    #[error("no Slurm run {run_id} under {}", crate::text::shown(dir))]
     UnknownRun { run_id: String, dir: PathBuf },
-    #[error("cannot read or write {}", path.display())]
+    #[error("cannot read or write {}", crate::text::shown(path))]
     Io {
         path: PathBuf,
         #[source]

@@ -71,32 +71,46 @@ pub enum Error {
     },
     #[error("no snapshot {0}")]
     NotFound(String),
-    #[error("{} is {kind}: refusing to read it", path.display())]
+    #[error("{} is {kind}: refusing to read it", crate::text::shown(path))]
     SpecialFile { path: PathBuf, kind: &'static str },
     #[error(
         "{path} has a name that is not UTF-8: a snapshot keeps every name exactly, and its manifest holds UTF-8 names only"
     )]
     NonUtf8Name { path: String },
-    #[error("{path:?} would hold two entries of the tree ({} and {})", first.display(), second.display())]
+    #[error(
+        "{path:?} would hold two entries of the tree ({} and {})",
+        crate::text::shown(first),
+        crate::text::shown(second)
+    )]
     DuplicatePath {
         path: String,
         first: PathBuf,
         second: PathBuf,
     },
-    #[error("{} changed while it was being snapshotted: its bytes would not be the ones hashed", path.display())]
+    #[error(
+        "{} changed while it was being snapshotted: its bytes would not be the ones hashed",
+        crate::text::shown(path)
+    )]
     Changed { path: PathBuf },
     #[error("snapshot {id} exists but does not match its manifest ({what}): it cannot be reused")]
     Corrupt { id: String, what: String },
     #[error(transparent)]
     Unsafe(#[from] crate::fsx::Unsafe),
-    #[error("source {} {relation} the shared storage ({}): a snapshot of it would copy the snapshots into themselves", tree.display(), shared.display())]
+    #[error(
+        "source {} {relation} the shared storage ({}): a snapshot of it would copy the snapshots into themselves",
+        crate::text::shown(tree),
+        crate::text::shown(shared)
+    )]
     SourceContainsShared {
         tree: PathBuf,
         /// "contains", "is" or "is inside".
         relation: &'static str,
         shared: PathBuf,
     },
-    #[error("{} is not the snapshot it stands for: its manifest names {names}", path.display())]
+    #[error(
+        "{} is not the snapshot it stands for: its manifest names {names}",
+        crate::text::shown(path)
+    )]
     Misnamed { path: PathBuf, names: String },
     #[error("snapshot {id} is used by unfinished job(s): {jobs}")]
     InUse { id: String, jobs: String },

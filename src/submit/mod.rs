@@ -25,7 +25,10 @@ pub use target::Target;
 pub enum Error {
     #[error(transparent)]
     Jobs(#[from] JobsError),
-    #[error("submission id {id} is already used: argus has a record of it at {}", path.display())]
+    #[error(
+        "submission id {id} is already used: argus has a record of it at {}",
+        crate::text::shown(path)
+    )]
     DuplicateRecord { id: String, path: PathBuf },
     #[error(transparent)]
     Overrides(#[from] override_check::Error),
@@ -33,13 +36,13 @@ pub enum Error {
     Entrypoint(#[from] entrypoint::Error),
     #[error("invalid model_id {model:?}: {reason}")]
     BadModel { model: String, reason: String },
-    #[error("no snapshot {code_id} under {}", root.display())]
+    #[error("no snapshot {code_id} under {}", crate::text::shown(root))]
     CodeNotFound { code_id: String, root: PathBuf },
     #[error("no job {0}: neither the cluster nor argus's records know it")]
     UnknownJob(String),
     #[error("invalid submission id {0:?}")]
     BadId(String),
-    #[error("cannot write the job records at {}", path.display())]
+    #[error("cannot write the job records at {}", crate::text::shown(path))]
     Records {
         path: PathBuf,
         #[source]

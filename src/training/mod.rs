@@ -40,13 +40,13 @@ pub const CONFIG_CAP: u64 = 16 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot read {}", path.display())]
+    #[error("cannot read {}", crate::text::shown(path))]
     Read {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot write {}", path.display())]
+    #[error("cannot write {}", crate::text::shown(path))]
     Write {
         path: PathBuf,
         #[source]
@@ -62,7 +62,10 @@ pub enum Error {
     },
     #[error("nothing to plot: the log of {0} has no verl step lines")]
     NothingToPlot(String),
-    #[error("cannot plot to {}: the file name must end in .png or .svg", path.display())]
+    #[error(
+        "cannot plot to {}: the file name must end in .png or .svg",
+        crate::text::shown(path)
+    )]
     PlotFormat { path: PathBuf },
     #[error("cannot draw the plot: {0}")]
     Render(String),
@@ -72,11 +75,14 @@ pub enum Error {
         "job {id} is still {status}: resuming it would make two jobs write the same checkpoints"
     )]
     StillRunning { id: String, status: String },
-    #[error("job {id} has no checkpoint to resume from: {} has no global_step_<n>/ and no latest_checkpointed_iteration.txt", dir.display())]
+    #[error(
+        "job {id} has no checkpoint to resume from: {} has no global_step_<n>/ and no latest_checkpointed_iteration.txt",
+        crate::text::shown(dir)
+    )]
     NoCheckpoint { id: String, dir: PathBuf },
     #[error("the checkpoints of job {id} ({container_dir}) are not on this host's shared storage")]
     CheckpointsElsewhere { id: String, container_dir: String },
-    #[error("no run {run_id}: {} does not exist", path.display())]
+    #[error("no run {run_id}: {} does not exist", crate::text::shown(path))]
     UnknownRun { run_id: String, path: PathBuf },
     #[error("run {0} submitted no job, so there is nothing to resume")]
     RunWithoutJob(String),

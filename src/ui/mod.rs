@@ -3,6 +3,7 @@
 //! Library code reports through the small [`Reporter`] / [`Task`] traits and knows nothing
 //! of indicatif; commands get a [`Printer`] that decides where each kind of output goes.
 
+pub mod json;
 mod log_text;
 mod printer;
 mod progress;
@@ -27,10 +28,7 @@ use std::io::IsTerminal;
 /// The printer passes every message and table through it; a job's own log goes through
 /// [`LogText`] (colours dropped, carriage returns made line ends, the rest escaped here).
 pub fn safe(text: &str) -> Cow<'_, str> {
-    let unsafe_char = |c: char| {
-        (c.is_control() && c != '\n' && c != '\t')
-            || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}')
-    };
+    let unsafe_char = |c: char| acts_on_terminal(c) && c != '\n' && c != '\t';
     if !text.contains(unsafe_char) {
         return Cow::Borrowed(text);
     }
@@ -43,6 +41,15 @@ pub fn safe(text: &str) -> Cow<'_, str> {
         }
     }
     Cow::Owned(out)
+}
+
+/// Whether a terminal acts on `c` rather than showing it: a control character (C0,
+/// DEL, C1) or a bidirectional override, isolate or mark (which reorder what a reader
+/// sees). Text escapes them as `\u{..}` ([`safe`], but for newline and tab); JSON as
+/// `\uXXXX` ([`json`]).
+pub fn acts_on_terminal(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}')
 }
 
 /// Whether argus's own messages on stderr may carry colour (the log lines of `-v`):
@@ -60,11 +67,16 @@ fn colour_allowed(terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
 }
 
 /// Left-aligned columns separated by two spaces; the first row is the header.
-/// Cells are passed through [`safe`] (they come from records and Ray).
+/// Cells are one line each ([`crate::text::one_line`]: a line feed in a record's message
+/// cannot add a row) and passed through [`safe`] (they come from records and Ray).
 pub fn table(rows: &[Vec<String>]) -> String {
     let rows: Vec<Vec<String>> = rows
         .iter()
-        .map(|r| r.iter().map(|c| safe(c).into_owned()).collect())
+        .map(|r| {
+            r.iter()
+                .map(|c| safe(&crate::text::one_line(c)).into_owned())
+                .collect()
+        })
         .collect();
     let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
     let widths: Vec<usize> = (0..columns)

@@ -49,11 +49,18 @@ impl Printer {
     }
 
     /// A JSON document on stdout, with every secret value this process knows redacted
-    /// (Ray echoes entrypoints and env vars back).
+    /// (Ray echoes entrypoints and env vars back); terminal-safe by JSON's own escapes
+    /// ([`super::json`]), never by text's.
     pub fn json(&self, value: &serde_json::Value) {
         let secrets = crate::secrets::known();
         let value = redact_values(value.clone(), &|text| secrets.redact_str(text).into_owned());
-        self.data(serde_json::to_string_pretty(&value).unwrap_or_default());
+        self.raw(&(super::json::to_string(&value, true) + "\n"));
+    }
+
+    /// One JSON value on one line of stdout (what a Slurm node step passes back through
+    /// `srun`), written as [`Printer::json`] writes.
+    pub fn json_line<T: serde::Serialize + ?Sized>(&self, value: &T) {
+        self.raw(&(super::json::to_string(value, false) + "\n"));
     }
 
     /// A message for humans on stderr; silent with `-q`.

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use argus::secrets;
+
 use crate::harness::{Profile, TestContext, free_port, read_json};
 
 /// The job: a driver that places an actor or a task on the worker container `DIAG_NODE`
@@ -25,6 +27,10 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 mode = sys.argv[1]
 ray.init()
 print("driver secrets:", os.environ.get("DIAG_SECRET_TOKEN"), os.environ.get("DIAG_JOB_PASSWORD"), flush=True)
+# The way programs print a string: JSON (ASCII-only and not), Python's repr, shell-quoted.
+import json, shlex  # noqa: E401
+pw = os.environ.get("DIAG_JOB_PASSWORD", "")
+print("driver printed:", json.dumps(pw), json.dumps(pw, ensure_ascii=False), repr(pw), shlex.quote(pw), {"pw": pw}, flush=True)
 target = os.environ["DIAG_NODE"]
 node = [n for n in ray.nodes() if n["Alive"] and n["NodeManagerHostname"] == target]
 assert node, f"no node {target}: {[n['NodeManagerHostname'] for n in ray.nodes()]}"
@@ -84,7 +90,8 @@ impl Diag {
         let name = ctx.cluster("c");
         let shared = ctx.path("shared");
         let profile_secret = format!("prof-{}-s3cret", ctx.prefix);
-        let job_secret = format!("job-{}-s3cret", ctx.prefix);
+        // A quote, a backslash and a non-ASCII letter: each way of printing it differs.
+        let job_secret = format!("job-{}-s3\"cr\\é't", ctx.prefix);
         // Ray's memory monitor off: the kernel, not Ray, kills what outgrows a container.
         let profile = Profile::small(&name)
             .shared(&shared)
@@ -123,9 +130,9 @@ impl Diag {
         self.ctx.write(
             &format!("{id}.yaml"),
             &format!(
-                "workload: custom\nsubmission_id: {id}\ncode_id: diag-1\nentrypoint: python3 diag.py {mode}\nenv_vars:\n  DIAG_NODE: {}\n  DIAG_JOB_PASSWORD: \"{}\"\n",
+                "workload: custom\nsubmission_id: {id}\ncode_id: diag-1\nentrypoint: python3 diag.py {mode}\nenv_vars:\n  DIAG_NODE: {}\n  DIAG_JOB_PASSWORD: {}\n",
                 self.worker(n),
-                self.job_secret
+                serde_json::to_string(&self.job_secret).expect("a JSON string is YAML")
             ),
         )
     }
@@ -278,7 +285,22 @@ fn no_secret_value_is_in_any_bundle_file(d: &Diag) {
         for secret in [&d.profile_secret, &d.job_secret] {
             assert!(!text.contains(secret.as_str()), "{secret} in {path}");
         }
+        // In no printed form either: each begins as the secret does.
+        let start = format!("job-{}-s3", d.ctx.prefix);
+        assert!(
+            !text.contains(&start),
+            "a printed form of the job's secret in {path}:\n{text}"
+        );
     }
+    let forms = files
+        .iter()
+        .filter(|(_, b)| {
+            let text = String::from_utf8_lossy(b);
+            text.lines()
+                .any(|l| l.contains("driver printed:") && l.matches(secrets::REDACTED).count() >= 5)
+        })
+        .count();
+    assert!(forms >= 1, "the driver's printed forms were there to hide");
     // They were there to be hidden: the actor and the driver printed them.
     let printed = files
         .iter()

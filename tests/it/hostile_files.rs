@@ -172,6 +172,159 @@ fn control_characters_from_yaml_keys_never_reach_the_terminal_raw() {
     assert!(run.stderr.contains("bad\\u{1b}[2Jkey"), "{}", run.stderr);
 }
 
+/// `--json` is JSON: a bidi override, a C1 control or a NEL in a string of a record or a
+/// JobSpec reads back as itself through a JSON parser (serde_json, and Python's), and the
+/// terminal still never gets it raw (JSON's own `\uXXXX` escapes, not `\u{..}`).
+#[test]
+fn json_output_with_bidi_and_c1_characters_is_valid_json() {
+    let (ctx, profile) = world("jsonbidi");
+    let odd = "evil\u{202e}txt.exe \u{85}nel \u{9b}31m c1 \u{2066}iso";
+    let dir = ctx.path("shared/jobs/j-1");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let record = serde_json::json!({"submission_id": "j-1", "workload": "ppo", "code_id": "c",
+        "code_path": "/x", "entrypoint": "e", "cluster": "x", "dashboard": "http://127.0.0.1:9",
+        "submitted_at": "t", "status": "FAILED", "message": odd});
+    std::fs::write(dir.join("job.json"), record.to_string()).expect("write");
+    let job = ctx.write(
+        "job.yaml",
+        // YAML's own escapes (a raw C1 control is not allowed in a YAML file).
+        &format!(
+            "{JOB}env_vars: {{NOTE: \"{}\"}}\n",
+            odd.chars()
+                .map(|c| if c.is_ascii() {
+                    c.to_string()
+                } else {
+                    format!("\\u{:04x}", c as u32)
+                })
+                .collect::<String>()
+        ),
+    );
+    let status = ctx
+        .argus()
+        .profile(&profile)
+        .args(["job", "status", "j-1", "--json"])
+        .run();
+    let dry = ctx
+        .argus()
+        .profile(&profile)
+        .args(["submit", "--dry-run", "--no-check", "--json"])
+        .arg_path(&job)
+        .run()
+        .code(0);
+    for (what, out, want) in [
+        ("job status", &status.stdout, "/record/message"),
+        (
+            "submit --dry-run",
+            &dry.stdout,
+            "/payload/runtime_env/env_vars/NOTE",
+        ),
+    ] {
+        assert!(!out.contains("\\u{"), "{what}: text escapes in JSON: {out}");
+        assert!(
+            !out.chars()
+                .any(|c| c != '\n' && argus::ui::acts_on_terminal(c)),
+            "{what}: a raw control or bidi character: {out:?}"
+        );
+        let value: serde_json::Value =
+            serde_json::from_str(out).unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {out}"));
+        assert_eq!(
+            value.pointer(want).and_then(|v| v.as_str()),
+            Some(odd),
+            "{what}: {value:#}"
+        );
+        let python = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import json,sys; v=json.load(sys.stdin); print(ascii(v))",
+            ])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut child| {
+                use std::io::Write;
+                child
+                    .stdin
+                    .take()
+                    .expect("stdin")
+                    .write_all(out.as_bytes())?;
+                child.wait_with_output()
+            })
+            .expect("python3");
+        assert!(
+            python.status.success(),
+            "{what}: Python's json refused it: {out}"
+        );
+        assert!(
+            String::from_utf8_lossy(&python.stdout).contains("\\u202etxt.exe"),
+            "{what}: {}",
+            String::from_utf8_lossy(&python.stdout)
+        );
+    }
+}
+
+/// A line break in text from outside that argus shows on one line (a record's message in
+/// `job status`, a YAML key in an error, a file name in an error) cannot add a line: no
+/// forged `status  SUCCEEDED` row, no made-up line of an error.
+#[test]
+fn line_breaks_in_others_text_add_no_line() {
+    let (ctx, profile) = world("linebreaks");
+    let forged = |text: &str| {
+        text.lines()
+            .filter(|l| l.trim_start().starts_with("status") && l.contains("SUCCEEDED"))
+            .count()
+    };
+    let dir = ctx.path("shared/jobs/j-1");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    for brk in ["\n", "\r", "\u{2028}"] {
+        let record = serde_json::json!({"submission_id": "j-1", "workload": "ppo", "code_id": "c",
+            "code_path": "/x", "entrypoint": "e", "cluster": "x", "dashboard": "http://127.0.0.1:9",
+            "submitted_at": "t", "status": "FAILED",
+            "message": format!("boom{brk}status      SUCCEEDED")});
+        std::fs::write(dir.join("job.json"), record.to_string()).expect("write");
+        let run = ctx
+            .argus()
+            .profile(&profile)
+            .args(["job", "status", "j-1"])
+            .run();
+        assert_eq!(forged(&run.stdout), 0, "{brk:?}: {}", run.stdout);
+        assert!(
+            run.stdout.contains("status") && run.stdout.contains("FAILED"),
+            "{}",
+            run.stdout
+        );
+    }
+
+    // A YAML key (a profile's env) in an error.
+    let text = std::fs::read_to_string(&profile).expect("profile");
+    let bad = ctx.write(
+        "bad.yaml",
+        &format!("{text}env: {{\"A\\nstatus  SUCCEEDED\": x}}\n"),
+    );
+    let run = ctx
+        .argus()
+        .profile(&bad)
+        .args(["up", "--dry-run"])
+        .run()
+        .code(2);
+    assert_eq!(forged(&run.stderr), 0, "{}", run.stderr);
+    assert!(run.stderr.contains("env.A\\u{a}status"), "{}", run.stderr);
+
+    // A file name in an error: a FIFO in a tree to snapshot is refused by its name.
+    let tree = ctx.path("tree");
+    std::fs::create_dir_all(&tree).expect("mkdir");
+    std::fs::write(tree.join("ok.py"), "x = 1\n").expect("write");
+    mkfifo(&tree.join("f\nstatus  SUCCEEDED"));
+    let run = ctx
+        .argus()
+        .profile(&profile)
+        .args(["snapshot"])
+        .arg_path(&tree)
+        .run();
+    assert_ne!(run.code, 0, "{}", run.stderr);
+    assert_eq!(forged(&run.stderr), 0, "{}", run.stderr);
+    assert!(run.stderr.contains("f\\u{a}status"), "{}", run.stderr);
+}
+
 #[test]
 fn control_characters_from_job_records_never_reach_the_terminal_raw() {
     let (ctx, profile) = world("ctrlrecords");

@@ -38,7 +38,7 @@ pub enum Outcome {
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("cannot read verl's config {}", path.display())]
+    #[error("cannot read verl's config {}", crate::text::shown(path))]
     Unreadable {
         path: PathBuf,
         #[source]

@@ -72,7 +72,7 @@ impl Table {
             by_name: &by_name,
             redact,
         };
-        serde_json::to_writer_pretty(&mut *out, &document).map_err(std::io::Error::from)?;
+        crate::ui::json::to_writer(&mut *out, &document, true)?;
         out.write_all(b"\n")
     }
 
