@@ -53,6 +53,39 @@ async fn dry_run_target(cli: &Cli) -> Result<Target> {
     Ok(Target::from_profile(&loaded, ray))
 }
 
+/// What `submit` does not do with the fields only `argus run` acts on, said where they are
+/// written, never passed over without a word: the restart policy (supervision) and the
+/// local copies a run puts on the shared storage first.
+fn run_only_fields(loaded: &LoadedJobSpec) -> Vec<String> {
+    let spec = &loaded.spec;
+    let said = |key: &str, what: &str| {
+        format!(
+            "{} (hint: `argus run` acts on it; `argus submit` submits the job once as it is)",
+            loaded.source.error_at(&crate::yaml_path![key], what)
+        )
+    };
+    let mut out = Vec::new();
+    if spec.restart.is_some() {
+        out.push(said(
+            "restart",
+            "not applied by `argus submit`: no attempt is restarted from a checkpoint",
+        ));
+    }
+    if spec.model_from.is_some() {
+        out.push(said(
+            "model_from",
+            "not used by `argus submit`: the model must already be in the HF cache on the shared storage",
+        ));
+    }
+    if spec.data_from.is_some() {
+        out.push(said(
+            "data_from",
+            "not used by `argus submit`: the datasets must already be on the shared storage",
+        ));
+    }
+    out
+}
+
 pub async fn submit(cli: &Cli, args: &SubmitArgs, printer: &Printer) -> Result<Exit> {
     let (loaded, target, what) = match (&args.resume, &args.jobspec) {
         (Some(old), given) => {
@@ -75,6 +108,9 @@ pub async fn submit(cli: &Cli, args: &SubmitArgs, printer: &Printer) -> Result<E
         (None, None) => return Ok(Exit::Usage),
     };
     loaded.check_on_shared(&target.mount)?;
+    for warning in run_only_fields(&loaded) {
+        printer.warn(warning);
+    }
     let mut prepared = submit::prepare(&target, &loaded, !args.no_check)
         .with_context(|| format!("cannot submit {what}"))?;
     prepared.resumes = args.resume.clone();

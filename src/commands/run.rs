@@ -39,9 +39,14 @@ pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
         None if args.resume.is_some() => {
             let run_id = args.resume.as_deref().unwrap_or_default();
             let loaded = super::profile(cli)?;
-            let (job, old) =
-                super::training::resume_run(&loaded, run_id, args.jobspec.as_deref(), printer)
-                    .await?;
+            let (job, old) = super::training::resume_run(
+                &loaded,
+                run_id,
+                args.jobspec.as_deref(),
+                &args.sets,
+                printer,
+            )
+            .await?;
             resumes = Some(old);
             (job, loaded, None)
         }

@@ -259,11 +259,13 @@ pub async fn resume(
         .with_context(|| format!("cannot resume job {old}"))
 }
 
-/// `run --resume RUN_ID`: the JobSpec continuing that run's job, and the job's id.
+/// `run --resume RUN_ID [--set k=v]...`: the JobSpec continuing that run's job (`--set`
+/// applied as `submit --resume` applies it), and the job's id.
 pub async fn resume_run(
     loaded: &LoadedProfile,
     run_id: &str,
     given: Option<&Path>,
+    sets: &[String],
     printer: &Printer,
 ) -> Result<(LoadedJobSpec, String)> {
     let runs = loaded.host_layout()?.runs();
@@ -273,6 +275,6 @@ pub async fn resume_run(
         .await?
         .with_connect_retries(0);
     let target = Target::from_profile(loaded, ray);
-    let job = resume(&target, &old, given, &[], printer).await?;
+    let job = resume(&target, &old, given, sets, printer).await?;
     Ok((job, old))
 }

@@ -325,6 +325,66 @@ fn line_breaks_in_others_text_add_no_line() {
     assert!(run.stderr.contains("f\\u{a}status"), "{}", run.stderr);
 }
 
+/// Refused, never ignored: `submit` says where the fields it does not act on are written
+/// (`restart:`, `model_from:`, `data_from:`), and a planted saved driver log (a link, a
+/// FIFO, a hard link) is named in a failure bundle as refused, with why, not taken for a
+/// log argus never saved.
+#[test]
+fn what_submit_and_diagnose_do_not_use_is_said() {
+    let (ctx, profile) = world("notignored");
+    let job = ctx.write(
+        "job.yaml",
+        &format!("{JOB}restart: {{max: 2}}\nmodel_id: acme/tiny\nmodel_from: /tmp\n"),
+    );
+    ctx.argus()
+        .profile(&profile)
+        .args(["submit", "--dry-run", "--no-check"])
+        .arg_path(&job)
+        .run()
+        .code(0)
+        .stderr_has("job.yaml:3:10: restart: not applied by `argus submit`")
+        .stderr_has("job.yaml:5:13: model_from: not used by `argus submit`");
+
+    let dir = ctx.path("shared/jobs/j-1");
+    std::fs::create_dir_all(dir.join("logs")).expect("mkdir");
+    std::fs::write(ctx.path("shared/elsewhere.log"), "not the job's\n").expect("write");
+    let record = serde_json::json!({"submission_id": "j-1", "workload": "ppo", "code_id": "c",
+        "code_path": "/x", "entrypoint": "e", "cluster": "x", "dashboard": "http://127.0.0.1:9",
+        "submitted_at": "2026-11-29T06:00:00Z", "status": "FAILED", "message": "m"});
+    std::fs::write(dir.join("job.json"), record.to_string()).expect("write");
+    let log = dir.join("logs/driver.log");
+    let plants: [(&str, &dyn Fn()); 3] = [
+        ("symbolic link", &|| {
+            std::os::unix::fs::symlink("/etc/passwd", &log).expect("link")
+        }),
+        ("FIFO", &|| mkfifo(&log)),
+        ("hard link", &|| {
+            std::fs::hard_link(ctx.path("shared/elsewhere.log"), &log).expect("hard link")
+        }),
+    ];
+    for (what, plant) in plants {
+        let _ = std::fs::remove_file(&log);
+        let _ = std::fs::remove_dir_all(dir.join("diagnostics"));
+        plant();
+        let report = ctx
+            .argus()
+            .profile(&profile)
+            .args(["job", "diagnose", "j-1", "--json"])
+            .run()
+            .json();
+        let missed = report.to_string();
+        assert!(
+            missed.contains("argus's saved driver log is refused, not read")
+                && missed.contains("logs/driver.log"),
+            "{what}: {missed}"
+        );
+        assert!(
+            !missed.contains("argus saved no driver log"),
+            "{what}: {missed}"
+        );
+    }
+}
+
 #[test]
 fn control_characters_from_job_records_never_reach_the_terminal_raw() {
     let (ctx, profile) = world("ctrlrecords");

@@ -1013,12 +1013,24 @@ fn a_stopped_run_is_resumed_by_a_second_run(t: &Training) {
         Some(3),
         "the first run ends with its job STOPPED"
     );
+    // `--set` applies to the resumed JobSpec, as `submit --resume` applies it.
     let second = t
-        .argus(&["run", "--json", "--resume", &run_id])
+        .argus(&[
+            "run",
+            "--json",
+            "--resume",
+            &run_id,
+            "--set",
+            "env_vars.RESUME_NOTE=from-set",
+        ])
         .code(0)
         .json();
     let new_job = second["submission_id"].as_str().expect("job").to_string();
     assert_ne!(new_job, job_id);
+    let recorded =
+        std::fs::read_to_string(t.shared.join(format!("jobs/{new_job}/config/jobspec.yaml")))
+            .expect("the resumed job's JobSpec");
+    assert!(recorded.contains("RESUME_NOTE: from-set"), "{recorded}");
     assert_eq!(
         read_json(&t.shared.join(format!("jobs/{new_job}/job.json")))["resumes"],
         job_id.as_str()

@@ -199,7 +199,7 @@ pub async fn collect(job: &Job<'_>, limits: &Limits) -> Result<Bundle, Error> {
     let window = window_of(info.as_ref(), &record);
 
     // The driver's log: the one argus saved, else Ray's, else the head's file (below).
-    let driver = driver_log(&records, &api, id, limits.driver_bytes).await;
+    let driver = driver_log(&records, &api, id, limits.driver_bytes, &mut files).await;
     let want_driver_file = driver.is_none();
 
     let job_hex = info.as_ref().and_then(|i| i.job_id.clone());
@@ -341,9 +341,14 @@ fn add_driver(files: &mut Files, driver: Option<(Vec<u8>, u64, String)>, id: &st
                 .iter()
                 .any(|(p, _, _)| p.ends_with(&format!("job-driver-{id}.log")))
             {
+                let refused = files.missed.iter().any(|m| m.what.ends_with("driver.log"));
                 files.miss(
                     "driver.log",
-                    "argus saved no driver log and neither Ray nor the head has it",
+                    if refused {
+                        "argus's saved driver log was refused (see above) and neither Ray nor the head has it"
+                    } else {
+                        "argus saved no driver log and neither Ray nor the head has it"
+                    },
                 );
             }
         }
@@ -563,23 +568,35 @@ fn add_config(
     }
 }
 
-/// The driver's log (its last `cap` bytes): (text, its whole size, where from).
+/// The driver's log (its last `cap` bytes): (text, its whole size, where from). The one
+/// argus saved first; one that is there but refused (a link, a FIFO, a hard link: not a
+/// regular file of its own) or unreadable is named in the manifest with why, and Ray's
+/// copy is asked for instead.
 async fn driver_log(
     records: &Records,
     api: &JobsApi<'_>,
     id: &str,
     cap: u64,
+    files: &mut Files,
 ) -> Option<(Vec<u8>, u64, String)> {
-    if let Ok(Some(mut file)) = records.open_file(id, crate::training::DRIVER_LOG) {
-        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-        let mut bytes = Vec::new();
-        let read = file
-            .seek(SeekFrom::Start(size.saturating_sub(cap)))
-            .and_then(|_| file.take(cap).read_to_end(&mut bytes));
-        if read.is_ok() {
-            let from = records.dir(id).join(crate::training::DRIVER_LOG);
-            return Some((bytes, size, from.display().to_string()));
+    let saved = crate::text::shown(&records.dir(id).join(crate::training::DRIVER_LOG));
+    match records.open_file(id, crate::training::DRIVER_LOG) {
+        Ok(Some(mut file)) => {
+            let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+            let mut bytes = Vec::new();
+            let read = file
+                .seek(SeekFrom::Start(size.saturating_sub(cap)))
+                .and_then(|_| file.take(cap).read_to_end(&mut bytes));
+            match read {
+                Ok(_) => return Some((bytes, size, saved)),
+                Err(e) => files.miss(saved, format!("argus's saved driver log: {e}")),
+            }
         }
+        Ok(None) => {}
+        Err(e) => files.miss(
+            saved,
+            format!("argus's saved driver log is refused, not read: {e}"),
+        ),
     }
     let log = tokio::time::timeout(Duration::from_secs(10), api.logs(id))
         .await
