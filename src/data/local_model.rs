@@ -66,6 +66,15 @@ impl Listing {
             .map_err(|e| open_error("open", &self.root.display(file.to_path()), e))
     }
 
+    /// Opens every listed file once, as a copy will: each refusal (a second hard link, a
+    /// file swapped for a link or FIFO since the listing) is found before anything is
+    /// written.
+    fn check_all(&self) -> Result<(), Error> {
+        self.files
+            .iter()
+            .try_for_each(|file| self.open(file).map(drop))
+    }
+
     /// Opens `file` and hashes it, returning the open file (at its end) and its sha256.
     fn hash(&self, file: &RepoPath) -> Result<(std::fs::File, String), Error> {
         let mut opened = self.open(file)?;
@@ -157,6 +166,16 @@ pub fn content_of(dir: &Path) -> Result<(String, Vec<CachedFile>), Error> {
     Ok((content_commit(&hashed), files))
 }
 
+/// Everything about putting the model in `dir` into the cache as `model` that can be
+/// checked before anything is written: the name (`org/name`, no `@rev`), a directory of
+/// regular files of their own (no link, FIFO, device or second hard link anywhere in
+/// it), a config.json. What [`import`] checks first, and `argus run` before it creates a
+/// run: one check for both.
+pub fn check(model: &str, dir: &Path) -> Result<(), Error> {
+    let spec = ModelSpec::parse(model).map_err(|e| Error::LocalModel(format!("{model}: {e}")))?;
+    listed_model(model, &spec, dir)?.check_all()
+}
+
 /// Puts the model in `dir` into the shared HF cache as `model` (`org/name`, revision
 /// `main` unless one is given). Idempotent: blobs already there are not copied again.
 ///
@@ -170,6 +189,8 @@ pub fn import(
 ) -> Result<ModelReport, Error> {
     let spec = ModelSpec::parse(model).map_err(|e| Error::LocalModel(format!("{model}: {e}")))?;
     let listed = listed_model(model, &spec, dir)?;
+    // Every file is openable before the first blob is written.
+    listed.check_all()?;
     let task = reporter.task(&format!("model {} from {}", spec.repo, dir.display()));
     let cache: HubCache = p.cache();
     let dirs = Dirs::new();

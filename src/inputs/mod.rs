@@ -109,12 +109,10 @@ pub fn check(host: &Layout, job: &LoadedJobSpec, new: bool) -> Result<(), Error>
             "{origin}: data_from {from} is not a directory"
         )));
     }
-    if let Some(from) = &spec.model_from
-        && !Path::new(from).join("config.json").is_file()
-    {
-        return Err(Error::Invalid(format!(
-            "{origin}: model_from {from} holds no config.json (not a Hugging Face model directory)"
-        )));
+    if let (Some(from), Some(model)) = (&spec.model_from, &spec.model_id) {
+        // The check `prepare --model-from` makes before it writes, made before the run is.
+        crate::data::local_model::check(model, Path::new(from))
+            .map_err(|e| Error::Invalid(format!("{origin}: {e}")))?;
     }
     if let Code::Snapshot(id) = &spec.code {
         crate::snapshot::find(&host.code(), &id.to_string()).map_err(|_| Error::CodeNotFound {

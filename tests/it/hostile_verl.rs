@@ -122,3 +122,66 @@ fn model_paths_and_revisions_that_would_be_passed_on_wrong_are_refused() {
         .stderr_has("leave out @");
     assert!(!ctx.path("shared/common/hf/hub/models--acme--tiny").exists());
 }
+
+/// A model directory is checked whole before anything is written: `prepare --model-from`
+/// writes no blob when any file of it is refused (here the last one, a second hard link),
+/// and `argus run` refuses what prepare would refuse (a hard link, a FIFO, a link, `@rev`)
+/// before it creates the run (nothing under `runs/`, no cluster).
+#[test]
+fn a_model_directory_is_checked_whole_before_anything_is_written() {
+    let mut ctx = TestContext::new("modelfromcheck");
+    let profile = profile(&mut ctx);
+    let shared = ctx.path("shared");
+    let model = ctx.path("model");
+    std::fs::create_dir_all(&model).expect("mkdir");
+    std::fs::write(model.join("config.json"), "{}\n").expect("write");
+    std::fs::write(model.join("a.json"), "{\"a\": 1}\n").expect("write");
+    std::fs::write(ctx.path("elsewhere.bin"), "not the model's").expect("write");
+    std::fs::hard_link(ctx.path("elsewhere.bin"), model.join("zz.bin")).expect("hard link");
+    ctx.argus()
+        .profile(&profile)
+        .args(["prepare", "--model", "acme/tiny", "--model-from"])
+        .arg_path(&model)
+        .run()
+        .code(2)
+        .stderr_has("zz.bin has a second hard link");
+    assert!(
+        !shared.join("common/hf/hub/models--acme--tiny").exists(),
+        "no blob of the files before the refused one"
+    );
+
+    let code = ctx.path("code");
+    std::fs::create_dir_all(&code).expect("mkdir");
+    std::fs::write(code.join("x.py"), "x = 1\n").expect("write");
+    let run = |model_id: &str, says: &str| {
+        let spec = ctx.write(
+            "run.yaml",
+            &format!(
+                "workload: grpo\ncode: {{source: {}}}\nmodel_id: {model_id}\nmodel_from: {}\n",
+                code.display(),
+                model.display()
+            ),
+        );
+        ctx.argus()
+            .profile(&profile)
+            .args(["run"])
+            .arg_path(&spec)
+            .run()
+            .code(2)
+            .stderr_has(says);
+        assert!(!shared.join("runs").exists(), "{says}: no run was created");
+    };
+    run("acme/tiny", "zz.bin has a second hard link");
+    std::fs::remove_file(model.join("zz.bin")).expect("rm");
+    std::os::unix::fs::symlink("/etc/passwd", model.join("zz.bin")).expect("link");
+    run("acme/tiny", "zz.bin is not a regular file");
+    std::fs::remove_file(model.join("zz.bin")).expect("rm");
+    let status = std::process::Command::new("mkfifo")
+        .arg(model.join("zz.bin"))
+        .status()
+        .expect("mkfifo");
+    assert!(status.success());
+    run("acme/tiny", "zz.bin is not a regular file");
+    std::fs::remove_file(model.join("zz.bin")).expect("rm");
+    run("acme/tiny@v1", "leave out @v1");
+}
