@@ -20,6 +20,20 @@ use crate::fsx;
 use crate::ids::SubmissionId;
 use crate::ray::jobs::{JobInfo, JobStatus};
 
+/// The names below `jobs/<id>/`, spelled here and nowhere else: every module reaches a
+/// job's files through these and [`Records`].
+pub const JOB_JSON: &str = "job.json";
+pub const CONFIG: &str = "config";
+pub const LOGS: &str = "logs";
+pub const DEBUG: &str = "debug";
+pub const CHECKPOINTS: &str = "checkpoints";
+/// The JobSpec as submitted (secrets redacted).
+pub const JOBSPEC: &str = "config/jobspec.yaml";
+pub const SUBMIT_PAYLOAD: &str = "config/submit_payload.json";
+pub const SUBMIT_OUT: &str = "logs/submit.out";
+/// The driver's log as argus saved it (through Ray's API, or streamed by a Slurm run).
+pub const DRIVER_LOG: &str = "logs/driver.log";
+
 /// Every field has a default, so a record written by another argus version (or by hand)
 /// still reads: the safety checks that read records (`snapshot rm`) must not skip one.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -272,7 +286,7 @@ impl Records {
             jobs.remove_all(&name)?;
         }
         let dir = jobs.create_dir(&name, 0o777)?;
-        for sub in ["config", "logs", "debug", "checkpoints"] {
+        for sub in [CONFIG, LOGS, DEBUG, CHECKPOINTS] {
             dir.create_dir(sub, 0o777)?;
         }
         Ok(Staged {
@@ -315,7 +329,7 @@ impl Records {
     /// (corrupt, a link, not a regular file, naming another job).
     pub fn load(&self, id: &str) -> Result<Option<JobRecord>, Error> {
         let read = |source| Error::Read {
-            path: self.dir(id).join("job.json"),
+            path: self.dir(id).join(JOB_JSON),
             source,
         };
         self.check_id(id).map_err(read)?;
@@ -361,6 +375,21 @@ impl Records {
         )
     }
 
+    /// The job's saved driver log ([`DRIVER_LOG`]), opened to append through the handles of
+    /// the job's directory (made when missing; a link or a hard-linked file there is
+    /// refused, never written through). None when it cannot be: a streaming log goes on.
+    pub fn open_driver_log_to_append(&self, id: &str) -> Option<std::fs::File> {
+        let (dir, name) = DRIVER_LOG.split_once('/')?;
+        let logs = self.job(id).ok()??.open_dir(dir).ok()?;
+        match logs.open_append(name) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => logs
+                .create_new(name, 0o644)
+                .or_else(|_| logs.open_append(name))
+                .ok(),
+            opened => opened.ok(),
+        }
+    }
+
     /// Reads `jobs/<id>/<rest>` whole if it exists (at most `cap` bytes), opened as
     /// [`Records::open_file`].
     pub fn read_file(&self, id: &str, rest: &str, cap: u64) -> std::io::Result<Option<Vec<u8>>> {
@@ -374,7 +403,7 @@ impl Records {
     pub fn write(&self, record: &JobRecord) -> std::io::Result<()> {
         self.write_file(
             &record.submission_id,
-            "job.json",
+            JOB_JSON,
             &serde_json::to_vec_pretty(record).unwrap_or_default(),
         )
         .map(drop)
@@ -457,8 +486,8 @@ impl Records {
 /// The record `<id>/job.json` in the `jobs/` directory `jobs` (`id` checked already):
 /// None when there is none.
 fn load_in(jobs: &fsx::Dir, id: &str) -> Result<Option<JobRecord>, Error> {
-    let path = jobs.display(Path::new(id).join("job.json"));
-    let bytes = match fsx::found(jobs.read(Path::new(id).join("job.json"), RECORD_CAP)) {
+    let path = jobs.display(Path::new(id).join(JOB_JSON));
+    let bytes = match fsx::found(jobs.read(Path::new(id).join(JOB_JSON), RECORD_CAP)) {
         Ok(Some(bytes)) => bytes,
         Ok(None) => return Ok(None),
         Err(source) => return Err(Error::Read { path, source }),
@@ -772,6 +801,45 @@ mod tests {
                 .open_file("j-9", "logs/driver.log")
                 .unwrap()
                 .is_none()
+        );
+    }
+
+    #[test]
+    fn the_saved_driver_log_is_appended_through_the_jobs_handles_never_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        let jobs = dir.path().join("shared/jobs");
+        std::fs::create_dir_all(jobs.join("j1/logs")).unwrap();
+        let records = Records::new(&jobs);
+        let mut file = records.open_driver_log_to_append("j1").unwrap();
+        // Its directory swapped for a link after the log was opened: it stays inside.
+        let moved = dir.path().join("moved");
+        std::fs::rename(jobs.join("j1"), &moved).unwrap();
+        std::os::unix::fs::symlink(&outside, jobs.join("j1")).unwrap();
+        std::io::Write::write_all(&mut file, b"a\n").unwrap();
+        assert_eq!(
+            std::fs::read(moved.join("logs/driver.log")).unwrap(),
+            b"a\n"
+        );
+        // Opened again: the link is refused, nothing made outside.
+        assert!(records.open_driver_log_to_append("j1").is_none());
+        // A link planted at the log's name is not appended to.
+        std::fs::create_dir_all(jobs.join("j2/logs")).unwrap();
+        let target = outside.join("target");
+        std::fs::write(&target, b"x").unwrap();
+        std::os::unix::fs::symlink(&target, jobs.join("j2/logs/driver.log")).unwrap();
+        assert!(records.open_driver_log_to_append("j2").is_none());
+        assert_eq!(std::fs::read(&target).unwrap(), b"x");
+        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1);
+        // An existing log is appended to.
+        std::fs::create_dir_all(jobs.join("j3/logs")).unwrap();
+        std::fs::write(jobs.join("j3/logs/driver.log"), b"1\n").unwrap();
+        let mut file = records.open_driver_log_to_append("j3").unwrap();
+        std::io::Write::write_all(&mut file, b"2\n").unwrap();
+        assert_eq!(
+            std::fs::read(jobs.join("j3/logs/driver.log")).unwrap(),
+            b"1\n2\n"
         );
     }
 }

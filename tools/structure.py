@@ -2,13 +2,19 @@
 """The structure of argus drawn from its own imports (docs/architecture.md).
 
 Rooms are the top-level modules of src/ (src/<x>.rs or src/<x>/). An arrow a -> b is a
-`crate::b` or (for files of one room) `super::` path in a's production code (test modules
-and `#[cfg(test)] mod x;` files left out). Prints the rooms, the arrows, the circles among
-rooms and among files, and every arrow that runs up a layer or sideways between stages
-that is not on the allow-list below.
+path in a's production code (test modules and `#[cfg(test)] mod x;` files left out;
+comments and string literals too) that names b, in every form Rust has: `crate::b::..`,
+`super::..` and `super::super::..`, `self::..`, a module's own children named bare
+(`mod x;` then `x::f` or `pub use x::f`), grouped use trees at any depth
+(`use super::{a, b::{c, d}}`), and `#[macro_export]` macros by name (`crate::yaml_path!`,
+`use crate::yaml_path;`: their home is the file that defines them). A file's use of the
+modules it sits in (`super::Error` in a child of the room's facade) is no arrow: they
+own it. Prints the rooms, the arrows, the circles among rooms and among files, and every
+arrow that runs up a layer or sideways between stages that is not on the allow-list.
 
     python3 tools/structure.py src          # exit 1 on a circle or an unlisted back arrow
-    python3 tools/structure.py src --long   # also: production files > 700 lines, functions > 120
+    python3 tools/structure.py src --long   # also exit 1 on production files > 700
+                                            # lines or functions > 120 (listed)
 """
 import collections
 import os
@@ -53,25 +59,122 @@ def production(text):
     return text if i < 0 else text[:i]
 
 
+def code_only(text):
+    """`text` without comments (doc comments included), string and char literals: only
+    code names modules; a doc link or a message that spells a path is not an import."""
+    out, i, n = [], 0, len(text)
+    while i < n:
+        c = text[i]
+        if text.startswith("//", i):
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif text.startswith("/*", i):
+            depth, i = 1, i + 2
+            while i < n and depth:
+                if text.startswith("/*", i):
+                    depth, i = depth + 1, i + 2
+                elif text.startswith("*/", i):
+                    depth, i = depth - 1, i + 2
+                else:
+                    i += 1
+        elif c == "r" and re.match(r'r#*"', text[i:i + 40]) and not re.match(r"\w", text[i - 1:i] or " "):
+            hashes = re.match(r'r(#*)"', text[i:]).group(1)
+            j = text.find('"' + hashes, i + 2 + len(hashes))
+            out.append('""')
+            i = n if j < 0 else j + 1 + len(hashes)
+        elif c == '"':
+            j = i + 1
+            while j < n and text[j] != '"':
+                j += 2 if text[j] == "\\" else 1
+            out.append('""')
+            i = j + 1
+        elif c == "'":
+            # A char literal ('x', '\n', '\u{1b}'); a lifetime ('a) is left as it is.
+            m = re.match(r"'(\\u\{[0-9a-fA-F]+\}|\\.|[^\\'])'", text[i:i + 12])
+            out.append("' '" if m else c)
+            i += len(m.group(0)) if m else 1
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def use_paths(text, at):
+    """The paths a path or use tree starting at `text[at]` names, as lists of segments:
+    `a::b`, `a::{b, c::{d, e as f}, self}`, `a::*`."""
+    ident = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\*")
+
+    def tree(i):
+        while i < len(text) and text[i] in " \t\n":
+            i += 1
+        if i < len(text) and text[i] == "{":
+            paths, i = [], i + 1
+            while i < len(text):
+                while i < len(text) and text[i] in " \t\n,":
+                    i += 1
+                if i >= len(text) or text[i] == "}":
+                    return paths, i + 1
+                sub, j = tree(i)
+                paths.extend(sub)
+                # `x as y`: the name is x's.
+                m = re.compile(r"\s+as\s+\w+").match(text, j)
+                i = m.end() if m else max(j, i + 1)
+            return paths, i
+        m = ident.match(text, i)
+        if not m:
+            return [[]], i
+        seg, i = m.group(0), m.end()
+        if text.startswith("::", i):
+            rest, i = tree(i + 2)
+            return [[seg] + r for r in rest], i
+        return [[seg]], i
+
+    return tree(at)[0]
+
+
 def graph(files):
     mods = set(files)
-    rooms, fedges = collections.defaultdict(set), collections.defaultdict(set)
+    # #[macro_export] macros live at the crate's root by name; their home is the file
+    # that defines them.
+    macros = {}
     for mod, (_, text) in files.items():
-        text = production(text)
-        for m in re.finditer(r"\bcrate::([a-z_]+(?:::[a-z_]+)*)", text):
-            path = m.group(1).split("::")
-            target = next(("::".join(path[:k]) for k in range(len(path), 0, -1)
-                           if "::".join(path[:k]) in mods), None)
-            if target and target != mod:
-                fedges[mod].add(target)
-                a, b = mod.split("::")[0], target.split("::")[0]
-                if a != b:
-                    rooms[a].add(b)
-        parent = mod.split("::")[:-1]
-        for m in re.finditer(r"\bsuper::([a-z_]+)", text):
-            cand = "::".join(parent + [m.group(1)])
-            if cand in mods and cand != mod:
-                fedges[mod].add(cand)
+        for m in re.finditer(r"#\[macro_export\]\s*macro_rules!\s*(\w+)", text):
+            macros[m.group(1)] = mod
+    rooms, fedges = collections.defaultdict(set), collections.defaultdict(set)
+
+    def target_of(path):
+        if len(path) == 1 and path[0] in macros:
+            return macros[path[0]]
+        return next(("::".join(path[:k]) for k in range(len(path), 0, -1)
+                     if "::".join(path[:k]) in mods), None)
+
+    for mod, (_, text) in files.items():
+        text = code_only(production(text))
+        here = [] if mod == "crate" else mod.split("::")
+        # This module's own children (`mod x;`), named bare (`x::f`) or through `self::`.
+        children = set(re.findall(r"^\s*(?:pub(?:\([a-z]+\))?\s+)?mod\s+(\w+)\s*;", text, re.M))
+        pattern = r"\b(crate|self|super)((?:::super)*)::"
+        if children:
+            pattern += r"|(?<![\w:])(" + "|".join(sorted(children)) + r")::"
+        for m in re.finditer(pattern, text):
+            if m.group(1) == "crate":
+                base, at = [], m.end()
+            elif m.group(1) in ("self", "super"):
+                ups = (m.group(1) == "super") + m.group(2).count("super")
+                if ups > len(here):
+                    continue
+                base, at = here[:len(here) - ups], m.end()
+            else:
+                base, at = here, m.start()
+            for path in use_paths(text, at):
+                target = target_of(base + path) if base + path else None
+                # A file may use the items of the modules it sits in (`super::Error`, its
+                # room's facade): they own it, so that is no arrow; every other use is.
+                if target and target != mod and not (mod + "::").startswith(target + "::"):
+                    fedges[mod].add(target)
+                    a, b = mod.split("::")[0], target.split("::")[0]
+                    if a != b:
+                        rooms[a].add(b)
     return rooms, fedges
 
 
@@ -161,6 +264,7 @@ def main():
     if "--long" in sys.argv:
         for line in long_parts(files):
             print(line)
+            bad = True
     sys.exit(1 if bad else 0)
 
 

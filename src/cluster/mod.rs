@@ -16,6 +16,7 @@ pub mod hosts;
 pub mod image;
 pub mod local_route;
 pub mod node;
+pub mod observe;
 pub mod plan;
 pub mod ready;
 pub mod reconcile;

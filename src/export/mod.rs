@@ -329,21 +329,7 @@ fn resolve_job(
             }
         }
     }
-    if job.spec.data_from.is_some() {
-        findings
-            .warn(src, &yaml_path!["data_from"], "used by `argus run` only: the datasets must already be on the volume the pods mount")
-            .set_hint("argus prepare --from DIR, from a machine that mounts the shared storage");
-    }
-    if let (Some(dir), Some(model)) = (&job.spec.model_from, &job.spec.model_id) {
-        findings
-            .warn(src, &yaml_path!["model_from"], "used by `argus run` only: the model must already be in the HF cache on the volume the pods mount")
-            .set_hint(format!("argus prepare --model {model} --model-from {dir}, from a machine that mounts the shared storage"));
-    }
-    if job.spec.restart.is_some() {
-        findings
-            .warn(src, &yaml_path!["restart"], "argus's supervision (restart from the newest complete checkpoint) is not carried: a RayJob has none of it; KubeRay's backoffLimit retries on a new cluster, from the start unless verl's resume_mode=auto finds the checkpoint on the volume")
-            .set_hint("supervise the run with `argus run`, or set the RayJob's spec.backoffLimit yourself");
-    }
+    run_only_fields(&job, src, findings);
     if job.spec.submission_id.is_none() {
         let id = derived_submission_id(profile, loaded, derived_code.as_deref());
         notes.push(format!(
@@ -384,6 +370,26 @@ fn resolve_job(
             findings.push(finding);
             None
         }
+    }
+}
+
+/// What only `argus run` acts on, said where it is written: the local copies a run puts
+/// on the shared storage first, and the restart policy a RayJob has none of.
+fn run_only_fields(job: &LoadedJobSpec, src: &Source, findings: &mut Findings) {
+    if job.spec.data_from.is_some() {
+        findings
+            .warn(src, &yaml_path!["data_from"], "used by `argus run` only: the datasets must already be on the volume the pods mount")
+            .set_hint("argus prepare --from DIR, from a machine that mounts the shared storage");
+    }
+    if let (Some(dir), Some(model)) = (&job.spec.model_from, &job.spec.model_id) {
+        findings
+            .warn(src, &yaml_path!["model_from"], "used by `argus run` only: the model must already be in the HF cache on the volume the pods mount")
+            .set_hint(format!("argus prepare --model {model} --model-from {dir}, from a machine that mounts the shared storage"));
+    }
+    if job.spec.restart.is_some() {
+        findings
+            .warn(src, &yaml_path!["restart"], "argus's supervision (restart from the newest complete checkpoint) is not carried: a RayJob has none of it; KubeRay's backoffLimit retries on a new cluster, from the start unless verl's resume_mode=auto finds the checkpoint on the volume")
+            .set_hint("supervise the run with `argus run`, or set the RayJob's spec.backoffLimit yourself");
     }
 }
 

@@ -641,7 +641,7 @@ fn collect(
         .host
         .jobs()
         .join(first.unwrap_or(id))
-        .join("checkpoints");
+        .join(crate::records::CHECKPOINTS);
     rec.report.checkpoints = Some(checkpoints.display().to_string());
     rec.end(rec.lock_path().display().to_string())?;
     Ok(())

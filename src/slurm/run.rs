@@ -21,10 +21,6 @@ use crate::ray::RayClient;
 use crate::records::Records;
 use crate::submit::Target;
 
-/// Where a job's records keep its driver log.
-pub(super) const LOGS: &str = "logs";
-pub(super) const DRIVER_LOG: &str = "driver.log";
-
 /// How long the node steps get to remove their containers once told to end.
 const NODE_STOP_GRACE: Duration = Duration::from_secs(60);
 
@@ -380,63 +376,4 @@ async fn stages(
         bundle_nodes: &bundle_nodes,
     };
     supervise::attempts(&ctx, report, nodes, usr1, on_log).await
-}
-
-/// The job's saved driver log, `jobs/<id>/logs/driver.log`, opened to append through the
-/// handles of the job's records (made when missing; a link or a hard-linked file there is
-/// refused, never written through). None when it cannot be: the log still streams.
-pub(super) fn open_saved_log(records: &Records, submission_id: &str) -> Option<std::fs::File> {
-    let logs = records.job(submission_id).ok()??.open_dir(LOGS).ok()?;
-    match logs.open_append(DRIVER_LOG) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => logs
-            .create_new(DRIVER_LOG, 0o644)
-            .or_else(|_| logs.open_append(DRIVER_LOG))
-            .ok(),
-        opened => opened.ok(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_saved_driver_log_is_appended_through_the_jobs_handles_never_through_a_link() {
-        let dir = tempfile::tempdir().unwrap();
-        let outside = dir.path().join("outside");
-        std::fs::create_dir_all(&outside).unwrap();
-        let layout = Layout::new(dir.path().join("shared"));
-        let jobs = layout.jobs();
-        std::fs::create_dir_all(jobs.join("j1/logs")).unwrap();
-        let records = Records::new(&jobs);
-        let mut file = open_saved_log(&records, "j1").unwrap();
-        // Its directory swapped for a link after the log was opened: it stays inside.
-        let moved = dir.path().join("moved");
-        std::fs::rename(jobs.join("j1"), &moved).unwrap();
-        std::os::unix::fs::symlink(&outside, jobs.join("j1")).unwrap();
-        std::io::Write::write_all(&mut file, b"a\n").unwrap();
-        assert_eq!(
-            std::fs::read(moved.join("logs/driver.log")).unwrap(),
-            b"a\n"
-        );
-        // Opened again: the link is refused, nothing made outside.
-        assert!(open_saved_log(&records, "j1").is_none());
-        // A link planted at the log's name is not appended to.
-        std::fs::create_dir_all(jobs.join("j2/logs")).unwrap();
-        let target = outside.join("target");
-        std::fs::write(&target, b"x").unwrap();
-        std::os::unix::fs::symlink(&target, jobs.join("j2/logs/driver.log")).unwrap();
-        assert!(open_saved_log(&records, "j2").is_none());
-        assert_eq!(std::fs::read(&target).unwrap(), b"x");
-        assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 1);
-        // An existing log is appended to.
-        std::fs::create_dir_all(jobs.join("j3/logs")).unwrap();
-        std::fs::write(jobs.join("j3/logs/driver.log"), b"1\n").unwrap();
-        let mut file = open_saved_log(&records, "j3").unwrap();
-        std::io::Write::write_all(&mut file, b"2\n").unwrap();
-        assert_eq!(
-            std::fs::read(jobs.join("j3/logs/driver.log")).unwrap(),
-            b"1\n2\n"
-        );
-    }
 }

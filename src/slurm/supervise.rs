@@ -203,8 +203,7 @@ pub async fn attempts(
         report.driver_log = Some(
             ctx.records
                 .dir(&id)
-                .join(super::run::LOGS)
-                .join(super::run::DRIVER_LOG)
+                .join(crate::records::DRIVER_LOG)
                 .display()
                 .to_string(),
         );
@@ -376,8 +375,8 @@ async fn watch(
         follow: true,
     };
     let seen = Steps::new();
-    // The log as it streams goes to the job's records too (see `run::open_saved_log`).
-    let mut saved = super::run::open_saved_log(ctx.records, id);
+    // The log as it streams goes to the job's records too.
+    let mut saved = ctx.records.open_driver_log_to_append(id);
     let secrets = crate::secrets::known();
     let waited = crate::submit::watch::wait(ctx.target, id, &options, |text| {
         on_log(text);

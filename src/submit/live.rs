@@ -159,7 +159,7 @@ pub fn checkpoint_point(target: &Target, old_id: &str) -> Result<ResumePoint, Er
                 source,
             })
     };
-    let payload: serde_json::Value = recorded("config/submit_payload.json")?
+    let payload: serde_json::Value = recorded(crate::records::SUBMIT_PAYLOAD)?
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
         .unwrap_or_default();
     let env_dir = payload["runtime_env"]["env_vars"]["ARGUS_CHECKPOINT_DIR"].as_str();
@@ -204,7 +204,7 @@ pub fn checkpoint_point(target: &Target, old_id: &str) -> Result<ResumePoint, Er
     let step = chosen.step;
     let from_step = (!choice.tracker_agrees())
         .then(|| format!("{}/global_step_{step}", container_dir.trim_end_matches('/')));
-    let recorded_jobspec = recorded("config/jobspec.yaml")?
+    let recorded_jobspec = recorded(crate::records::JOBSPEC)?
         .and_then(|bytes| String::from_utf8(bytes).ok())
         .and_then(|t| serde_yaml::from_str(&t).ok());
     Ok(ResumePoint {

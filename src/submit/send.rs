@@ -9,7 +9,7 @@ use super::Error;
 use super::resolve::Prepared;
 use super::target::Target;
 use crate::ray::jobs::{JobStatus, JobsApi, JobsError};
-use crate::records::{JobRecord, Published, Records, Staged};
+use crate::records::{self, JobRecord, Published, Records, Staged};
 use crate::secrets::{redact_json, redact_text};
 
 #[derive(Debug, Clone, Serialize)]
@@ -158,13 +158,13 @@ async fn stage_records(
             })
     };
     let result = write(
-        &format!("config/{}", target.config_record.0),
+        &format!("{}/{}", records::CONFIG, target.config_record.0),
         target.config_record.1.as_bytes(),
     )
-    .and_then(|()| write("config/jobspec.yaml", prepared.jobspec_record.as_bytes()))
+    .and_then(|()| write(records::JOBSPEC, prepared.jobspec_record.as_bytes()))
     .and_then(|()| {
         write(
-            "config/submit_payload.json",
+            records::SUBMIT_PAYLOAD,
             &serde_json::to_vec_pretty(&prepared.shown_payload()).unwrap_or_default(),
         )
     })
@@ -205,11 +205,11 @@ async fn write_record(
     };
     published
         .write_atomic(
-            "job.json",
+            records::JOB_JSON,
             &serde_json::to_vec_pretty(&record).unwrap_or_default(),
         )
         .map_err(|source| Error::Records {
-            path: published.path().join("job.json"),
+            path: published.path().join(records::JOB_JSON),
             source,
         })?;
     let out = format!(
@@ -219,7 +219,7 @@ async fn write_record(
         target.ray.endpoint(),
         redact_text(&prepared.shown_entrypoint)
     );
-    let _ = published.write_atomic("logs/submit.out", out.as_bytes());
+    let _ = published.write_atomic(records::SUBMIT_OUT, out.as_bytes());
     if let Ok(jobs) = api.list_raw().await {
         // Ray echoes every job's runtime_env (secrets included): redact before writing.
         let _ = published.write_atomic(

@@ -367,7 +367,7 @@ pub async fn failure_tail(target: &Target, id: &str, info: &JobInfo) -> Option<V
         Err(_) => {
             let file = target
                 .records()?
-                .open_file(id, crate::training::DRIVER_LOG)
+                .open_file(id, crate::records::DRIVER_LOG)
                 .ok()??;
             crate::training::log_tail(file).ok()?
         }

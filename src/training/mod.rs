@@ -28,13 +28,11 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 use crate::exit::{Classify, Exit};
-use crate::records::{JobRecord, Records};
+use crate::records::{DRIVER_LOG, JobRecord, Records};
 use metrics::Table;
 
 /// How many jobs back a chain of resumed jobs is followed (a guard against a loop).
 const MAX_CHAIN: usize = 1000;
-/// A job's saved driver log, below its directory.
-pub const DRIVER_LOG: &str = "logs/driver.log";
 /// The largest recorded configuration file read (a payload, a JobSpec, a run report).
 pub const CONFIG_CAP: u64 = 16 << 20;
 

@@ -20,6 +20,7 @@ mod hostile_logs;
 mod hostile_storage;
 mod hostile_verl;
 mod hosts;
+mod house;
 mod hub;
 mod hydra;
 mod image_distribution;

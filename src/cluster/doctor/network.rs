@@ -533,8 +533,8 @@ async fn host_checks_unbounded(
     let head = head_address(p);
     let head = head.as_str();
     let needs = super::ports::needs_on(plan, loaded, host);
-    let own: Vec<crate::cluster::reconcile::Observed> =
-        crate::cluster::reconcile::observe(&engine.docker, &p.name)
+    let own: Vec<crate::cluster::observe::Observed> =
+        crate::cluster::observe::observe(&engine.docker, &p.name)
             .await
             .unwrap_or_default()
             .into_iter()

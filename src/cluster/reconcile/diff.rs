@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use serde::Serialize;
 
-use super::observe::Observed;
+use crate::cluster::observe::Observed;
 use crate::cluster::plan::{ClusterPlan, Role};
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

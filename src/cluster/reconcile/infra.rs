@@ -12,10 +12,10 @@ use bollard::query_parameters::{
 use futures_util::StreamExt;
 use futures_util::future::try_join_all;
 
-use super::observe::cluster_networks;
 use crate::cluster::Error;
 use crate::cluster::docker::{self, docker_err, is_conflict, is_not_found};
 use crate::cluster::hosts::Engine;
+use crate::cluster::observe::cluster_networks;
 use crate::cluster::plan::{ClusterPlan, ContainerPlan, LABEL_CLUSTER, Role};
 use crate::config::layout::{self, Layout};
 use crate::ui::Reporter;

@@ -2,14 +2,13 @@
 //! the difference, then wait for Ray. Idempotent by construction: a converged cluster
 //! produces only `keep` actions. `down` is the symmetric teardown.
 //!
-//! `diff` is pure (observed vs planned -> actions); `observe` reads the engines
-//! (containers, networks, the ports other clusters hold); `infra` acts (storage, network,
+//! `diff` is pure (observed vs planned -> actions); `cluster::observe` reads the engines
+//! (containers, networks; `cluster::held`, the ports other clusters hold); `infra` acts (storage, network,
 //! volume, start and removal of containers); `wait` waits for Ray and says why it is not
 //! ready. This file orchestrates: `up` and `down`, and the cluster's lock.
 
 mod diff;
 mod infra;
-mod observe;
 mod wait;
 
 use std::time::{Duration, Instant};
@@ -27,11 +26,11 @@ use crate::ray::RayNode;
 use crate::ui::Reporter;
 
 pub use super::held::observe_ports;
+use super::observe::cluster_networks;
+pub use super::observe::{Observed, observe, observe_all};
 pub use diff::{Action, diff};
 use infra::{create_layout_inside, ensure_network, prepare_storage};
 pub(crate) use infra::{remove, start};
-use observe::cluster_networks;
-pub use observe::{Observed, observe, observe_all};
 use wait::wait;
 
 #[derive(Debug, Clone, Serialize)]

@@ -255,7 +255,7 @@ pub async fn collect(job: &Job<'_>, limits: &Limits) -> Result<Bundle, Error> {
 }
 
 /// Where a job's record keeps its JobSpec (redacted: [`crate::inputs::recorded`]).
-const JOBSPEC: &str = "config/jobspec.yaml";
+use crate::records::JOBSPEC;
 
 /// The containers' part: what [`gather::collect`] takes from every planned container, the
 /// Ray logs chosen by [`choose`] (or [`pick_one`] for a stopped one) within the caps.
@@ -579,8 +579,8 @@ async fn driver_log(
     cap: u64,
     files: &mut Files,
 ) -> Option<(Vec<u8>, u64, String)> {
-    let saved = crate::text::shown(&records.dir(id).join(crate::training::DRIVER_LOG));
-    match records.open_file(id, crate::training::DRIVER_LOG) {
+    let saved = crate::text::shown(&records.dir(id).join(crate::records::DRIVER_LOG));
+    match records.open_file(id, crate::records::DRIVER_LOG) {
         Ok(Some(mut file)) => {
             let size = file.metadata().map(|m| m.len()).unwrap_or(0);
             let mut bytes = Vec::new();

@@ -294,7 +294,7 @@ impl Supervisor<'_> {
         if let Err(e) =
             self.job_of
                 .records
-                .write_file(id, crate::training::DRIVER_LOG, text.as_bytes())
+                .write_file(id, crate::records::DRIVER_LOG, text.as_bytes())
         {
             tracing::warn!("cannot keep the log of job {id}: {e}");
         }
@@ -423,7 +423,7 @@ async fn failure_detail(
         Ok(log) => Some(log),
         Err(_) => target
             .records()
-            .and_then(|r| r.open_file(id, crate::training::DRIVER_LOG).ok().flatten())
+            .and_then(|r| r.open_file(id, crate::records::DRIVER_LOG).ok().flatten())
             .and_then(|file| crate::training::log_tail(file).ok()),
     };
     // Its end: where a failure is said (a log's whole length is not read for it).

@@ -1,4 +1,5 @@
-//! Observing: what Docker runs for a cluster on every host (its containers and networks).
+//! Observing: what Docker runs for a cluster on every host (its containers and networks):
+//! what reconcile diffs with the plan, and what doctor reads (below both).
 //! The host ports other argus clusters' containers hold there: `cluster::held`.
 
 use std::collections::HashMap;
