@@ -30,9 +30,12 @@ fn structure(src: &Path, long: bool) -> (i32, String) {
     )
 }
 
+/// A tree of `(path, text)` files.
+type Tree<'a> = &'a [(&'a str, &'a str)];
+
 #[test]
 fn every_import_form_is_read() {
-    let cases: [(&str, &[(&str, &str)], &str); 6] = [
+    let cases: [(&str, Tree, &str); 6] = [
         (
             "grouped super",
             &[
