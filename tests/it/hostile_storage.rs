@@ -317,3 +317,61 @@ fn a_truncated_record_is_named_corrupt_and_still_listed() {
     assert_eq!(ids, ["j-cut", "j-ok"]);
     assert_eq!(tree(&shared), before, "nothing changed on the storage");
 }
+
+/// A profile whose engine does not answer (a closed port): `argus run` creates its run and
+/// stops at `up` (exit 4), without Docker. The shared storage is `shared`.
+fn unreachable_profile(ctx: &mut TestContext, shared: &Path) -> PathBuf {
+    let name = ctx.cluster("gone");
+    ctx.write(
+        "gone.yaml",
+        &format!(
+            "name: {name}\nimage: {}\ndocker: {{host: 'tcp://127.0.0.1:{}'}}\nshared: {{host_path: {}}}\nworkers: [{{name: g, count: 1}}]\n",
+            crate::harness::IMAGE,
+            free_port(),
+            shared.display()
+        ),
+    )
+}
+
+/// `runs/<id>/report.json` is input: a planted run of the same JobSpec, ended SUCCEEDED,
+/// whose job id is a path (`../../x`), is a clear error naming the report (exit 2), not a
+/// finished run (exit 0) whose job argus would go on to read, watch or stop.
+#[test]
+fn a_planted_report_whose_job_id_is_a_path_is_refused_naming_it() {
+    let (mut ctx, _, shared, _) = world("plantrep");
+    let profile = unreachable_profile(&mut ctx, &shared);
+    std::fs::create_dir_all(shared.join("code")).expect("code");
+    std::fs::write(shared.join("code/main.py"), "print(1)\n").expect("code");
+    let job = ctx.write(
+        "job.yaml",
+        "workload: custom\ncode_path: /mnt/shared/code\nentrypoint: python3 -c pass\n",
+    );
+    let job = job.to_str().expect("utf-8 path");
+    // The first run is created, then stops at `up`: its report carries the JobSpec's key.
+    argus(&ctx, &profile, &["run", job]).code(4);
+    let runs: Vec<PathBuf> = std::fs::read_dir(shared.join("runs"))
+        .expect("runs")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let first = crate::harness::read_json(&runs[0].join("report.json"));
+    let key = first["key"].as_str().expect("key");
+    // A newer run of that key, done, SUCCEEDED, its job id a path.
+    let planted = shared.join("runs/run-planted");
+    std::fs::create_dir_all(&planted).expect("planted");
+    let report = serde_json::json!({
+        "run_id": "run-planted", "key": key, "started_at": "2099-01-01T00:00:00.000Z",
+        "resumed": 0, "stage": "done", "stages": [], "submission_id": "../../x",
+        "job_status": "SUCCEEDED", "job_message": null, "driver_log": null,
+        "checkpoints": null, "lock": null, "replay_of": null, "drift": [], "seconds": 1.0,
+    });
+    std::fs::write(planted.join("report.json"), report.to_string()).expect("plant");
+    refused(
+        argus(&ctx, &profile, &["run", job]),
+        &[
+            "runs/run-planted/report.json",
+            "invalid submission id \"../../x\"",
+        ],
+    );
+}
