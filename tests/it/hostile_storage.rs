@@ -375,3 +375,61 @@ fn a_planted_report_whose_job_id_is_a_path_is_refused_naming_it() {
         ],
     );
 }
+
+/// A model path is checked one way by `submit` and `doctor`: a model directory linked out
+/// of the shared storage, and a `model_id` with `..`, are refused by `submit --dry-run`
+/// (exit 2) and are failures of doctor's `model_cache`, with the same words.
+#[test]
+fn a_model_path_linked_out_or_climbing_is_refused_by_submit_and_doctor_alike() {
+    let (mut ctx, _, shared, outside) = world("modelpath");
+    let profile = unreachable_profile(&mut ctx, &shared);
+    std::fs::create_dir_all(outside.join("m")).expect("outside model");
+    std::fs::write(outside.join("m/config.json"), "{}").expect("config");
+    std::fs::create_dir_all(shared.join("models/real")).expect("models");
+    std::fs::write(shared.join("models/real/config.json"), "{}").expect("config");
+    std::os::unix::fs::symlink(outside.join("m"), shared.join("models/linked")).expect("link");
+    let climbing = format!("/mnt/shared/models/real/../../../{}/m", outside.display());
+    let cases = [
+        ("/mnt/shared/models/linked", "symbolic link"),
+        (climbing.as_str(), "would leave its directory"),
+    ];
+    let job = |model: &str| {
+        let path = ctx.write(
+            "model-job.yaml",
+            &format!("workload: custom\ncode_path: /mnt/shared/code\nmodel_id: \"{model}\"\nentrypoint: python3 -c pass\n"),
+        );
+        path.to_str().expect("utf-8 path").to_string()
+    };
+    let model_cache = |spec: &str| {
+        let run = argus(&ctx, &profile, &["--json", "doctor", spec]);
+        let report = run.json();
+        report["hosts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|h| h["host"] == "cluster")
+            .flat_map(|h| h["checks"].as_array().cloned().unwrap_or_default())
+            .find(|c| c["name"] == "model_cache")
+            .unwrap_or_else(|| panic!("no model_cache check: {report:#}"))
+    };
+    for (model, says) in cases {
+        let spec = job(model);
+        let submit = refused(
+            argus(&ctx, &profile, &["submit", "--dry-run", &spec]),
+            &[says],
+        );
+        let check = model_cache(&spec);
+        assert_eq!(check["status"], "fail", "{model}: {check:#}");
+        let seen = check["seen"].as_str().unwrap_or_default();
+        assert!(seen.contains(says), "{model}: {seen}");
+        assert!(
+            submit.stderr.contains(seen),
+            "the same words: {seen} / {}",
+            submit.stderr
+        );
+    }
+    // The real directory passes both.
+    let spec = job("/mnt/shared/models/real");
+    argus(&ctx, &profile, &["submit", "--dry-run", &spec]).code(0);
+    assert_eq!(model_cache(&spec)["status"], "ok");
+}
