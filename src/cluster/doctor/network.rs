@@ -219,12 +219,35 @@ fn last_json<T: serde::de::DeserializeOwned>(output: &str) -> Result<T, String> 
     serde_json::from_str(line).map_err(|e| format!("the probe's result is not readable: {e}"))
 }
 
-fn probe_labels(cluster: &str, token: &str) -> HashMap<String, String> {
-    HashMap::from([
-        (LABEL_PROBE.to_string(), token.to_string()),
-        (LABEL_CLUSTER.to_string(), cluster.to_string()),
-        (LABEL_ROLE.to_string(), "probe".to_string()),
-    ])
+/// What a Python probe runs and is given: its script and arguments, its user, its
+/// namespaces (`host`) and capabilities.
+struct PythonProbe<'a> {
+    script: &'a str,
+    argv: Vec<String>,
+    user: &'a str,
+    host: HostConfig,
+    caps: &'a [&'a str],
+}
+
+/// A Python probe's create request: the script run by `python3 -I -S` in the cluster's
+/// image, labelled as a probe of the cluster (`token` finds it again), confined.
+fn python_body(args: &ProbeArgs, token: &str, probe: PythonProbe<'_>) -> ContainerCreateBody {
+    let mut cmd = vec!["-c".to_string(), probe.script.to_string()];
+    cmd.extend(probe.argv);
+    let body = ContainerCreateBody {
+        image: Some(args.image_id.clone()),
+        cmd: Some(cmd),
+        user: Some(probe.user.to_string()),
+        working_dir: Some("/".to_string()),
+        labels: Some(HashMap::from([
+            (LABEL_PROBE.to_string(), token.to_string()),
+            (LABEL_CLUSTER.to_string(), args.cluster.clone()),
+            (LABEL_ROLE.to_string(), "probe".to_string()),
+        ])),
+        host_config: Some(probe.host),
+        ..Default::default()
+    };
+    docker::confined(body, &PYTHON, probe.caps)
 }
 
 /// The route probe's create request: the host's network namespace, nothing else.
@@ -234,27 +257,27 @@ pub fn route_body(args: &ProbeArgs, token: &str) -> ContainerCreateBody {
         .iter()
         .map(|(lo, hi)| format!("{lo}-{hi}"))
         .collect();
-    let cmd = vec![
-        "-c".to_string(),
-        SCRIPT.to_string(),
+    let argv = vec![
         args.head_address.clone(),
         args.gcs_port.to_string(),
         if args.dial { "1" } else { "0" }.to_string(),
         ranges.join(","),
     ];
-    let body = ContainerCreateBody {
-        image: Some(args.image_id.clone()),
-        cmd: Some(cmd),
-        user: Some(NOBODY.to_string()),
-        working_dir: Some("/".to_string()),
-        labels: Some(probe_labels(&args.cluster, token)),
-        host_config: Some(HostConfig {
-            network_mode: Some("host".to_string()),
-            ..Default::default()
-        }),
+    let host = HostConfig {
+        network_mode: Some("host".to_string()),
         ..Default::default()
     };
-    docker::confined(body, &PYTHON, &[])
+    python_body(
+        args,
+        token,
+        PythonProbe {
+            script: SCRIPT,
+            argv,
+            user: NOBODY,
+            host,
+            caps: &[],
+        },
+    )
 }
 
 /// The holder scan's create request: the host's PID namespace, no network, root with
@@ -266,30 +289,26 @@ pub fn holders_body(
     token: &str,
 ) -> ContainerCreateBody {
     let inodes: Vec<&str> = sockets.iter().map(|s| s.inode.as_str()).collect();
-    let cmd = vec![
-        "-c".to_string(),
-        HOLDERS_SCRIPT.to_string(),
-        inodes.join(","),
-        format!("{budget_s:.2}"),
-    ];
     let mut caps = vec!["SYS_PTRACE"];
     if sockets.iter().any(|s| s.uid != 0) {
         caps.push("DAC_READ_SEARCH");
     }
-    let body = ContainerCreateBody {
-        image: Some(args.image_id.clone()),
-        cmd: Some(cmd),
-        user: Some(ROOT.to_string()),
-        working_dir: Some("/".to_string()),
-        labels: Some(probe_labels(&args.cluster, token)),
-        host_config: Some(HostConfig {
-            network_mode: Some("none".to_string()),
-            pid_mode: Some("host".to_string()),
-            ..Default::default()
-        }),
+    let host = HostConfig {
+        network_mode: Some("none".to_string()),
+        pid_mode: Some("host".to_string()),
         ..Default::default()
     };
-    docker::confined(body, &PYTHON, &caps)
+    python_body(
+        args,
+        token,
+        PythonProbe {
+            script: HOLDERS_SCRIPT,
+            argv: vec![inodes.join(","), format!("{budget_s:.2}")],
+            user: ROOT,
+            host,
+            caps: &caps,
+        },
+    )
 }
 
 /// The last lines of a probe's output, for a message.
