@@ -1,29 +1,26 @@
-# argus doctor's network probe: run by argus in a short-lived container of the cluster's image
-# with the host's network and PID namespaces (and CAP_SYS_PTRACE, to read other processes'
-# descriptors). Reads only; prints one JSON object on stdout.
+# argus doctor's route and listener probe (and `up`'s interface probe): run by argus as
+# `python3 -I -S` (no site-packages, no .pth, no sitecustomize, no PYTHON* variables) in a
+# short-lived container of the cluster's image with the host's network namespace and nothing
+# else: its own PID namespace, no capability, no-new-privileges, a read-only root file
+# system, user nobody. Reads only; prints one JSON object on stdout. Who holds a listening
+# socket is holders.py's, run only when this one found a listener.
 #
-#   netprobe.py HEAD GCS_PORT CONNECT RANGES OWN_IDS DEADLINE_S
+#   netprobe.py HEAD GCS_PORT CONNECT RANGES
 #
 # HEAD: the head's address; GCS_PORT: its GCS port; CONNECT: "1" to dial it; RANGES:
-# "20000-20999,21000-21999" (ports to look at, may be empty); OWN_IDS: comma-separated ids of
-# the cluster's own containers on this host (their listeners are not findings); DEADLINE_S:
-# the time the probe may take.
+# "20000-20999,21000-21999" (ports to look at, may be empty).
 #
 # Out: {"route": {"iface", "source", "error"}, "connect": {"ms" | "error"} | null,
-#       "listeners": [{"port", "address", "pids": [{"pid", "comm", "cmdline", "container"}],
-#                      "own": bool}], "partial": bool}
+#       "listeners": [{"port", "address", "inode", "uid"}]}
 import fcntl
 import ipaddress
 import json
-import os
-import re
 import socket
 import struct
 import sys
 import time
 
 SIOCGIFADDR = 0x8915
-CONTAINER_ID = re.compile(r"[0-9a-f]{64}")
 
 
 def iface_with_address(address):
@@ -98,7 +95,7 @@ def parse_ranges(text):
 
 
 def listeners(ranges):
-    """TCP sockets in LISTEN state whose port is in one of `ranges`: inode -> (port, address)."""
+    """TCP sockets in LISTEN state whose port is in one of `ranges`: inode -> (port, address, uid)."""
     found = {}
     for path, v6 in (("/proc/net/tcp", False), ("/proc/net/tcp6", True)):
         try:
@@ -121,65 +118,18 @@ def listeners(ranges):
                 address = str(ipaddress.IPv6Address(raw))
             else:
                 address = str(ipaddress.IPv4Address(raw[::-1]))
-            found[cols[9]] = (port, address)
+            found[cols[9]] = (port, address, int(cols[7]))
     return found
 
 
-def read(path, limit=4096):
-    try:
-        with open(path, "rb") as f:
-            return f.read(limit)
-    except OSError:
-        return b""
-
-
-def holders(inodes, deadline):
-    """inode -> [pid]; partial when the deadline came first."""
-    wanted = {f"socket:[{i}]": i for i in inodes}
-    out = {i: [] for i in inodes}
-    if not inodes:
-        return out, False
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        if time.monotonic() > deadline:
-            return out, True
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                link = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            inode = wanted.get(link)
-            if inode is not None and int(pid) not in out[inode]:
-                out[inode].append(int(pid))
-    return out, False
-
-
-def describe(pid):
-    comm = read(f"/proc/{pid}/comm").decode(errors="replace").strip()
-    cmdline = read(f"/proc/{pid}/cmdline", 400).replace(b"\0", b" ").decode(errors="replace").strip()
-    match = CONTAINER_ID.search(read(f"/proc/{pid}/cgroup").decode(errors="replace"))
-    return {"pid": pid, "comm": comm, "cmdline": cmdline, "container": match.group(0) if match else None}
-
-
 def main():
-    head, gcs, dial, ranges, own, budget = sys.argv[1:7]
-    started = time.monotonic()
-    deadline = started + float(budget)
-    own_ids = set(filter(None, own.split(",")))
-    out = {"route": route(head, int(gcs)), "connect": None, "listeners": [], "partial": False}
+    head, gcs, dial, ranges = sys.argv[1:5]
+    out = {"route": route(head, int(gcs)), "connect": None, "listeners": []}
     if dial == "1":
-        out["connect"] = connect(head, int(gcs), min(2.0, max(0.2, deadline - time.monotonic())))
+        out["connect"] = connect(head, int(gcs), 2.0)
     sockets = listeners(parse_ranges(ranges))
-    pids, out["partial"] = holders(list(sockets), deadline)
-    for inode, (port, address) in sorted(sockets.items(), key=lambda kv: kv[1]):
-        described = [describe(p) for p in sorted(pids[inode])]
-        own_socket = bool(described) and all(d["container"] in own_ids for d in described)
-        out["listeners"].append({"port": port, "address": address, "pids": described, "own": own_socket})
+    for inode, (port, address, uid) in sorted(sockets.items(), key=lambda kv: kv[1]):
+        out["listeners"].append({"port": port, "address": address, "inode": inode, "uid": uid})
     print(json.dumps(out))
 
 

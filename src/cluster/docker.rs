@@ -411,6 +411,36 @@ pub async fn tail_logs(docker: &Docker, name: &str, lines: usize) -> String {
         .join("\n")
 }
 
+/// Variables every probe container gets over the image's own: no library preloaded into
+/// its processes or searched before the system's (`LD_PRELOAD`, `LD_LIBRARY_PATH`), no
+/// start-up file read by a shell that is bash (`BASH_ENV`) or POSIX sh (`ENV`).
+pub const PROBE_ENV: [&str; 4] = ["LD_PRELOAD=", "LD_LIBRARY_PATH=", "BASH_ENV=", "ENV="];
+
+/// A probe container's create request made as little as it can be: `entrypoint` set
+/// explicitly (an image's ENTRYPOINT never wraps the probe's command), [`PROBE_ENV`] before
+/// the body's own variables, every capability dropped but `caps`, `no-new-privileges` (a
+/// setuid file in the image gains nothing), a read-only root file system. The body says
+/// the rest: the command, the namespaces, the mounts, the user.
+pub fn confined(
+    mut body: ContainerCreateBody,
+    entrypoint: &[&str],
+    caps: &[&str],
+) -> ContainerCreateBody {
+    body.entrypoint = Some(entrypoint.iter().map(|s| s.to_string()).collect());
+    let mut env: Vec<String> = PROBE_ENV.iter().map(|s| s.to_string()).collect();
+    env.extend(body.env.take().unwrap_or_default());
+    body.env = Some(env);
+    let host = body.host_config.take().unwrap_or_default();
+    body.host_config = Some(HostConfig {
+        cap_drop: Some(vec!["ALL".to_string()]),
+        cap_add: Some(caps.iter().map(|c| c.to_string()).collect()),
+        security_opt: Some(vec!["no-new-privileges".to_string()]),
+        readonly_rootfs: Some(true),
+        ..host
+    });
+    body
+}
+
 /// [`run_to_end`] bounded in time: past `limit` the container is removed all the same and
 /// the answer is `Ok(None)`. Its removal is bounded too (by `limit` again).
 pub async fn run_to_end_within(

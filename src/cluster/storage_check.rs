@@ -6,6 +6,10 @@
 //! should be mounted, another export) is named. Values reach the containers as arguments,
 //! never inside a shell string. `up` stops at the first host that differs
 //! ([`check_shared_storage`]); `doctor` takes every host's answer ([`compare`]).
+//!
+//! The probes get no network, `sh` as their explicit entrypoint, no capability but
+//! `CAP_DAC_OVERRIDE` (root writes past a directory's mode, as the nodes do),
+//! no-new-privileges and a read-only root file system ([`docker::confined`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -87,14 +91,9 @@ pub async fn compare(
         return Ok(Vec::new());
     };
     let probe = |host: &str, script: &str, args: &[&str]| {
-        let mut cmd = vec![
-            "sh".to_string(),
-            "-c".to_string(),
-            script.to_string(),
-            "probe".to_string(),
-        ];
+        let mut cmd = vec!["-c".to_string(), script.to_string(), "probe".to_string()];
         cmd.extend(args.iter().map(|a| a.to_string()));
-        ContainerCreateBody {
+        let body = ContainerCreateBody {
             image: Some(
                 images
                     .get(host)
@@ -112,7 +111,10 @@ pub async fn compare(
                 ..Default::default()
             }),
             ..Default::default()
-        }
+        };
+        // Root writes into the storage as the nodes do (they keep Docker's default
+        // capabilities): past a directory's mode with `CAP_DAC_OVERRIDE`, nothing else.
+        docker::confined(body, &["sh"], &["DAC_OVERRIDE"])
     };
     let run = |docker, body| async move {
         match docker::run_to_end_within(docker, body, limit).await? {

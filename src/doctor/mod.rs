@@ -15,6 +15,7 @@ use crate::config::{Layout, LoadedProfile};
 use crate::data::hf_cache::HubCache;
 use crate::fsx::Kind;
 use crate::hf::{Commit, ModelSpec, RepoKind, RepoPath};
+use crate::inputs::ModelPath;
 use crate::ui::Reporter;
 
 pub use crate::cluster::doctor::CLUSTER;
@@ -102,21 +103,22 @@ pub fn jobspec_checks(loaded: &LoadedProfile, job: &LoadedJobSpec) -> Vec<Check>
 fn model_check(host: &Layout, mount: &str, model: &str) -> Check {
     let name = "model_cache";
     if model.starts_with('/') {
-        let on_host = crate::ids::ContainerPath::parse_as("model path", model)
-            .ok()
-            .and_then(|p| Some(p.under(mount)?.on_host(host.root())));
-        return match on_host {
-            Some(dir) if dir.join("config.json").is_file() => {
+        // The one check `submit` makes: what it refuses is a failure here.
+        return match crate::inputs::check_model_path(model, mount, Some(host.root())) {
+            Ok(ModelPath::Shared(_)) => {
                 Check::ok(name, format!("{model} holds a model (config.json)"))
             }
-            Some(dir) => Check {
+            Ok(ModelPath::Elsewhere) => Check::ok(
+                name,
+                format!("{model} is outside the shared storage: not checked here"),
+            ),
+            Err(e) => Check {
                 name,
                 status: Status::Fail,
-                seen: format!("{model} holds no config.json (seen here at {})", dir.display()),
-                why: "verl loads the model from that directory on every worker".into(),
-                fix: "point model_id at a Hugging Face model directory on the shared storage, or at a repo id `argus prepare --model` caches".into(),
+                seen: e.to_string(),
+                why: "`argus submit` refuses it: verl loads the model from that directory on every worker".into(),
+                fix: "point model_id at a Hugging Face model directory on the shared storage (a real directory, no link, no `..`), or at a repo id `argus prepare --model` caches".into(),
             },
-            None => Check::ok(name, format!("{model} is outside the shared storage: not checked here")),
         };
     }
     let spec = match ModelSpec::parse(model) {

@@ -137,6 +137,12 @@ macro_rules! id_type {
             }
         }
 
+        impl From<$name> for String {
+            fn from(id: $name) -> String {
+                id.0
+            }
+        }
+
         impl TryFrom<String> for $name {
             type Error = IdError;
             fn try_from(text: String) -> Result<Self, IdError> {
@@ -193,6 +199,28 @@ macro_rules! id_type {
             }
         }
     };
+}
+
+/// Serde's `deserialize_with` for a `String` field that holds an id of kind `T` read back
+/// from the shared storage (a run's report, its lock): the value goes through `T`'s own
+/// check at the read, so a planted `../../x` is an error of the file that holds it, never a
+/// string on its way to a path, a URL or a job to stop.
+/// `#[serde(deserialize_with = "crate::ids::checked::<_, crate::ids::SubmissionId>")]`.
+pub fn checked<'de, D, T>(d: D) -> Result<String, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Into<String>,
+{
+    T::deserialize(d).map(Into::into)
+}
+
+/// [`checked`] for an optional field (give it `#[serde(default)]` too).
+pub fn checked_opt<'de, D, T>(d: D) -> Result<Option<String>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de> + Into<String>,
+{
+    Option::<T>::deserialize(d).map(|id| id.map(Into::into))
 }
 
 id_type!(

@@ -5,10 +5,12 @@
 //!
 //! ```text
 //! stage.rs     prepare (datasets, model) and snapshot (code), pinned; converging
+//! model.rs     a model path checked one way for submit and doctor (no `..`, no link)
 //! pins.rs      DatasetPin, ModelPin, CodePin                                     pure
 //! recorded.rs  the recorded JobSpec: redacted out, secrets back in               pure
 //! ```
 
+mod model;
 mod pins;
 pub mod recorded;
 mod stage;
@@ -20,6 +22,7 @@ use crate::config::{Layout, LoadedProfile};
 use crate::exit::{Classify, Exit};
 use crate::records::Records;
 use crate::ui::Reporter;
+pub use model::{ModelPath, ModelPathError, check_model_path};
 pub use pins::{CodePin, DatasetPin, ModelPin, PinnedFile};
 pub use stage::{PATH_REVISION, datasets_needed, model_dir_on_host, prepare, snapshot};
 

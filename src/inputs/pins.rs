@@ -9,7 +9,9 @@ use crate::data::download::CachedFile;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CodePin {
+    #[serde(deserialize_with = "crate::ids::checked::<_, crate::ids::CodeName>")]
     pub name: String,
+    #[serde(deserialize_with = "crate::ids::checked::<_, crate::ids::CodeId>")]
     pub code_id: String,
     pub tree_hash: String,
     #[serde(default)]

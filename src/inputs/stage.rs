@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::model::{ModelPath, ModelPathError, check_model_path};
 use super::pins::{CodePin, DatasetPin, ModelPin};
 use super::{Ctx, Error};
 use crate::config::jobspec::{Code, DataFile, JobSpec, Workload};
@@ -37,11 +38,20 @@ pub fn datasets_needed(spec: &JobSpec) -> Vec<Dataset> {
 /// The revision a model given as a path is pinned at (its commit is its content's hash).
 pub const PATH_REVISION: &str = "(path: content hash)";
 
-/// A model path (as the containers see it) on this host, when it is on the shared storage.
+/// A model path (as the containers see it) on this host, when it is on the shared storage
+/// and passes the one model path check ([`check_model_path`]).
 pub fn model_dir_on_host(ctx: &Ctx<'_>, model: &str) -> Option<PathBuf> {
-    let path = crate::ids::ContainerPath::parse_as("model path", model).ok()?;
-    let shared = path.under(&ctx.loaded.profile.shared.mount)?;
-    Some(shared.on_host(ctx.host.root()))
+    model_dir_checked(ctx, model).ok().flatten()
+}
+
+fn model_dir_checked(ctx: &Ctx<'_>, model: &str) -> Result<Option<PathBuf>, ModelPathError> {
+    let mount = &ctx.loaded.profile.shared.mount;
+    Ok(
+        match check_model_path(model, mount, Some(ctx.host.root()))? {
+            ModelPath::Shared(dir) => Some(dir),
+            ModelPath::Elsewhere => None,
+        },
+    )
 }
 
 /// `prepare`: the datasets and the model, pinned.
@@ -67,9 +77,14 @@ pub async fn prepare(
     }
     let mut model_pin = None;
     // A model given as a path is pinned by its content, when it is on the shared storage.
-    if let Some(path) = spec.model_id.as_ref().filter(|m| m.starts_with('/'))
-        && let Some(dir) = model_dir_on_host(ctx, path)
-    {
+    // Refused here as `submit` would refuse it, before anything is submitted.
+    let model_path = match spec.model_id.as_ref().filter(|m| m.starts_with('/')) {
+        Some(path) => model_dir_checked(ctx, path)
+            .map_err(|e| Error::Invalid(format!("model_id: {e}")))?
+            .map(|dir| (path, dir)),
+        None => None,
+    };
+    if let Some((path, dir)) = model_path {
         let (commit, files) = data::local_model::content_of(&dir)?;
         model_pin = Some(ModelPin {
             repo: path.clone(),

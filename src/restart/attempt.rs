@@ -11,6 +11,7 @@ use crate::ray::jobs::JobStatus;
 pub struct Attempt {
     /// 1 for the first.
     pub n: u32,
+    #[serde(deserialize_with = "crate::ids::checked::<_, crate::ids::SubmissionId>")]
     pub submission_id: String,
     /// When it was submitted (RFC 3339).
     pub started_at: String,

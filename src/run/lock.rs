@@ -12,6 +12,7 @@ pub use crate::inputs::{CodePin, DatasetPin, ModelPin, PinnedFile};
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct RunLock {
     pub format: u32,
+    #[serde(deserialize_with = "crate::ids::checked::<_, crate::ids::RunId>")]
     pub run_id: String,
     pub created: String,
     pub argus_version: String,
@@ -26,6 +27,7 @@ pub struct RunLock {
     pub datasets: Vec<DatasetPin>,
     #[serde(default)]
     pub model: Option<ModelPin>,
+    #[serde(deserialize_with = "crate::ids::checked::<_, crate::ids::SubmissionId>")]
     pub submission_id: String,
 }
 

@@ -163,6 +163,7 @@ pub struct StagePart {
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RunReport {
+    #[serde(deserialize_with = "crate::ids::checked::<_, crate::ids::RunId>")]
     pub run_id: String,
     /// What the run runs (see `resume::RunKey`); runs of one key are one run.
     #[serde(default)]
@@ -177,6 +178,10 @@ pub struct RunReport {
     pub stage: String,
     /// The stages of the latest attempt.
     pub stages: Vec<StageTiming>,
+    #[serde(
+        default,
+        deserialize_with = "crate::ids::checked_opt::<_, crate::ids::SubmissionId>"
+    )]
     pub submission_id: Option<String>,
     pub job_status: Option<JobStatus>,
     pub job_message: Option<String>,
@@ -213,7 +218,10 @@ impl RunReport {
     pub fn read(path: &Path) -> Option<RunReport> {
         let dir = path.parent()?;
         let runs = open_runs(dir.parent()?).ok()?;
-        Self::read_named(&runs, dir.file_name()?, path.file_name()?)
+        Self::read_named(&runs, dir.file_name()?, path.file_name()?).unwrap_or_else(|why| {
+            tracing::warn!("{why}");
+            None
+        })
     }
 
     /// The key a report names, when it names one, however the rest of it reads: a run of
@@ -230,44 +238,45 @@ impl RunReport {
     /// The report of the run `run_id` in `runs` (a handle), if it is one: its directory
     /// opened from the handle and the report read without following a link, and only
     /// when it names the run of its own directory (a `run_id` of `../x` would lead its
-    /// writes elsewhere).
+    /// writes elsewhere). One that cannot be read is said (a warning) and passed over.
     pub fn read_in(runs: &Dir, run_id: &OsStr) -> Option<RunReport> {
+        Self::read_named(runs, run_id, OsStr::new(REPORT)).unwrap_or_else(|why| {
+            tracing::warn!("{why}");
+            None
+        })
+    }
+
+    /// [`RunReport::read_in`], with why a report that is there cannot be read (the file
+    /// named): an id in it that is not one (`../../x`), text that is not a report, a link.
+    pub fn try_read_in(runs: &Dir, run_id: &OsStr) -> Result<Option<RunReport>, String> {
         Self::read_named(runs, run_id, OsStr::new(REPORT))
     }
 
-    fn read_named(runs: &Dir, run_id: &OsStr, file: &OsStr) -> Option<RunReport> {
+    fn read_named(runs: &Dir, run_id: &OsStr, file: &OsStr) -> Result<Option<RunReport>, String> {
+        let shown = || {
+            runs.display(Path::new(run_id).join(file))
+                .display()
+                .to_string()
+        };
         let read = runs
             .open_dir(run_id)
             .and_then(|dir| dir.read(file, REPORT_CAP));
         let bytes = match read {
             Ok(bytes) => bytes,
-            Err(e) => {
-                if fsx::Unsafe::of(&e).is_some() {
-                    tracing::warn!("{e}: not read");
-                }
-                return None;
-            }
+            Err(e) if fsx::Unsafe::of(&e).is_some() => return Err(format!("{e}: not read")),
+            Err(_) => return Ok(None),
         };
-        let report: RunReport = match serde_json::from_slice(&bytes) {
-            Ok(report) => report,
-            Err(e) => {
-                // A report argus cannot read is said, not passed over in silence.
-                tracing::warn!(
-                    "{}: not a run report argus can read: {e}",
-                    runs.display(Path::new(run_id).join(file)).display()
-                );
-                return None;
-            }
-        };
+        // Every id in it is checked as it is read (`ids::checked`).
+        let report: RunReport = serde_json::from_slice(&bytes)
+            .map_err(|e| format!("{}: not a run report argus can read: {e}", shown()))?;
         if run_id.to_str() != Some(report.run_id.as_str()) {
-            tracing::warn!(
-                "{}: names run {:?}, not the run of its directory: ignored",
-                runs.display(Path::new(run_id).join(file)).display(),
+            return Err(format!(
+                "{}: names run {:?}, not the run of its directory",
+                shown(),
                 report.run_id
-            );
-            return None;
+            ));
         }
-        Some(report)
+        Ok(Some(report))
     }
 }
 
@@ -511,6 +520,42 @@ mod tests {
         let err = again.save().unwrap_err();
         assert!(format!("{err:?}").contains("Link"), "{err:?}");
         assert_eq!(std::fs::read_dir(outside.join("run-1")).unwrap().count(), 0);
+    }
+
+    /// Every job id a report holds is checked as it is read: a path in `submission_id` or
+    /// in an attempt's is an error naming the report, never an id argus acts on.
+    #[test]
+    fn a_job_id_that_is_a_path_makes_the_report_unreadable_naming_it() {
+        let root = tempfile::tempdir().unwrap();
+        let runs = root.path().join("runs");
+        std::fs::create_dir_all(runs.join("run-1")).unwrap();
+        let runs_dir = Dir::root(&runs).unwrap();
+        let good = serde_json::json!({
+            "run_id": "run-1", "stage": "done", "stages": [], "seconds": 1.0,
+            "submission_id": "j-1", "job_status": "SUCCEEDED",
+            "attempts": [{"n": 1, "submission_id": "j-1", "started_at": ""}],
+        });
+        let write = |json: &serde_json::Value| {
+            std::fs::write(runs.join("run-1").join(REPORT), json.to_string()).unwrap()
+        };
+        write(&good);
+        let read = RunReport::try_read_in(&runs_dir, OsStr::new("run-1")).unwrap();
+        assert_eq!(read.unwrap().attempts[0].submission_id, "j-1");
+        for (pointer, bad) in [
+            ("/submission_id", "../../x"),
+            ("/attempts/0/submission_id", "../x"),
+            ("/run_id", "../run-1"),
+        ] {
+            let mut planted = good.clone();
+            if let Some(v) = planted.pointer_mut(pointer) {
+                *v = serde_json::json!(bad);
+            }
+            write(&planted);
+            let err = RunReport::try_read_in(&runs_dir, OsStr::new("run-1")).unwrap_err();
+            assert!(err.contains("run-1/report.json"), "{err}");
+            assert!(err.contains(&format!("{bad:?}")), "{err}");
+            assert!(RunReport::read_in(&runs_dir, OsStr::new("run-1")).is_none());
+        }
     }
 
     #[test]

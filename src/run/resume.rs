@@ -72,16 +72,15 @@ pub fn newest(runs: &Path, key: &RunKey) -> Result<Option<RunReport>, String> {
         if name.to_string_lossy().starts_with('.') {
             continue;
         }
-        match RunReport::read_in(&runs, &name) {
-            Some(report) => found.push(report),
-            None if RunReport::key_in(&runs, &name).as_deref() == Some(key.as_str()) => {
+        match RunReport::try_read_in(&runs, &name) {
+            Ok(Some(report)) => found.push(report),
+            Err(why) if RunReport::key_in(&runs, &name).as_deref() == Some(key.as_str()) => {
                 return Err(format!(
-                    "{}: the report of a run of this JobSpec cannot be read",
-                    runs.display(Path::new(&name).join(super::record::REPORT))
-                        .display()
+                    "the report of a run of this JobSpec cannot be read: {why}"
                 ));
             }
-            None => {}
+            Err(why) => tracing::warn!("{why}"),
+            Ok(None) => {}
         }
     }
     Ok(found

@@ -496,24 +496,13 @@ fn resolve_model(
     use crate::data::hf_cache::HubCache;
     use crate::hf::{ModelSpec, RepoKind};
     if model.starts_with('/') {
-        // Lexically clean (no `..`, no control character) before it is looked at or sent.
-        crate::ids::ContainerPath::parse_as("model path", model).map_err(|e| Error::BadModel {
-            model: model.to_string(),
-            reason: e.to_string(),
-        })?;
-        // A path on the shared storage must hold a model: verl would fail on the cluster.
-        if let Some(host) = target.host_path_of(model)
-            && !host.join("config.json").is_file()
-        {
-            return Err(Error::BadModel {
+        // The one check doctor makes too: lexically clean, and on the shared storage a
+        // directory holding a model, reached without following a link.
+        crate::inputs::check_model_path(model, &target.mount, target.host_shared.as_deref())
+            .map_err(|e| Error::BadModel {
                 model: model.to_string(),
-                reason: format!(
-                    "{} holds no config.json (seen from this host at {})",
-                    model,
-                    host.display()
-                ),
-            });
-        }
+                reason: e.to_string(),
+            })?;
         return Ok((model.to_string(), false));
     }
     let spec = ModelSpec::parse(model).map_err(|e| Error::BadModel {

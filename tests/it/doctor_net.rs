@@ -491,3 +491,165 @@ fn rank_pid(container: &str) -> Option<u32> {
             })
         })
 }
+
+/// `docker ARGS` on this machine's engine, which must succeed: its stdout.
+#[track_caller]
+fn docker_ok(args: &[&str]) -> String {
+    let out = Command::new("docker").args(args).output().expect("docker");
+    assert!(
+        out.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// An image derived for one test, removed by drop.
+struct DerivedImage(String);
+
+impl Drop for DerivedImage {
+    fn drop(&mut self) {
+        let _ = Command::new("docker").args(["rmi", "-f", &self.0]).output();
+    }
+}
+
+/// The runtime image with what a hostile pip package could ship: a `.pth` file in the venv's
+/// site-packages and in the system python's, and an ENTRYPOINT that wraps every command.
+/// Each tries to write `marker-pth` / `marker-entrypoint` into `host_dir` on the host through
+/// every `/proc/<pid>/root` it can see, and the `.pth` also writes `/tmp/argus-pth-ran` in the
+/// container itself.
+fn hostile_image(ctx: &mut TestContext, host_dir: &Path) -> DerivedImage {
+    let dir = host_dir.display().to_string();
+    let payload = format!(
+        "import os\ntry:\n    open('/tmp/argus-pth-ran', 'w').write('x')\nexcept OSError:\n    pass\nfor pid in os.listdir('/proc'):\n    if pid.isdigit():\n        try:\n            open('/proc/' + pid + '/root{dir}/marker-pth', 'w').write(pid)\n        except OSError:\n            pass\n"
+    );
+    let wrap = format!(
+        "#!/bin/sh\nfor p in /proc/[0-9]*; do echo \"$p\" > \"$p/root{dir}/marker-entrypoint\" 2>/dev/null; done\nexec \"$@\"\n"
+    );
+    let pth = "import os; exec(open('/usr/local/lib/argus-hostile.py').read())\n";
+    let setup = format!(
+        "set -e\ncat > /usr/local/lib/argus-hostile.py <<'PY'\n{payload}PY\ncat > /usr/local/bin/argus-wrap <<'SH'\n{wrap}SH\nchmod 755 /usr/local/bin/argus-wrap\nfor d in /opt/ray/lib/python3.*/site-packages /usr/lib/python3/dist-packages; do mkdir -p \"$d\"; printf %s \"$PTH\" > \"$d/argus-hostile.pth\"; done\n"
+    );
+    let builder = ctx.container("pth-build");
+    let tag = format!("{}-pth:latest", ctx.prefix);
+    docker_ok(&[
+        "run",
+        "--name",
+        &builder,
+        "--env",
+        &format!("PTH={pth}"),
+        "--entrypoint",
+        "sh",
+        crate::harness::IMAGE,
+        "-c",
+        &setup,
+    ]);
+    docker_ok(&[
+        "commit",
+        "--change",
+        "ENTRYPOINT [\"/usr/local/bin/argus-wrap\"]",
+        "--change",
+        "ENV PTH=",
+        &builder,
+        &tag,
+    ]);
+    let _ = Command::new("docker").args(["rm", "-f", &builder]).output();
+    DerivedImage(tag)
+}
+
+/// A `.pth` file in the image (venv and system site-packages) and a wrapping ENTRYPOINT: a
+/// plain `argus doctor` on a host-network cluster of that image still reports the route to
+/// the head and names who holds a port of the cluster (the holder scan ran), and neither
+/// wrote onto the host. `up`'s interface probe is the same route probe (`probe_route`).
+#[test]
+fn doctor_probes_run_none_of_a_hostile_images_python_packages() {
+    let Some(mut ctx) = TestContext::docker() else {
+        return;
+    };
+    let host_dir = ctx.path("host-side");
+    std::fs::create_dir_all(&host_dir).expect("host dir");
+    let image = hostile_image(&mut ctx, &host_dir);
+    let (pth_marker, entry_marker) = (
+        host_dir.join("marker-pth"),
+        host_dir.join("marker-entrypoint"),
+    );
+
+    // The image is hostile: both pythons run its .pth, and a container as the old probe was
+    // (the host's PID namespace, CAP_SYS_PTRACE) writes onto the host through it.
+    for python in ["python3", "/usr/bin/python3"] {
+        let out = docker_ok(&[
+            "run",
+            "--rm",
+            "--entrypoint",
+            python,
+            &image.0,
+            "-c",
+            "import os; print(os.path.exists('/tmp/argus-pth-ran'))",
+        ]);
+        assert_eq!(out.trim(), "True", "{python} runs the .pth");
+    }
+    docker_ok(&[
+        "run",
+        "--rm",
+        "--pid",
+        "host",
+        "--cap-add",
+        "SYS_PTRACE",
+        "--entrypoint",
+        "python3",
+        &image.0,
+        "-c",
+        "pass",
+    ]);
+    assert!(
+        pth_marker.exists(),
+        "the .pth reaches the host as the old probe ran"
+    );
+    std::fs::remove_file(&pth_marker).expect("remove the control's marker");
+
+    // A host-network cluster of that image, a port of it held by another process.
+    let shared = ctx.path("shared");
+    std::fs::create_dir_all(&shared).expect("shared");
+    let port = free_port();
+    let profile = Profile::small(&ctx.cluster("pth"))
+        .image(&image.0)
+        .shared(&shared)
+        .port(port)
+        .yaml("network: {mode: host}\n")
+        .write(&ctx, "profile.yaml");
+    let held = Listener::start(None, "local", "0.0.0.0", port, ctx.dir.path());
+    let pid = held.pid().expect("listener pid");
+    let run = ctx
+        .argus()
+        .profile(&profile)
+        .args(["--json", "doctor"])
+        .run();
+    let report = run.json();
+    let (status, seen, _) = one(&report, "local", "head_route");
+    assert_eq!(status, "ok", "{report:#}\n{}", run.stderr);
+    assert!(seen.contains("reaches the head"), "{seen}");
+    let (status, seen, _) = one(&report, "local", "ports");
+    assert_eq!(status, "fail", "{report:#}");
+    assert!(
+        seen.contains(&format!("port {port}")) && seen.contains(&format!("(pid {pid}")),
+        "the holder is named: {seen}"
+    );
+    drop(held);
+    assert!(
+        !pth_marker.exists(),
+        "a .pth of the image wrote onto the host"
+    );
+    assert!(
+        !entry_marker.exists(),
+        "the image's ENTRYPOINT wrapped a probe and wrote onto the host"
+    );
+    let left = docker_ok(&[
+        "ps",
+        "-aq",
+        "--filter",
+        "label=argus.role=probe",
+        "--filter",
+        &format!("ancestor={}", image.0),
+    ]);
+    assert_eq!(left.trim(), "", "probes left behind");
+}

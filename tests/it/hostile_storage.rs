@@ -317,3 +317,119 @@ fn a_truncated_record_is_named_corrupt_and_still_listed() {
     assert_eq!(ids, ["j-cut", "j-ok"]);
     assert_eq!(tree(&shared), before, "nothing changed on the storage");
 }
+
+/// A profile whose engine does not answer (a closed port): `argus run` creates its run and
+/// stops at `up` (exit 4), without Docker. The shared storage is `shared`.
+fn unreachable_profile(ctx: &mut TestContext, shared: &Path) -> PathBuf {
+    let name = ctx.cluster("gone");
+    ctx.write(
+        "gone.yaml",
+        &format!(
+            "name: {name}\nimage: {}\ndocker: {{host: 'tcp://127.0.0.1:{}'}}\nshared: {{host_path: {}}}\nworkers: [{{name: g, count: 1}}]\n",
+            crate::harness::IMAGE,
+            free_port(),
+            shared.display()
+        ),
+    )
+}
+
+/// `runs/<id>/report.json` is input: a planted run of the same JobSpec, ended SUCCEEDED,
+/// whose job id is a path (`../../x`), is a clear error naming the report (exit 2), not a
+/// finished run (exit 0) whose job argus would go on to read, watch or stop.
+#[test]
+fn a_planted_report_whose_job_id_is_a_path_is_refused_naming_it() {
+    let (mut ctx, _, shared, _) = world("plantrep");
+    let profile = unreachable_profile(&mut ctx, &shared);
+    std::fs::create_dir_all(shared.join("code")).expect("code");
+    std::fs::write(shared.join("code/main.py"), "print(1)\n").expect("code");
+    let job = ctx.write(
+        "job.yaml",
+        "workload: custom\ncode_path: /mnt/shared/code\nentrypoint: python3 -c pass\n",
+    );
+    let job = job.to_str().expect("utf-8 path");
+    // The first run is created, then stops at `up`: its report carries the JobSpec's key.
+    argus(&ctx, &profile, &["run", job]).code(4);
+    let runs: Vec<PathBuf> = std::fs::read_dir(shared.join("runs"))
+        .expect("runs")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let first = crate::harness::read_json(&runs[0].join("report.json"));
+    let key = first["key"].as_str().expect("key");
+    // A newer run of that key, done, SUCCEEDED, its job id a path.
+    let planted = shared.join("runs/run-planted");
+    std::fs::create_dir_all(&planted).expect("planted");
+    let report = serde_json::json!({
+        "run_id": "run-planted", "key": key, "started_at": "2099-01-01T00:00:00.000Z",
+        "resumed": 0, "stage": "done", "stages": [], "submission_id": "../../x",
+        "job_status": "SUCCEEDED", "job_message": null, "driver_log": null,
+        "checkpoints": null, "lock": null, "replay_of": null, "drift": [], "seconds": 1.0,
+    });
+    std::fs::write(planted.join("report.json"), report.to_string()).expect("plant");
+    refused(
+        argus(&ctx, &profile, &["run", job]),
+        &[
+            "runs/run-planted/report.json",
+            "invalid submission id \"../../x\"",
+        ],
+    );
+}
+
+/// A model path is checked one way by `submit` and `doctor`: a model directory linked out
+/// of the shared storage, and a `model_id` with `..`, are refused by `submit --dry-run`
+/// (exit 2) and are failures of doctor's `model_cache`, with the same words.
+#[test]
+fn a_model_path_linked_out_or_climbing_is_refused_by_submit_and_doctor_alike() {
+    let (mut ctx, _, shared, outside) = world("modelpath");
+    let profile = unreachable_profile(&mut ctx, &shared);
+    std::fs::create_dir_all(outside.join("m")).expect("outside model");
+    std::fs::write(outside.join("m/config.json"), "{}").expect("config");
+    std::fs::create_dir_all(shared.join("models/real")).expect("models");
+    std::fs::write(shared.join("models/real/config.json"), "{}").expect("config");
+    std::os::unix::fs::symlink(outside.join("m"), shared.join("models/linked")).expect("link");
+    let climbing = format!("/mnt/shared/models/real/../../../{}/m", outside.display());
+    let cases = [
+        ("/mnt/shared/models/linked", "symbolic link"),
+        (climbing.as_str(), "would leave its directory"),
+    ];
+    let job = |model: &str| {
+        let path = ctx.write(
+            "model-job.yaml",
+            &format!("workload: custom\ncode_path: /mnt/shared/code\nmodel_id: \"{model}\"\nentrypoint: python3 -c pass\n"),
+        );
+        path.to_str().expect("utf-8 path").to_string()
+    };
+    let model_cache = |spec: &str| {
+        let run = argus(&ctx, &profile, &["--json", "doctor", spec]);
+        let report = run.json();
+        report["hosts"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|h| h["host"] == "cluster")
+            .flat_map(|h| h["checks"].as_array().cloned().unwrap_or_default())
+            .find(|c| c["name"] == "model_cache")
+            .unwrap_or_else(|| panic!("no model_cache check: {report:#}"))
+    };
+    for (model, says) in cases {
+        let spec = job(model);
+        let submit = refused(
+            argus(&ctx, &profile, &["submit", "--dry-run", &spec]),
+            &[says],
+        );
+        let check = model_cache(&spec);
+        assert_eq!(check["status"], "fail", "{model}: {check:#}");
+        let seen = check["seen"].as_str().unwrap_or_default();
+        assert!(seen.contains(says), "{model}: {seen}");
+        assert!(
+            submit.stderr.contains(seen),
+            "the same words: {seen} / {}",
+            submit.stderr
+        );
+    }
+    // The real directory passes both.
+    let spec = job("/mnt/shared/models/real");
+    argus(&ctx, &profile, &["submit", "--dry-run", &spec]).code(0);
+    assert_eq!(model_cache(&spec)["status"], "ok");
+}

@@ -1,15 +1,33 @@
-//! The network as each host sees it, through one short-lived probe container per host (the
-//! cluster's image, the host's network and PID namespaces): the interface it reaches the head
-//! through, whether the head's GCS answers from there, and who listens on the ports the
-//! cluster's nodes need (`ports`). Also what `up` learns from the same probe before creating
-//! the containers: the interface `NCCL_SOCKET_IFNAME` / `GLOO_SOCKET_IFNAME` must name when
-//! Ray spans hosts with host networking.
+//! The network as each host sees it, through short-lived probe containers of the cluster's
+//! image: the interface a host reaches the head through, whether the head's GCS answers from
+//! there, and who listens on the ports the cluster's nodes need (`ports`). Also what `up`
+//! learns before creating the containers: the interface `NCCL_SOCKET_IFNAME` /
+//! `GLOO_SOCKET_IFNAME` must name when Ray spans hosts with host networking.
 //!
-//! The probe's script (`assets/doctor/netprobe.py`) only reads `/proc` and opens one TCP
-//! connection; every value reaches it as an argument.
+//! Two probes, each given only what it needs, and each running as little of the image's
+//! code as it can: the image's `python3` alone, as `python3 -I -S` (no site-packages, so no
+//! `.pth` file a pip package ships, no sitecustomize, no `PYTHON*` variable), its entrypoint
+//! set explicitly (an image's ENTRYPOINT never wraps it), `LD_PRELOAD` / `LD_LIBRARY_PATH`
+//! emptied, no-new-privileges, a read-only root file system ([`docker::confined`]):
+//!
+//! - the route probe (`assets/doctor/netprobe.py`; `up`'s interface probe is this one
+//!   alone): the host's network namespace (the routes, the interfaces and the listening
+//!   sockets are the host's only there) and nothing else: its own PID namespace, no
+//!   capability, user nobody. It reads `/proc/net/{route,tcp,tcp6}`, asks the kernel for a
+//!   route, and dials the head's GCS when asked to.
+//! - the holder scan (`assets/doctor/holders.py`), run only when the route probe found a
+//!   listener in the cluster's port ranges, which then needs a name: the host's PID
+//!   namespace (to map a socket's inode to the process holding it through
+//!   `/proc/<pid>/fd`), no network, root with `CAP_SYS_PTRACE` alone (to read another
+//!   process's descriptors), and `CAP_DAC_READ_SEARCH` too only when one of those sockets
+//!   belongs to a user other than root (that process's `/proc/<pid>/fd` does not list for
+//!   root without it). This one can reach the host through `/proc/<pid>/root`: that is why
+//!   it runs only when needed and nothing of the image's Python packages runs in it.
+//!
+//! Every value reaches a script as an argument, never inside it.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig};
@@ -24,6 +42,16 @@ use crate::config::LoadedProfile;
 use crate::config::profile::{NetworkMode, Profile};
 
 const SCRIPT: &str = include_str!("../../../assets/doctor/netprobe.py");
+const HOLDERS_SCRIPT: &str = include_str!("../../../assets/doctor/holders.py");
+
+/// The probes' interpreter, isolated (`-I`: no `PYTHON*` variable, no user site, not the
+/// working directory on `sys.path`) and without `site` (`-S`: no site-packages, so no
+/// `.pth` file and no sitecustomize).
+const PYTHON: [&str; 3] = ["python3", "-I", "-S"];
+/// The route probe's user: nobody (it reads world-readable files and opens one socket).
+const NOBODY: &str = "65534:65534";
+/// The holder scan's user: root, whose `/proc/<pid>/fd` it reads with `CAP_SYS_PTRACE`.
+const ROOT: &str = "0:0";
 
 /// The label on probe containers (value: a random token), so that one left by a probe that
 /// ran out of time is found and removed.
@@ -35,8 +63,9 @@ pub(super) const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long `up`'s probe of a host's interface may take: there a slow probe is a busy host
 /// (its containers start as slowly), and failing on it would fail the `up`.
 const UP_PROBE_TIMEOUT: Duration = Duration::from_secs(60);
-/// What the script itself may spend on `/proc` (the rest is the container's start and end).
-const SCRIPT_BUDGET_S: &str = "2.5";
+/// What the holder scan may spend on `/proc`, at most (the rest is the container's start and
+/// end).
+const SCRIPT_BUDGET_S: f64 = 2.5;
 
 /// The variables naming the interface of collectives.
 pub const IFACE_VARS: [&str; 2] = ["NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"];
@@ -56,8 +85,34 @@ pub struct ConnectSeen {
     pub error: Option<String>,
 }
 
-/// Everything one probe saw.
+/// A listening socket the route probe found in the port ranges it was given.
 #[derive(Debug, Clone, Default, Deserialize)]
+pub struct Socket {
+    pub port: u16,
+    pub address: String,
+    /// Its inode, which the holder scan looks for among the host's processes' descriptors.
+    pub inode: String,
+    /// The user it belongs to.
+    pub uid: u32,
+}
+
+/// What the route probe saw.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct RouteProbe {
+    pub route: RouteSeen,
+    pub connect: Option<ConnectSeen>,
+    pub listeners: Vec<Socket>,
+}
+
+/// What the holder scan saw: socket inode -> the processes holding it.
+#[derive(Debug, Clone, Default, Deserialize)]
+struct HoldersSeen {
+    holders: HashMap<String, Vec<super::ports::Holder>>,
+    partial: bool,
+}
+
+/// Everything the probes of one host saw.
+#[derive(Debug, Clone, Default)]
 pub struct Seen {
     pub route: RouteSeen,
     pub connect: Option<ConnectSeen>,
@@ -83,31 +138,177 @@ pub struct ProbeArgs {
     pub cluster: String,
 }
 
-/// Runs the probe on one host, bounded by `bound`.
+/// Runs the route probe on one host and, when it found listeners, the holder scan; both
+/// within `bound`. A holder scan that fails leaves the listeners unnamed (partial).
 pub async fn probe(docker: &Docker, args: &ProbeArgs, bound: Duration) -> Result<Seen, String> {
+    let started = Instant::now();
+    let found = probe_route(docker, args, bound).await?;
+    let mut seen = Seen {
+        route: found.route,
+        connect: found.connect,
+        listeners: Vec::new(),
+        partial: false,
+    };
+    if found.listeners.is_empty() {
+        return Ok(seen);
+    }
+    let left = bound
+        .saturating_sub(started.elapsed())
+        .max(Duration::from_secs(1));
+    let budget = (left.as_secs_f64() / 2.0).clamp(0.5, SCRIPT_BUDGET_S);
+    let held = match probe_holders(docker, args, &found.listeners, budget, left).await {
+        Ok(held) => held,
+        Err(e) => {
+            tracing::warn!("the holder scan failed, the listeners stay unnamed: {e}");
+            HoldersSeen {
+                partial: true,
+                ..Default::default()
+            }
+        }
+    };
+    seen.partial = held.partial;
+    for socket in found.listeners {
+        let pids = held.holders.get(&socket.inode).cloned().unwrap_or_default();
+        let own = !pids.is_empty()
+            && pids.iter().all(|h| {
+                h.container
+                    .as_ref()
+                    .is_some_and(|c| args.own_ids.contains(c))
+            });
+        seen.listeners.push(super::ports::Listener {
+            port: socket.port,
+            address: socket.address,
+            pids,
+            own,
+        });
+    }
+    Ok(seen)
+}
+
+/// Runs the route probe alone on one host (what `up` needs), bounded by `bound`.
+pub async fn probe_route(
+    docker: &Docker,
+    args: &ProbeArgs,
+    bound: Duration,
+) -> Result<RouteProbe, String> {
+    let token = crate::digest::random_hex(8).map_err(|e| format!("no random token: {e}"))?;
+    let output = run_bounded(docker, route_body(args, &token), &token, bound).await?;
+    last_json(&output)
+}
+
+async fn probe_holders(
+    docker: &Docker,
+    args: &ProbeArgs,
+    sockets: &[Socket],
+    budget_s: f64,
+    bound: Duration,
+) -> Result<HoldersSeen, String> {
+    let token = crate::digest::random_hex(8).map_err(|e| format!("no random token: {e}"))?;
+    let body = holders_body(args, sockets, budget_s, &token);
+    let output = run_bounded(docker, body, &token, bound).await?;
+    last_json(&output)
+}
+
+/// The last line of a probe's output that is a JSON object, read.
+fn last_json<T: serde::de::DeserializeOwned>(output: &str) -> Result<T, String> {
+    let line = output
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .ok_or_else(|| format!("the probe printed no result: {}", last_words(output)))?;
+    serde_json::from_str(line).map_err(|e| format!("the probe's result is not readable: {e}"))
+}
+
+/// What a Python probe runs and is given: its script and arguments, its user, its
+/// namespaces (`host`) and capabilities.
+struct PythonProbe<'a> {
+    script: &'a str,
+    argv: Vec<String>,
+    user: &'a str,
+    host: HostConfig,
+    caps: &'a [&'a str],
+}
+
+/// A Python probe's create request: the script run by `python3 -I -S` in the cluster's
+/// image, labelled as a probe of the cluster (`token` finds it again), confined.
+fn python_body(args: &ProbeArgs, token: &str, probe: PythonProbe<'_>) -> ContainerCreateBody {
+    let mut cmd = vec!["-c".to_string(), probe.script.to_string()];
+    cmd.extend(probe.argv);
+    let body = ContainerCreateBody {
+        image: Some(args.image_id.clone()),
+        cmd: Some(cmd),
+        user: Some(probe.user.to_string()),
+        working_dir: Some("/".to_string()),
+        labels: Some(HashMap::from([
+            (LABEL_PROBE.to_string(), token.to_string()),
+            (LABEL_CLUSTER.to_string(), args.cluster.clone()),
+            (LABEL_ROLE.to_string(), "probe".to_string()),
+        ])),
+        host_config: Some(probe.host),
+        ..Default::default()
+    };
+    docker::confined(body, &PYTHON, probe.caps)
+}
+
+/// The route probe's create request: the host's network namespace, nothing else.
+pub fn route_body(args: &ProbeArgs, token: &str) -> ContainerCreateBody {
     let ranges: Vec<String> = args
         .ranges
         .iter()
         .map(|(lo, hi)| format!("{lo}-{hi}"))
         .collect();
-    let cmd = vec![
-        "python3".to_string(),
-        "-c".to_string(),
-        SCRIPT.to_string(),
+    let argv = vec![
         args.head_address.clone(),
         args.gcs_port.to_string(),
         if args.dial { "1" } else { "0" }.to_string(),
         ranges.join(","),
-        args.own_ids.join(","),
-        SCRIPT_BUDGET_S.to_string(),
     ];
-    let output = run_bounded(docker, &args.image_id, &args.cluster, cmd, bound).await?;
-    let line = output
-        .lines()
-        .rev()
-        .find(|l| l.trim_start().starts_with('{'))
-        .ok_or_else(|| format!("the probe printed no result: {}", last_words(&output)))?;
-    serde_json::from_str(line).map_err(|e| format!("the probe's result is not readable: {e}"))
+    let host = HostConfig {
+        network_mode: Some("host".to_string()),
+        ..Default::default()
+    };
+    python_body(
+        args,
+        token,
+        PythonProbe {
+            script: SCRIPT,
+            argv,
+            user: NOBODY,
+            host,
+            caps: &[],
+        },
+    )
+}
+
+/// The holder scan's create request: the host's PID namespace, no network, root with
+/// `CAP_SYS_PTRACE` (and `CAP_DAC_READ_SEARCH` when a socket is another user's).
+pub fn holders_body(
+    args: &ProbeArgs,
+    sockets: &[Socket],
+    budget_s: f64,
+    token: &str,
+) -> ContainerCreateBody {
+    let inodes: Vec<&str> = sockets.iter().map(|s| s.inode.as_str()).collect();
+    let mut caps = vec!["SYS_PTRACE"];
+    if sockets.iter().any(|s| s.uid != 0) {
+        caps.push("DAC_READ_SEARCH");
+    }
+    let host = HostConfig {
+        network_mode: Some("none".to_string()),
+        pid_mode: Some("host".to_string()),
+        ..Default::default()
+    };
+    python_body(
+        args,
+        token,
+        PythonProbe {
+            script: HOLDERS_SCRIPT,
+            argv: vec![inodes.join(","), format!("{budget_s:.2}")],
+            user: ROOT,
+            host,
+            caps: &caps,
+        },
+    )
 }
 
 /// The last lines of a probe's output, for a message.
@@ -121,34 +322,14 @@ fn last_words(output: &str) -> String {
     }
 }
 
-/// A short-lived probe container of `image_id` with the host's network and PID namespaces,
-/// run to its end within `timeout`: what it printed. Removed whatever happens (one that ran
-/// out of time by its label).
+/// A short-lived probe container (labelled `token`) run to its end within `timeout`: what it
+/// printed. Removed whatever happens (one that ran out of time by its label).
 async fn run_bounded(
     docker: &Docker,
-    image_id: &str,
-    cluster: &str,
-    cmd: Vec<String>,
+    body: ContainerCreateBody,
+    token: &str,
     timeout: Duration,
 ) -> Result<String, String> {
-    let token = crate::digest::random_hex(8).map_err(|e| format!("no random token: {e}"))?;
-    let body = ContainerCreateBody {
-        image: Some(image_id.to_string()),
-        cmd: Some(cmd),
-        labels: Some(HashMap::from([
-            (LABEL_PROBE.to_string(), token.clone()),
-            (LABEL_CLUSTER.to_string(), cluster.to_string()),
-            (LABEL_ROLE.to_string(), "probe".to_string()),
-        ])),
-        host_config: Some(HostConfig {
-            network_mode: Some("host".to_string()),
-            pid_mode: Some("host".to_string()),
-            // Reading other processes' descriptors (who holds a port).
-            cap_add: Some(vec!["SYS_PTRACE".to_string()]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    };
     match tokio::time::timeout(timeout, docker::run_to_end(docker, body)).await {
         Ok(Ok((0, output))) => Ok(output),
         Ok(Ok((code, output))) => Err(format!(
@@ -274,7 +455,7 @@ pub async fn ifaces_for_up(
             if dry_run {
                 return (e.name.clone(), None);
             }
-            let outcome = probe(&e.docker, args, UP_PROBE_TIMEOUT)
+            let outcome = probe_route(&e.docker, args, UP_PROBE_TIMEOUT)
                 .await
                 .and_then(|seen| {
                     seen.route
@@ -632,6 +813,77 @@ async fn host_checks_unbounded(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The route probe gets the host's network and nothing else; the holder scan the host's
+    /// PID namespace and `CAP_SYS_PTRACE`, no network; neither runs the image's
+    /// site-packages, its entrypoint, or a preloaded library.
+    #[test]
+    fn each_probe_is_given_only_what_it_needs() {
+        let args = ProbeArgs {
+            image_id: "sha256:1".into(),
+            head_address: "10.0.0.1".into(),
+            gcs_port: 6379,
+            ranges: vec![(20000, 20999)],
+            cluster: "c".into(),
+            ..Default::default()
+        };
+        let confined = |body: &ContainerCreateBody| {
+            assert_eq!(
+                body.entrypoint.clone().unwrap_or_default(),
+                ["python3", "-I", "-S"]
+            );
+            let env = body.env.clone().unwrap_or_default();
+            for var in ["LD_PRELOAD=", "LD_LIBRARY_PATH="] {
+                assert!(env.iter().any(|e| e == var), "{env:?}");
+            }
+            let host = body.host_config.clone().unwrap_or_default();
+            assert_eq!(host.cap_drop.unwrap_or_default(), ["ALL"]);
+            assert_eq!(host.security_opt.unwrap_or_default(), ["no-new-privileges"]);
+            assert_eq!(host.readonly_rootfs, Some(true));
+            assert_eq!(host.privileged, None);
+            assert_eq!(
+                body.labels.clone().unwrap_or_default()["argus.role"],
+                "probe"
+            );
+        };
+        let route = route_body(&args, "t");
+        confined(&route);
+        let host = route.host_config.clone().unwrap_or_default();
+        assert_eq!(host.network_mode.as_deref(), Some("host"));
+        assert_eq!(host.pid_mode, None, "no host PID namespace");
+        assert_eq!(host.cap_add.unwrap_or_default(), Vec::<String>::new());
+        assert_eq!(route.user.as_deref(), Some("65534:65534"));
+        let cmd = route.cmd.clone().unwrap_or_default();
+        assert_eq!(cmd[1], SCRIPT);
+        assert_eq!(cmd[2..], ["10.0.0.1", "6379", "0", "20000-20999"]);
+
+        let root_socket = Socket {
+            port: 20050,
+            address: "0.0.0.0".into(),
+            inode: "4242".into(),
+            uid: 0,
+        };
+        let scan = holders_body(&args, std::slice::from_ref(&root_socket), 2.5, "t");
+        confined(&scan);
+        let host = scan.host_config.clone().unwrap_or_default();
+        assert_eq!(host.pid_mode.as_deref(), Some("host"));
+        assert_eq!(host.network_mode.as_deref(), Some("none"));
+        assert_eq!(host.cap_add.unwrap_or_default(), ["SYS_PTRACE"]);
+        assert_eq!(scan.cmd.clone().unwrap_or_default()[2..], ["4242", "2.50"]);
+        // Another user's socket: its /proc/<pid>/fd lists for root only with DAC_READ_SEARCH.
+        let users = Socket {
+            uid: 1000,
+            ..root_socket.clone()
+        };
+        let scan = holders_body(&args, &[root_socket, users], 2.5, "t");
+        assert_eq!(
+            scan.host_config
+                .unwrap_or_default()
+                .cap_add
+                .unwrap_or_default(),
+            ["SYS_PTRACE", "DAC_READ_SEARCH"]
+        );
+    }
 
     #[test]
     fn nccl_values_select_as_nccl_reads_them() {

@@ -4,9 +4,14 @@
 //! engine's data root, the GPU device nodes), then is removed whatever happened.
 //!
 //! It runs the cluster's image (the only image a host of the cluster is sure to have) with
-//! the host's network, the cluster's shared mount, and the cluster's labels with role
-//! `probe`, as storage_check's probes do. Its script is constant text: every value (a path)
-//! reaches it through the environment, never inside the script.
+//! the cluster's shared mount, the engine's data root and (real GPUs) the host's `/dev`
+//! read-only, and the cluster's labels with role `probe`, as storage_check's probes do. It
+//! is given nothing else ([`docker::confined`]): no network, no capability (`stat -f`, `ls`
+//! and `/proc/self/limits` need none), no-new-privileges, `sh` as its explicit entrypoint
+//! (an image's ENTRYPOINT never wraps it) with `LD_PRELOAD`, `LD_LIBRARY_PATH`, `BASH_ENV`
+//! and `ENV` emptied, a read-only root file system except when it asks for NVIDIA's GPUs
+//! (NVIDIA's hook writes the linker cache into it). Its script is constant text: every
+//! value (a path) reaches it through the environment, never inside the script.
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -180,9 +185,9 @@ pub fn body(spec: &ProbeSpec, nvidia: bool, shared: bool) -> ContainerCreateBody
             ..Default::default()
         }]
     });
-    ContainerCreateBody {
+    let body = ContainerCreateBody {
         image: Some(spec.image_id.clone()),
-        cmd: Some(vec!["sh".into(), "-c".into(), SCRIPT.into()]),
+        cmd: Some(vec!["-c".into(), SCRIPT.into()]),
         env: Some(env),
         labels: Some(HashMap::from([
             (LABEL_CLUSTER.to_string(), spec.cluster.clone()),
@@ -190,12 +195,17 @@ pub fn body(spec: &ProbeSpec, nvidia: bool, shared: bool) -> ContainerCreateBody
         ])),
         host_config: Some(HostConfig {
             mounts: Some(mounts),
-            network_mode: Some("host".to_string()),
+            network_mode: Some("none".to_string()),
             device_requests,
             ..Default::default()
         }),
         ..Default::default()
+    };
+    let mut body = docker::confined(body, &["sh"], &[]);
+    if let Some(host) = body.host_config.as_mut() {
+        host.readonly_rootfs = Some(!nvidia);
     }
+    body
 }
 
 fn bind_ro(source: &str, target: &str) -> Mount {
@@ -319,10 +329,15 @@ mod tests {
         };
         let body = body(&spec, true, true);
         let cmd = body.cmd.unwrap_or_default();
-        assert_eq!(cmd[2], SCRIPT);
+        assert_eq!(cmd[1], SCRIPT);
         assert!(!SCRIPT.contains("reboot"));
+        assert_eq!(body.entrypoint.unwrap_or_default(), ["sh"]);
         let host = body.host_config.unwrap_or_default();
-        assert_eq!(host.network_mode.as_deref(), Some("host"));
+        assert_eq!(host.network_mode.as_deref(), Some("none"));
+        assert_eq!(host.cap_drop.unwrap_or_default(), ["ALL"]);
+        assert_eq!(host.cap_add.unwrap_or_default(), Vec::<String>::new());
+        assert_eq!(host.security_opt.unwrap_or_default(), ["no-new-privileges"]);
+        assert_eq!(host.pid_mode, None);
         assert_eq!(host.device_requests.map(|r| r.len()), Some(1));
         assert_eq!(body.labels.unwrap_or_default()["argus.role"], "probe");
     }
