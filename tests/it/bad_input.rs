@@ -541,6 +541,38 @@ fn cases(good: &str) -> Vec<Case> {
             Some(JOB.into()),
             &["--set: \"a b\" is not a Hydra key"],
         ),
+        // What is wrong after --set is named by the --set, never at a line of the document
+        // the sets make (which no one wrote); what the sets left is at its line of the file.
+        case(
+            "--set of a wrong type",
+            &["-p", "{profile}", "submit", "--dry-run", "{file}", "--set", "total_training_steps=abc"],
+            Some(JOB.into()),
+            &["bad.yaml: --set total_training_steps=abc: total_training_steps: invalid type: string \"abc\""],
+        ),
+        case(
+            "--set of an unknown field",
+            &["-p", "{profile}", "submit", "--dry-run", "{file}", "--set", "nnodes=1", "--set", "foo=1"],
+            Some(JOB.into()),
+            &["bad.yaml: --set foo=1: unknown field `foo`"],
+        ),
+        case(
+            "--set of a section's field out of bounds",
+            &["-p", "{profile}", "submit", "--dry-run", "{file}", "--set", "restart.max=0", "--set", "nnodes=0"],
+            Some(JOB.into()),
+            &["bad.yaml: --set nnodes=0: nnodes: nnodes is 0", "valid: a whole number from 1 to 1024"],
+        ),
+        case(
+            "--set code_path off the shared storage",
+            &["-p", "{profile}", "submit", "--dry-run", "{file}", "--set", "code_path=/elsewhere/code"],
+            Some(JOB.into()),
+            &["bad.yaml: --set code_path=/elsewhere/code: code_path: /elsewhere/code is not on the shared storage"],
+        ),
+        case(
+            "a field --set left is at its line of the file",
+            &["-p", "{profile}", "submit", "--dry-run", "{file}", "--set", "metadata.x=1"],
+            Some("# first\n\nworkload: custom\ncode_path: /elsewhere/code\nentrypoint: python3 -c 1\n".into()),
+            &["bad.yaml:4:12: code_path: /elsewhere/code is not on the shared storage"],
+        ),
         // Run locks (class 7).
         case(
             "lock of an unknown format",
