@@ -67,7 +67,7 @@ impl PinnedRelease {
 }
 
 /// A project name as PEP 508 allows it: `[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?`.
-fn pep508_name(name: &str) -> bool {
+pub(super) fn pep508_name(name: &str) -> bool {
     let alnum = |c: char| c.is_ascii_alphanumeric();
     !name.is_empty()
         && name.len() <= 100
@@ -80,7 +80,7 @@ fn pep508_name(name: &str) -> bool {
 
 /// A version as PEP 440 writes it (packaging's `VERSION_PATTERN`, without a leading `v`,
 /// and a separator only before a number): `[N!]N(.N)*[{a|b|rc}N][.postN][.devN][+local]`.
-fn pep440_version(version: &str) -> bool {
+pub(super) fn pep440_version(version: &str) -> bool {
     let lower = version.to_ascii_lowercase();
     let mut p = Cursor(lower.as_bytes());
     // The epoch.
