@@ -10,19 +10,26 @@ use crate::exit::EXIT_CODES_HELP;
 mod slurm;
 pub use slurm::{SlurmCommand, SlurmSubmitArgs};
 
+/// `argus --help`'s text; what the built-in profile has is read from it.
+fn long_about() -> String {
+    format!(
+        "From GPU hosts to a running verl (RL for LLMs) training job on a Ray cluster \
+         made of Docker containers, and back, reproducibly.\n\n\
+         Pipeline: `argus image build` (once) -> `argus up` -> `argus prepare` -> \
+         `argus snapshot SRC` -> `argus submit JOBSPEC` -> `argus job ...` -> `argus down`; \
+         `argus run JOBSPEC` does all of it from scratch.\n\
+         Without -p, the built-in profile (profiles/local.yaml) is used: {}, on this machine.",
+        crate::config::profile::builtin_summary()
+    )
+}
+
 /// From GPU hosts to a running verl job on a Ray cluster of Docker containers, and back.
 #[derive(Debug, Parser)]
 #[command(
     name = "argus",
     version,
     about,
-    long_about = "From GPU hosts to a running verl (RL for LLMs) training job on a Ray cluster \
-                  made of Docker containers, and back, reproducibly.\n\n\
-                  Pipeline: `argus image build` (once) -> `argus up` -> `argus prepare` -> \
-                  `argus snapshot SRC` -> `argus submit JOBSPEC` -> `argus job ...` -> `argus down`; \
-                  `argus run JOBSPEC` does all of it from scratch.\n\
-                  Without -p, the built-in profile (profiles/local.yaml) is used: one CPU head and \
-                  two workers with two simulated GPUs each, on this machine.",
+    long_about = long_about(),
     after_help = EXIT_CODES_HELP,
     max_term_width = 100
 )]

@@ -9,8 +9,8 @@ use crate::exit::Exit;
 use crate::ui::Printer;
 
 /// A requirements file of the user's (a GPU host's lock, with vLLM): a regular file of at
-/// most 1 MiB, read before anything is built.
-fn read_lock(path: &std::path::Path) -> Result<String> {
+/// most 1 MiB holding pins only, read and checked before anything is built.
+fn read_lock(path: &std::path::Path) -> Result<crate::ids::RequirementsLock> {
     let bad = |why: String| image::BuildError::Input {
         what: "--lock".into(),
         value: format!("{}: {why}", path.display()),
@@ -23,7 +23,13 @@ fn read_lock(path: &std::path::Path) -> Result<String> {
     if text.contains('\0') {
         return Err(bad("contains a NUL byte".into()).into());
     }
-    Ok(text)
+    crate::ids::RequirementsLock::parse(&text).map_err(|error| {
+        image::BuildError::Lock {
+            path: path.display().to_string(),
+            error,
+        }
+        .into()
+    })
 }
 
 pub async fn build(cli: &Cli, args: &ImageBuildArgs, printer: &Printer) -> Result<Exit> {
@@ -50,10 +56,14 @@ pub async fn build(cli: &Cli, args: &ImageBuildArgs, printer: &Printer) -> Resul
         return Err(invalid("--tag (a lower-case [registry/]name[:tag])", tag).into());
     }
     let base_tag = format!("argus/ray:{}", args.ray_version);
-    if args.verl && args.tag.as_deref() == Some(base_tag.as_str()) {
+    // Compared as Docker resolves them: `docker.io/argus/ray:<v>` is the same image.
+    if let Some(tag) = &args.tag
+        && args.verl
+        && image::normalize_reference(tag) == image::normalize_reference(&base_tag)
+    {
         return Err(invalid(
             "--tag (the verl image would replace the Ray image it is built on)",
-            &base_tag,
+            &format!("{tag} (the Ray image {base_tag})"),
         )
         .into());
     }

@@ -16,7 +16,22 @@ use serde::de::DeserializeOwned;
 pub struct Source {
     /// Where the text came from (a file path, or `<built-in local profile>`).
     pub origin: PathBuf,
+    /// The document in effect: the file's text, or, after `--set`, the document the
+    /// sets made of it (which no one wrote: see [`Source::place`]).
     pub text: String,
+    /// After `--set`: the file's own text, where every node no `--set` touched is.
+    pub written: Option<String>,
+    /// Each `--set` argument with the node it sets (`["restart", "max"]`).
+    pub sets: Vec<(Vec<Seg>, String)>,
+}
+
+/// Where a node of a document was given.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Place {
+    /// 1-based line and column of the file.
+    At(usize, usize),
+    /// By this `--set` argument.
+    Set(String),
 }
 
 impl Source {
@@ -29,7 +44,23 @@ impl Source {
         Self {
             origin: origin.into(),
             text,
+            written: None,
+            sets: Vec::new(),
         }
+    }
+
+    /// Where the node at `path` was given: by the last `--set` of it or of a node above
+    /// it, else where the file writes it.
+    pub fn place(&self, path: &[Seg]) -> Option<Place> {
+        if let Some((_, arg)) = self
+            .sets
+            .iter()
+            .rev()
+            .find(|(set, _)| path.starts_with(set))
+        {
+            return Some(Place::Set(arg.clone()));
+        }
+        locate(self.written.as_deref().unwrap_or(&self.text), path).map(|(l, c)| Place::At(l, c))
     }
 
     /// Reads a profile or JobSpec from disk: a regular file of at most
@@ -53,12 +84,17 @@ impl Source {
 
     /// An error at the node found at `path` (or at the top of the file if it is absent).
     pub fn error_at(&self, path: &[Seg], message: impl Into<String>) -> ConfigError {
-        let (line, column) = locate(&self.text, path).unwrap_or((1, 1));
+        let message = format!("{}: {}", display_path(path), message.into());
+        let (line, column, message) = match self.place(path) {
+            Some(Place::At(line, column)) => (line, column, message),
+            Some(Place::Set(arg)) => (0, 0, format!("--set {arg}: {message}")),
+            None => (1, 1, message),
+        };
         ConfigError {
             origin: self.origin.clone(),
             line,
             column,
-            message: format!("{}: {}", display_path(path), message.into()),
+            message,
             hint: None,
         }
     }

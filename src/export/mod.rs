@@ -16,7 +16,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::config::jobspec::{Code, LoadedJobSpec};
-use crate::config::yaml::{Seg, Source, display_path, locate};
+use crate::config::yaml::{Place, Seg, Source, display_path};
 use crate::config::{Layout, LoadedProfile};
 use crate::exit::{Classify, Exit};
 use crate::ids::CodeRef;
@@ -58,16 +58,21 @@ impl Finding {
         path: &[Seg],
         message: impl Into<String>,
     ) -> Self {
-        let at = (1..=path.len())
+        let place = (1..=path.len())
             .rev()
-            .find_map(|len| locate(&source.text, &path[..len]));
+            .find_map(|len| source.place(&path[..len]));
+        let (at, message) = match place {
+            Some(Place::At(line, column)) => (Some((line, column)), message.into()),
+            Some(Place::Set(arg)) => (None, format!("given by --set {arg}: {}", message.into())),
+            None => (None, message.into()),
+        };
         Finding {
             severity,
             file: Some(source.origin.display().to_string()),
             line: at.map(|a| a.0),
             column: at.map(|a| a.1),
             field: display_path(path),
-            message: message.into(),
+            message,
             hint: None,
         }
     }
@@ -396,7 +401,7 @@ fn run_only_fields(job: &LoadedJobSpec, src: &Source, findings: &mut Findings) {
 /// Where an override is written: `overrides.<key>` (a map) or `overrides[i]` (a list).
 pub fn override_path(src: &Source, key: &str, spec: &crate::config::jobspec::JobSpec) -> Vec<Seg> {
     let as_map = yaml_path!["overrides", key].to_vec();
-    if locate(&src.text, &as_map).is_some() {
+    if src.place(&as_map).is_some() {
         return as_map;
     }
     match spec.overrides.0.iter().position(|o| o.key == key) {

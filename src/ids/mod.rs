@@ -6,8 +6,10 @@
 //! same check). So an unchecked string cannot reach `Path::join`, a Ray URL or a shell
 //! string. A leaf module: it imports nothing of the pipeline.
 
+mod requirements;
 mod versions;
 
+pub use requirements::{LockError, LockedPin, RequirementsLock};
 pub use versions::{PYPI_PREFIX, PinnedRelease, RayVersion};
 
 use std::fmt;

@@ -23,21 +23,17 @@ impl PinnedRelease {
                 "{text:?} does not pin a version: write pypi:<name>==<version>, e.g. pypi:verl==0.8.0"
             ));
         };
-        let name_ok = !name.is_empty()
-            && name.len() <= 100
-            && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
-        let version_ok = !version.is_empty()
-            && version.len() <= 64
-            && version.starts_with(|c: char| c.is_ascii_digit())
-            && version
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '+' | '!' | '-' | '_'));
-        if !name_ok || !version_ok || name.contains("..") || version.contains("..") {
+        if !pep508_name(name) {
             return Err(format!(
-                "{text:?} is not pypi:<name>==<version> (letters, digits, '.', '_', '-'; an exact version such as 0.8.0)"
+                "{text:?}: {name:?} is not a package name (PEP 508: letters, digits, '.', '_', '-', starting and ending with a letter or digit, at most 100)"
+            ));
+        }
+        if version.len() > 64
+            || !version.starts_with(|c: char| c.is_ascii_digit())
+            || !pep440_version(version)
+        {
+            return Err(format!(
+                "{text:?}: {version:?} is not an exact version (PEP 440, such as 0.8.0, 1.0rc1, 2.1.post1)"
             ));
         }
         Ok(PinnedRelease {
@@ -67,6 +63,96 @@ impl PinnedRelease {
             }
         }
         out
+    }
+}
+
+/// A project name as PEP 508 allows it: `[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?`.
+pub(super) fn pep508_name(name: &str) -> bool {
+    let alnum = |c: char| c.is_ascii_alphanumeric();
+    !name.is_empty()
+        && name.len() <= 100
+        && name.starts_with(alnum)
+        && name.ends_with(alnum)
+        && name
+            .chars()
+            .all(|c| alnum(c) || matches!(c, '.' | '_' | '-'))
+}
+
+/// A version as PEP 440 writes it (packaging's `VERSION_PATTERN`, without a leading `v`,
+/// and a separator only before a number): `[N!]N(.N)*[{a|b|rc}N][.postN][.devN][+local]`.
+pub(super) fn pep440_version(version: &str) -> bool {
+    let lower = version.to_ascii_lowercase();
+    let mut p = Cursor(lower.as_bytes());
+    // The epoch.
+    let before = p.0;
+    if !(p.digits() && p.eat("!")) {
+        p.0 = before;
+    }
+    // The release: numbers joined by dots.
+    if !p.digits() {
+        return false;
+    }
+    while p.0.starts_with(b".") && p.0.get(1).is_some_and(u8::is_ascii_digit) {
+        p.eat(".");
+        p.digits();
+    }
+    p.labelled(&["alpha", "a", "beta", "b", "preview", "pre", "c", "rc"]);
+    let before = p.0;
+    if !(p.eat("-") && p.digits()) {
+        p.0 = before;
+        p.labelled(&["post", "rev", "r"]);
+    }
+    p.labelled(&["dev"]);
+    if p.eat("+") {
+        loop {
+            if !p.take_while(|b| b.is_ascii_alphanumeric()) {
+                return false;
+            }
+            if !(p.eat(".") || p.eat("-") || p.eat("_")) {
+                break;
+            }
+        }
+    }
+    p.0.is_empty()
+}
+
+/// What is left of a version being read.
+struct Cursor<'a>(&'a [u8]);
+
+impl Cursor<'_> {
+    fn eat(&mut self, word: &str) -> bool {
+        match self.0.strip_prefix(word.as_bytes()) {
+            Some(rest) => {
+                self.0 = rest;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn take_while(&mut self, f: impl Fn(&u8) -> bool) -> bool {
+        let n = self.0.iter().take_while(|b| f(b)).count();
+        self.0 = &self.0[n..];
+        n > 0
+    }
+
+    fn digits(&mut self) -> bool {
+        self.take_while(u8::is_ascii_digit)
+    }
+
+    /// `[-_.]?label([-_.]?N)?`: nothing is taken unless a label is there.
+    fn labelled(&mut self, labels: &[&str]) {
+        let before = self.0;
+        let _ = self.eat("-") || self.eat("_") || self.eat(".");
+        if !labels.iter().any(|l| self.eat(l)) {
+            self.0 = before;
+            return;
+        }
+        let label_end = self.0;
+        let _ = self.eat("-") || self.eat("_") || self.eat(".");
+        if !self.digits() {
+            self.0 = label_end;
+        }
     }
 }
 
@@ -128,5 +214,42 @@ mod tests {
         assert_eq!(RayVersion::of_image("reg.example/ray:latest"), None);
         assert_eq!(RayVersion::from_tag("nightly"), None);
         assert_eq!(RayVersion(2, 51, 1).to_string(), "2.51.1");
+    }
+
+    #[test]
+    fn names_and_versions_are_pep_508_and_pep_440() {
+        for good in [
+            "verl==0.8.0",
+            "a==1",
+            "A.b_c-d==1!2.0.1rc2.post3.dev4+local.7-x",
+            "six==1.16.0",
+            "x==1.0a",
+            "x==1.0-1",
+            "x==1.0.post",
+            "x==1.0.dev",
+            "x==2.0b1",
+        ] {
+            assert!(PinnedRelease::parse(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "six-==1.16.0",
+            "-six==1",
+            "six.==1",
+            "_six==1",
+            "si x==1",
+            "x==1.",
+            "x==1..0",
+            "x==1.0-",
+            "x==1.0+",
+            "x==1.0+a..b",
+            "x==1.0foo",
+            "x==1.0.*",
+            "x==v1.0",
+            "x==1.0 ",
+        ] {
+            assert!(PinnedRelease::parse(bad).is_err(), "{bad} parsed");
+        }
+        let err = PinnedRelease::parse("pypi:six-==1.16.0").unwrap_err();
+        assert!(err.contains("\"six-\" is not a package name"), "{err}");
     }
 }

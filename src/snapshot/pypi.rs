@@ -24,6 +24,13 @@ pub enum PypiError {
         status: String,
         output: String,
     },
+    #[error("the index has no wheel of {requirement} (versions with a wheel there: {versions})")]
+    NoSuchRelease {
+        requirement: String,
+        versions: String,
+    },
+    #[error("the index has no project named {name} (it answered 404 for {url})")]
+    NoSuchProject { name: String, url: String },
     #[error("{requirement}: pip downloaded no wheel (only a source distribution?)")]
     NoWheel { requirement: String },
     #[error("cannot unpack {wheel}:\n{output}")]
@@ -36,13 +43,18 @@ impl crate::exit::Classify for PypiError {
     fn exit(&self) -> crate::exit::Exit {
         use crate::exit::Exit;
         match self {
-            PypiError::Invalid(_) | PypiError::NoWheel { .. } => Exit::Usage,
+            PypiError::Invalid(_)
+            | PypiError::NoWheel { .. }
+            | PypiError::NoSuchRelease { .. }
+            | PypiError::NoSuchProject { .. } => Exit::Usage,
             PypiError::Download { .. } => Exit::Unreachable,
             PypiError::Unpack { .. } | PypiError::Io(_) => Exit::Failed,
         }
     }
     fn hint(&self) -> Option<String> {
         match self {
+            PypiError::NoSuchRelease { .. } => Some("pin one of the versions the index has (pypi:<name>==<version>)".into()),
+            PypiError::NoSuchProject { .. } => Some("check the name's spelling against the index (pip index versions <name>)".into()),
             PypiError::Download { .. } | PypiError::NoWheel { .. } => Some("argus fetches a pypi: code.source with this host's `python3 -m pip download`: check that it reaches your index (pip config, PIP_INDEX_URL), or unpack the wheel yourself and give its directory as code.source".into()),
             _ => None,
         }
@@ -129,6 +141,8 @@ async fn fetch(
                 "-m",
                 "pip",
                 "download",
+                // Debug output: it says which page answered 404 (see `failure`).
+                "-vv",
                 "--no-deps",
                 "--only-binary=:all:",
                 "--disable-pip-version-check",
@@ -141,16 +155,12 @@ async fn fetch(
             .await
             .map_err(io("run python3 -m pip for", &work))?;
         if !output.status.success() {
-            let text = String::from_utf8_lossy(&output.stderr);
-            let mut text = last_lines(&text, 15);
-            if text.is_empty() {
-                text = last_lines(&String::from_utf8_lossy(&output.stdout), 15);
-            }
-            return Err(PypiError::Download {
-                requirement,
-                status: output.status.to_string(),
-                output: text,
-            });
+            let text = format!(
+                "{}\n{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+            return Err(failure(release, &output.status.to_string(), &text));
         }
         let wheel = std::fs::read_dir(&work)
             .map_err(io("list", &work))?
@@ -199,6 +209,58 @@ async fn fetch(
     }
 }
 
+/// Why pip found nothing, from what it said (`-vv`): the index lists the project's
+/// versions without this one, or answered 404 for the project's page (both the user's
+/// input, exit 2); anything else (a connection refused, a 5xx, a proxy) is the index's.
+fn failure(release: &PinnedRelease, status: &str, output: &str) -> PypiError {
+    let requirement = release.requirement();
+    let versions = output.lines().find_map(|l| {
+        let (_, rest) = l.split_once("(from versions: ")?;
+        Some(rest.trim_end().trim_end_matches(')').to_string())
+    });
+    // pip's line for each index page it could not read: `Could not fetch URL <url>:
+    // <why> - skipping`.
+    let unread: Vec<(&str, &str)> = output
+        .lines()
+        .filter_map(|l| {
+            l.trim()
+                .strip_prefix("Could not fetch URL ")?
+                .split_once(": ")
+        })
+        .collect();
+    let not_found = |why: &str| why.starts_with("404 ");
+    match versions.as_deref() {
+        Some(versions) if versions != "none" => PypiError::NoSuchRelease {
+            requirement,
+            versions: versions.to_string(),
+        },
+        Some(_) if !unread.is_empty() && unread.iter().all(|(_, why)| not_found(why)) => {
+            PypiError::NoSuchProject {
+                name: release.name.clone(),
+                url: unread[0].0.to_string(),
+            }
+        }
+        _ => {
+            // What pip said to a user, without its debug lines.
+            let said: String = output
+                .lines()
+                .filter(|l| {
+                    l.starts_with("ERROR:")
+                        || l.starts_with("WARNING:")
+                        || l.trim().starts_with("Could not fetch URL ")
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            let text = if said.is_empty() { output } else { &said };
+            PypiError::Download {
+                requirement,
+                status: status.to_string(),
+                output: last_lines(text, 15),
+            }
+        }
+    }
+}
+
 fn last_lines(text: &str, n: usize) -> String {
     let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
     lines[lines.len().saturating_sub(n)..]
@@ -235,5 +297,36 @@ mod tests {
         ] {
             assert!(PinnedRelease::parse(bad).is_err(), "{bad} parsed");
         }
+    }
+
+    /// pip 24's words (`-vv`) for each way a download finds nothing.
+    #[test]
+    fn a_missing_release_or_project_is_the_users_and_a_dead_index_is_not() {
+        use crate::exit::{Classify, Exit};
+        let six = PinnedRelease::parse("pypi:six==99.0").unwrap();
+        let missing_release = "Looking in links: /opt/wheels\nERROR: Could not find a version that satisfies the requirement six==99.0 (from versions: 1.15.0, 1.16.0, 1.17.0)\nERROR: No matching distribution found for six==99.0\n";
+        let e = failure(&six, "exit status: 1", missing_release);
+        assert_eq!(e.exit(), Exit::Usage);
+        assert_eq!(
+            e.to_string(),
+            "the index has no wheel of six==99.0 (versions with a wheel there: 1.15.0, 1.16.0, 1.17.0)"
+        );
+        let missing_project = "Getting page https://pypi.org/simple/six/\nhttps://pypi.org:443 \"GET /simple/six/ HTTP/1.1\" 404 0\nStatus code 404 not in (200, 203, 300, 301, 308)\nCould not fetch URL https://pypi.org/simple/six/: 404 Client Error: Not Found for url: https://pypi.org/simple/six/ - skipping\nERROR: Could not find a version that satisfies the requirement six==99.0 (from versions: none)\n";
+        let e = failure(&six, "exit status: 1", missing_project);
+        assert_eq!(e.exit(), Exit::Usage);
+        assert_eq!(
+            e.to_string(),
+            "the index has no project named six (it answered 404 for https://pypi.org/simple/six/)"
+        );
+        let refused = "Could not fetch URL http://127.0.0.1:9/simple/six/: connection error: HTTPConnectionPool(host='127.0.0.1', port=9): Max retries exceeded - skipping\nERROR: Could not find a version that satisfies the requirement six==99.0 (from versions: none)\nERROR: No matching distribution found for six==99.0\nTraceback (most recent call last):\n  raise error from e\n";
+        let e = failure(&six, "exit status: 1", refused);
+        assert_eq!(e.exit(), Exit::Unreachable);
+        assert!(!e.to_string().contains("Traceback"), "{e}");
+        // No index at all (find-links only) says nothing about the index: not the user's.
+        let links_only = "ERROR: Could not find a version that satisfies the requirement six==99.0 (from versions: none)\n";
+        assert_eq!(
+            failure(&six, "exit status: 1", links_only).exit(),
+            Exit::Unreachable
+        );
     }
 }

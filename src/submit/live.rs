@@ -178,13 +178,17 @@ pub fn checkpoint_point(target: &Target, old_id: &str) -> Result<ResumePoint, Er
     // The directory comes from a record: opened below the shared root through handles
     // like every directory argus reaches on the storage (a planted link is refused, not
     // followed), and read through the handle.
-    let no_checkpoint = || TrainingError::NoCheckpoint {
+    let no_checkpoint = |choice: crate::training::checkpoint::Choice| TrainingError::NoCheckpoint {
         id: old_id.to_string(),
         dir: host_dir.clone(),
+        skipped: choice.skipped,
+        tracker: choice.tracker,
     };
     let held = match open_below_shared(target, &host_dir) {
         Ok(dir) => dir,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(no_checkpoint().into()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(no_checkpoint(Default::default()).into());
+        }
         Err(source) => {
             return Err(TrainingError::Read {
                 path: host_dir.clone(),
@@ -200,7 +204,9 @@ pub fn checkpoint_point(target: &Target, old_id: &str) -> Result<ResumePoint, Er
             path: host_dir.clone(),
             source,
         })?;
-    let chosen = choice.chosen.as_ref().ok_or_else(no_checkpoint)?;
+    let Some(chosen) = choice.chosen.clone() else {
+        return Err(no_checkpoint(choice).into());
+    };
     let step = chosen.step;
     let from_step = (!choice.tracker_agrees())
         .then(|| format!("{}/global_step_{step}", container_dir.trim_end_matches('/')));

@@ -452,6 +452,7 @@ fn job_metadata(
 /// A key the JobSpec's overrides give twice, both named where they are written: Hydra
 /// applies both, in order, so the later value wins.
 fn repeated_note(loaded: &LoadedJobSpec, before: usize, again: usize) -> String {
+    use crate::config::yaml::Place;
     let overrides = &loaded.spec.overrides.0;
     let at = |i: usize| {
         let o = &overrides[i];
@@ -460,11 +461,12 @@ fn repeated_note(loaded: &LoadedJobSpec, before: usize, again: usize) -> String 
             crate::yaml_path!["overrides", i].to_vec(),
         ]
         .into_iter()
-        .find_map(|path| crate::config::yaml::locate(&loaded.source.text, &path));
+        .find_map(|path| loaded.source.place(&path));
         let place = match path {
-            Some((line, column)) => {
+            Some(Place::At(line, column)) => {
                 format!("{}:{line}:{column}", loaded.source.origin.display())
             }
+            Some(Place::Set(arg)) => format!("--set {arg}"),
             None => format!("overrides[{i}]"),
         };
         format!("`{o}` ({place})")

@@ -73,11 +73,15 @@ pub enum Error {
         "job {id} is still {status}: resuming it would make two jobs write the same checkpoints"
     )]
     StillRunning { id: String, status: String },
-    #[error(
-        "job {id} has no checkpoint to resume from: {} has no global_step_<n>/ and no latest_checkpointed_iteration.txt",
-        crate::text::shown(dir)
-    )]
-    NoCheckpoint { id: String, dir: PathBuf },
+    #[error("job {id} has no checkpoint to resume from: {}", why_no_checkpoint(dir, skipped, *tracker))]
+    NoCheckpoint {
+        id: String,
+        dir: PathBuf,
+        /// Each `global_step_<n>/` there and why it was passed over, newest first.
+        skipped: Vec<(u64, String)>,
+        /// The step verl's tracker file names, if it is there and names one.
+        tracker: Option<u64>,
+    },
     #[error("the checkpoints of job {id} ({container_dir}) are not on this host's shared storage")]
     CheckpointsElsewhere { id: String, container_dir: String },
     #[error("no run {run_id}: {} does not exist", crate::text::shown(path))]
@@ -90,6 +94,25 @@ pub enum Error {
     Config(#[from] crate::config::ConfigError),
     #[error(transparent)]
     Record(#[from] crate::records::Error),
+}
+
+/// What the directory holds that could not be resumed from, each step with its reason.
+fn why_no_checkpoint(dir: &Path, skipped: &[(u64, String)], tracker: Option<u64>) -> String {
+    use checkpoint::TRACKER;
+    let dir = crate::text::shown(dir);
+    match (skipped.is_empty(), tracker) {
+        (true, None) => format!("{dir} has no global_step_<n>/ and no {TRACKER}"),
+        (true, Some(step)) => {
+            format!("{dir} has no global_step_<n>/ ({TRACKER} names step {step})")
+        }
+        (false, _) => {
+            let steps: Vec<String> = skipped
+                .iter()
+                .map(|(step, why)| format!("global_step_{step}/ passed over: {why}"))
+                .collect();
+            format!("no checkpoint in {dir} is complete: {}", steps.join("; "))
+        }
+    }
 }
 
 impl Classify for Error {
@@ -138,6 +161,10 @@ impl Classify for Error {
             Error::StillRunning { id, .. } => Some(format!(
                 "stop it first: argus job stop {id} --wait"
             )),
+            Error::NoCheckpoint { skipped, .. } if !skipped.is_empty() => Some(
+                "verl could load none of them: submit the JobSpec again to start from step 1"
+                    .into(),
+            ),
             Error::NoCheckpoint { .. } => Some(
                 "verl saves a checkpoint every trainer.save_freq steps (set save_freq in the JobSpec)"
                     .into(),

@@ -541,6 +541,118 @@ fn cases(good: &str) -> Vec<Case> {
             Some(JOB.into()),
             &["--set: \"a b\" is not a Hydra key"],
         ),
+        // An image build's inputs (class 10): the tag compared as Docker resolves it, the
+        // lock holding pins only, both refused before anything is built.
+        case(
+            "--verl --tag docker.io/ of the Ray image it is built on",
+            &["image", "build", "--verl", "--tag", "docker.io/argus/ray:2.51.1"],
+            None,
+            &["the verl image would replace the Ray image it is built on"],
+        ),
+        case(
+            "--verl --tag index.docker.io/ of the Ray image it is built on",
+            &["image", "build", "--verl", "--tag", "index.docker.io/argus/ray:2.51.1"],
+            None,
+            &["the verl image would replace the Ray image it is built on"],
+        ),
+        case(
+            "--lock with --index-url",
+            &["image", "build", "--verl", "--lock", "{file}"],
+            Some("six==1.16.0\n--index-url http://evil.example/simple\n".into()),
+            &["bad.yaml:2: ", "is a pip option", "hint: a lock holds name==version lines"],
+        ),
+        case(
+            "--lock with --extra-index-url",
+            &["image", "build", "--verl", "--lock", "{file}"],
+            Some("--extra-index-url=http://evil.example/simple\nsix==1.16.0\n".into()),
+            &["bad.yaml:1: ", "is a pip option", "hint: a lock holds name==version lines"],
+        ),
+        case(
+            "--lock with --trusted-host",
+            &["image", "build", "--verl", "--lock", "{file}"],
+            Some("# pins\n--trusted-host evil.example\n".into()),
+            &["bad.yaml:2: ", "is a pip option", "hint: a lock holds name==version lines"],
+        ),
+        case(
+            "--lock with -e",
+            &["image", "build", "--verl", "--lock", "{file}"],
+            Some("-e git+https://evil.example/x.git#egg=x\n".into()),
+            &["bad.yaml:1: ", "is a pip option", "hint: a lock holds name==version lines"],
+        ),
+        case(
+            "--lock with -r",
+            &["image", "build", "--verl", "--lock", "{file}"],
+            Some("six==1.16.0\n-r /etc/other.txt\n".into()),
+            &["bad.yaml:2: ", "is a pip option", "hint: a lock holds name==version lines"],
+        ),
+        case(
+            "--lock with -c",
+            &["image", "build", "--verl", "--lock", "{file}"],
+            Some("-c constraints.txt\n".into()),
+            &["bad.yaml:1: ", "is a pip option", "hint: a lock holds name==version lines"],
+        ),
+        case(
+            "--lock with a URL",
+            &["image", "build", "--verl", "--lock", "{file}"],
+            Some("https://evil.example/x-1.0-py3-none-any.whl\n".into()),
+            &["bad.yaml:1: ", "is a URL or a path", "hint: a lock holds name==version lines"],
+        ),
+        case(
+            "--lock with a path",
+            &["image", "build", "--verl", "--lock", "{file}"],
+            Some("./x-1.0-py3-none-any.whl\n".into()),
+            &["bad.yaml:1: ", "is a URL or a path", "hint: a lock holds name==version lines"],
+        ),
+        case(
+            "--lock with an unpinned requirement",
+            &["image", "build", "--verl", "--lock", "{file}"],
+            Some("six==1.16.0\ntorch>=2\n".into()),
+            &["bad.yaml:2: ", "is not pinned", "hint: a lock holds name==version lines"],
+        ),
+        case(
+            "--lock with an option after a pin",
+            &["image", "build", "--verl", "--lock", "{file}"],
+            Some("six==1.16.0 --index-url=http://evil.example\n".into()),
+            &["bad.yaml:1: ", "only --hash=sha256", "hint: a lock holds name==version lines"],
+        ),
+        case(
+            "--lock with an option behind a comment's U+2028",
+            &["image", "build", "--verl", "--lock", "{file}"],
+            Some("# c\u{2028}--index-url http://evil.example\n".into()),
+            &["bad.yaml:2: ", "is a pip option", "hint: a lock holds name==version lines"],
+        ),
+        // What is wrong after --set is named by the --set, never at a line of the document
+        // the sets make (which no one wrote); what the sets left is at its line of the file.
+        case(
+            "--set of a wrong type",
+            &["-p", "{profile}", "submit", "--dry-run", "{file}", "--set", "total_training_steps=abc"],
+            Some(JOB.into()),
+            &["bad.yaml: --set total_training_steps=abc: total_training_steps: invalid type: string \"abc\""],
+        ),
+        case(
+            "--set of an unknown field",
+            &["-p", "{profile}", "submit", "--dry-run", "{file}", "--set", "nnodes=1", "--set", "foo=1"],
+            Some(JOB.into()),
+            &["bad.yaml: --set foo=1: unknown field `foo`"],
+        ),
+        case(
+            "--set of a section's field out of bounds",
+            &["-p", "{profile}", "submit", "--dry-run", "{file}", "--set", "restart.max=0", "--set", "nnodes=0"],
+            Some(JOB.into()),
+            &["bad.yaml: --set nnodes=0: nnodes: nnodes is 0", "valid: a whole number from 1 to 1024"],
+        ),
+        case(
+            "--set code_path off the shared storage",
+            &["-p", "{profile}", "submit", "--dry-run", "{file}", "--set", "code_path=/elsewhere/code"],
+            Some(JOB.into()),
+            &["bad.yaml: --set code_path=/elsewhere/code: code_path: /elsewhere/code is not on the shared storage"],
+        ),
+        case(
+            "a field --set left is at its line of the file",
+            &["-p", "{profile}", "submit", "--dry-run", "{file}", "--set", "metadata.x=1"],
+            Some("# first\n\nworkload: custom\ncode_path: /elsewhere/code\nentrypoint: python3 -c 1\n".into()),
+            &["bad.yaml:4:12: code_path: /elsewhere/code is not on the shared storage"],
+        ),
         // Run locks (class 7).
         case(
             "lock of an unknown format",

@@ -1168,3 +1168,233 @@ fn every_refusal_is_exit_2_names_its_line_and_writes_nothing() {
         assert!(!out.exists(), "{}: nothing is written", case.what);
     }
 }
+
+/// Every character a YAML 1.1 or 1.2 reader takes for a line break or refuses as
+/// non-printable (NUL aside: argus refuses it in any value), and a neighbour of each range.
+fn awkward_chars() -> Vec<char> {
+    let ranges = [
+        0x01..=0x1F,
+        0x7E..=0xA0,
+        0x2027..=0x202A,
+        0xD7FF..=0xD7FF,
+        0xE000..=0xE000,
+        0xFEFF..=0xFEFF,
+        0xFFFD..=0xFFFF,
+        0x10000..=0x10000,
+    ];
+    ranges
+        .into_iter()
+        .flatten()
+        .filter_map(char::from_u32)
+        .collect()
+}
+
+/// Values whose line breaks would make the rest keys of the RayJob or of a pod, each in
+/// a one-line string and in a multi-line one (a block literal when it could be one).
+fn injections(prefix: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for c in awkward_chars() {
+        let n = u32::from(c);
+        out.push((format!("{prefix}_{n:X}_Q"), format!("x{c}suspend: true")));
+        out.push((format!("{prefix}_{n:X}_N"), format!("x{c}  hostPID: true")));
+        out.push((
+            format!("{prefix}_{n:X}_L"),
+            format!("echo a\n{c}suspend: true\n{c}- name: LD_PRELOAD\n"),
+        ));
+    }
+    out
+}
+
+/// A YAML double-quoted scalar for the input files, every non-ASCII character escaped.
+fn input_quoted(text: &str) -> String {
+    let mut out = String::from("\"");
+    for c in text.chars() {
+        match c {
+            '"' | '\\' => out.extend(['\\', c]),
+            ' '..='~' => out.push(c),
+            c if u32::from(c) > 0xFFFF => out.push_str(&format!("\\U{:08X}", u32::from(c))),
+            c => out.push_str(&format!("\\u{:04X}", u32::from(c))),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// What PyYAML's pure loader, its libyaml C loader and serde_yaml read from `file`, and
+/// kubectl's reader (sigs.k8s.io/yaml) when kubectl is on PATH.
+fn read_back(file: &Path) -> Vec<(&'static str, Value)> {
+    const PYYAML: &str = r#"
+import json, sys, yaml
+assert yaml.__with_libyaml__, "PyYAML without libyaml: yaml.CSafeLoader is missing"
+from yaml import CSafeLoader, SafeLoader
+text = open(sys.argv[1], encoding="utf-8").read()
+print(json.dumps({"pure": yaml.load(text, Loader=SafeLoader), "libyaml": yaml.load(text, Loader=CSafeLoader)}))
+"#;
+    let out = Command::new(crate::hydra::hydra_python())
+        .args(["-c", PYYAML])
+        .arg(file)
+        .output()
+        .expect("python");
+    assert!(
+        out.status.success(),
+        "PyYAML does not read {}:\n{}",
+        file.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut py: Value = serde_json::from_slice(&out.stdout).expect("JSON from python");
+    let text = std::fs::read_to_string(file).expect("written");
+    let mut readers = vec![
+        ("PyYAML SafeLoader", py["pure"].take()),
+        ("PyYAML CSafeLoader (libyaml)", py["libyaml"].take()),
+        (
+            "serde_yaml",
+            serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("serde_yaml: {e}")),
+        ),
+    ];
+    // kubectl reads the file offline with --local; the annotation it is given to set is
+    // taken out again.
+    match Command::new("kubectl")
+        .args(["annotate", "--local", "-o", "json", "-f"])
+        .arg(file)
+        .arg("argus-readback=1")
+        .env_remove("KUBECONFIG")
+        .output()
+    {
+        Ok(out) => {
+            assert!(
+                out.status.success(),
+                "kubectl does not read {}:\n{}",
+                file.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let mut value: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+            let annotations = value["metadata"]
+                .as_object_mut()
+                .expect("metadata")
+                .remove("annotations");
+            assert_eq!(
+                annotations,
+                Some(serde_json::json!({"argus-readback": "1"}))
+            );
+            readers.push(("kubectl (sigs.k8s.io/yaml)", value));
+        }
+        Err(e) => eprintln!("kubectl not run ({e}): its YAML reader was not tried"),
+    }
+    readers
+}
+
+/// The first place two values differ, for a message that can be read.
+fn first_difference(path: &str, a: &Value, b: &Value) -> Option<String> {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: std::collections::BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            keys.into_iter().find_map(|k| match (x.get(k), y.get(k)) {
+                (Some(p), Some(q)) => first_difference(&format!("{path}.{k}"), p, q),
+                (p, q) => Some(format!("{path}.{k}: {p:?} vs {q:?}")),
+            })
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => x
+            .iter()
+            .zip(y)
+            .enumerate()
+            .find_map(|(i, (p, q))| first_difference(&format!("{path}[{i}]"), p, q)),
+        _ => (a != b).then(|| format!("{path}: {a:?} vs {b:?}")),
+    }
+}
+
+/// A line break in an env value (the profile's `env`, a JobSpec's `env_vars`) stays in
+/// that value for every reader of the export: the object read back is the one argus
+/// meant, with no extra key and every value byte for byte, under PyYAML (pure and
+/// libyaml), serde_yaml and kubectl. What argus meant is the same export with a plain
+/// placeholder in each value, the placeholder replaced in what was read.
+#[test]
+fn env_values_with_line_breaks_read_back_as_written_by_every_reader() {
+    let ctx = TestContext::new("exportbreaks");
+    let profile_env = injections("P");
+    let job_env = injections("J");
+    let write = |tag: &str, value: &dyn Fn(&str, &str) -> String| {
+        let env: Vec<String> = profile_env
+            .iter()
+            .map(|(k, v)| format!("  {k}: {}\n", value(k, v)))
+            .collect();
+        let vars: Vec<String> = job_env
+            .iter()
+            .map(|(k, v)| format!("  {k}: {}\n", value(k, v)))
+            .collect();
+        // The same file names (the JobSpec's is a label) in a directory of each own.
+        ctx.write(&format!("{tag}/code/m.py"), "print(1)\n");
+        let profile = ctx.write(
+            &format!("{tag}/p.yaml"),
+            &format!(
+                "name: breaks\nimage: reg.example/ray:2.51.1\nshared: {{nfs: {{server: nfs.example, export: /export/argus}}}}\nworkers: [{{name: w, count: 1, cpus: 1, memory: 1g}}]\nenv:\n{}",
+                env.concat()
+            ),
+        );
+        let job = ctx.write(
+            &format!("{tag}/j.yaml"),
+            &format!(
+                "workload: custom\nsubmission_id: breaks-1\ncode: {{source: code, name: m}}\nentrypoint: python3 -m m\nenv_vars:\n{}",
+                vars.concat()
+            ),
+        );
+        let out = ctx.path(&format!("{tag}/out.yaml"));
+        export(
+            &ctx,
+            &profile,
+            Some(&job),
+            &[
+                "--pvc",
+                PVC,
+                "--image",
+                IMAGE,
+                "-o",
+                out.to_str().expect("utf-8"),
+            ],
+        )
+        .code(0);
+        out
+    };
+    let placeholder = |k: &str| format!("PLACEHOLDER_{k}");
+    let plain = write("plain", &|k, _| placeholder(k));
+    let written = write("breaks", &|_, v| input_quoted(v));
+
+    let values: BTreeMap<String, &String> = profile_env
+        .iter()
+        .chain(&job_env)
+        .map(|(k, v)| (placeholder(k), v))
+        .collect();
+    fn substitute(v: &mut Value, values: &BTreeMap<String, &String>) {
+        match v {
+            Value::String(s) => {
+                if let Some(value) = values.get(s.as_str()) {
+                    *s = value.to_string();
+                } else {
+                    // Inside runtimeEnvYAML, a JSON document: each as serde_json writes it.
+                    for (p, value) in values {
+                        let quoted = format!("\"{p}\"");
+                        if s.contains(&quoted) {
+                            *s = s.replace(&quoted, &serde_json::to_string(value).expect("json"));
+                        }
+                    }
+                }
+            }
+            Value::Array(items) => items.iter_mut().for_each(|i| substitute(i, values)),
+            Value::Object(map) => map.values_mut().for_each(|i| substitute(i, values)),
+            _ => {}
+        }
+    }
+    let mut meant: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(&plain).expect("written")).expect("yaml");
+    substitute(&mut meant, &values);
+    // The placeholders were all there to replace: every env value is in what argus meant.
+    let meant_text = meant.to_string();
+    assert!(!meant_text.contains("PLACEHOLDER_"), "{meant_text}");
+
+    let readers = read_back(&written);
+    assert!(readers.len() >= 3);
+    for (reader, value) in readers {
+        if let Some(diff) = first_difference("", &meant, &value) {
+            panic!("{reader} reads something else than argus meant: {diff}");
+        }
+    }
+}

@@ -433,3 +433,42 @@ fn a_model_path_linked_out_or_climbing_is_refused_by_submit_and_doctor_alike() {
     argus(&ctx, &profile, &["submit", "--dry-run", &spec]).code(0);
     assert_eq!(model_cache(&spec)["status"], "ok");
 }
+
+/// Checkpoints that are all incomplete: `submit --resume` says why each `global_step_<n>/`
+/// was passed over, never that there is none (exit 2, nothing submitted or written).
+#[test]
+fn a_resume_says_why_each_checkpoint_was_passed_over() {
+    let (ctx, profile, shared, _) = world("resumeincomplete");
+    record(&shared, "j-inc", serde_json::json!({"status": "FAILED"}));
+    let checkpoints = shared.join("jobs/j-inc/checkpoints");
+    // Step 4: the tracker names it, but its data.pt never arrived; step 2: nothing saved.
+    std::fs::create_dir_all(checkpoints.join("global_step_4/actor")).expect("mkdir");
+    std::fs::write(
+        checkpoints.join("global_step_4/actor/model_world_size_1_rank_0.pt"),
+        "x",
+    )
+    .expect("shard");
+    std::fs::create_dir_all(checkpoints.join("global_step_2")).expect("mkdir");
+    std::fs::write(checkpoints.join("latest_checkpointed_iteration.txt"), "4").expect("tracker");
+    let before = tree(&shared);
+    let run = refused(
+        argus(&ctx, &profile, &["submit", "--resume", "j-inc"]),
+        &[
+            "job j-inc has no checkpoint to resume from: no checkpoint in ",
+            "global_step_4/ passed over: ",
+            "global_step_2/ passed over: ",
+        ],
+    );
+    assert!(
+        !run.stderr.contains("no global_step_<n>/ and no"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(tree(&shared), before, "nothing written");
+    // No directory at all is still said as such.
+    record(&shared, "j-none", serde_json::json!({"status": "FAILED"}));
+    refused(
+        argus(&ctx, &profile, &["submit", "--resume", "j-none"]),
+        &["has no global_step_<n>/ and no latest_checkpointed_iteration.txt"],
+    );
+}

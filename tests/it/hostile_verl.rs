@@ -185,3 +185,104 @@ fn a_model_directory_is_checked_whole_before_anything_is_written() {
     std::fs::remove_file(model.join("zz.bin")).expect("rm");
     run("acme/tiny@v1", "leave out @v1");
 }
+
+/// A PEP 503 simple index on 127.0.0.1 (`python3 -m http.server` over `dir`), stopped on
+/// drop: it answers 404 for a project it does not have, as PyPI does.
+struct LocalIndex {
+    child: std::process::Child,
+    url: String,
+}
+
+impl LocalIndex {
+    fn serve(dir: &Path) -> Self {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new("python3")
+            .args([
+                "-u",
+                "-m",
+                "http.server",
+                "0",
+                "--bind",
+                "127.0.0.1",
+                "--directory",
+            ])
+            .arg(dir)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python3 -m http.server");
+        // "Serving HTTP on 127.0.0.1 port N (...)": printed once it listens.
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut line)
+            .expect("its first line");
+        let port = line
+            .split(" port ")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no port in {line:?}"));
+        LocalIndex {
+            child,
+            url: format!("http://127.0.0.1:{port}/simple"),
+        }
+    }
+}
+
+impl Drop for LocalIndex {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A `pypi:` name that is not a PEP 508 name is refused at its line before anything is
+/// looked up (a warm cache entry of another spelling included); a release or project the
+/// index does not have is the user's input (exit 2, named), not an unreachable index.
+#[test]
+fn pypi_pins_are_checked_and_a_missing_release_is_named() {
+    let mut ctx = TestContext::new("pypipins");
+    let profile = profile(&mut ctx);
+    // A warm cache entry for six 1.16.0, which `six-` used to be taken for.
+    ctx.write("cache/argus/pypi/six==1.16.0/src/six.py", "");
+    let simple = ctx.path("index");
+    ctx.write(
+        "index/simple/six/index.html",
+        "<html><body><a href=\"../../six-1.16.0-py2.py3-none-any.whl\">six-1.16.0-py2.py3-none-any.whl</a></body></html>\n",
+    );
+    let index = LocalIndex::serve(&simple);
+    let url = index.url.clone();
+    let export = |source: &str| {
+        let spec = ctx.write(
+            "job.yaml",
+            &format!("workload: grpo\ncode: {{source: '{source}'}}\n"),
+        );
+        ctx.argus()
+            .profile(&profile)
+            .env("XDG_CACHE_HOME", ctx.path("cache"))
+            .env("PIP_CONFIG_FILE", "/dev/null")
+            .env("PIP_INDEX_URL", &url)
+            .env("PIP_FIND_LINKS", ctx.path("no-wheels"))
+            .env("PIP_RETRIES", "0")
+            .args(["export", "kuberay"])
+            .arg_path(&spec)
+            .args(["--pvc", "x", "--image", "y"])
+            .run()
+    };
+    for bad in ["pypi:six-==1.16.0", "pypi:six==1.16.", "pypi:.six==1.16.0"] {
+        export(bad)
+            .code(2)
+            .stderr_has("job.yaml:2:16: code.source:")
+            .stderr_has("PEP ");
+    }
+    export("pypi:six==99.0")
+        .code(2)
+        .stderr_has("the index has no wheel of six==99.0 (versions with a wheel there: 1.16.0)");
+    export("pypi:nosuch-argus-test==1.0")
+        .code(2)
+        .stderr_has("the index has no project named nosuch-argus-test (it answered 404 for ");
+    drop(index);
+    // The index gone: that is the index's, exit 4.
+    export("pypi:six==99.0")
+        .code(4)
+        .stderr_has("check that it reaches your index");
+}

@@ -18,8 +18,9 @@ use serde_yaml::Value as Yaml;
 
 use crate::harness::TestContext;
 
-/// The test venv's python, with hydra-core (an older venv gets it added, under its lock).
-fn hydra_python() -> PathBuf {
+/// The test venv's python, with hydra-core and the PyYAML it brings (an older venv gets
+/// it added, under its lock).
+pub(crate) fn hydra_python() -> PathBuf {
     let python = crate::hub::python();
     let has_hydra = |p: &Path| {
         Command::new(p)

@@ -11,6 +11,7 @@ mod disk;
 mod engine;
 mod gpus;
 mod image;
+pub mod netprobe;
 pub mod network;
 pub mod ports;
 mod probe;
@@ -288,7 +289,7 @@ async fn host_report(
         }
         Err(_) => {
             // The probes cut short could not remove their containers.
-            network::remove_probes(&cx.engine.docker, &cx.plan.cluster).await;
+            netprobe::remove_probes(&cx.engine.docker, &cx.plan.cluster).await;
             checks.push(Check::unknown(
                 "probe",
                 format!(

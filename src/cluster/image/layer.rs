@@ -25,6 +25,8 @@ use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
 
 use super::super::docker::docker_err;
+use crate::ids::RequirementsLock;
+
 use super::build::{BuildReport, built, existing, host_ca_bundle, host_pip_config, lock_inputs};
 use super::{BuildError, LABEL_INPUTS, VENV, io_err, short_id};
 use crate::ui::{Reporter, Task};
@@ -78,7 +80,7 @@ pub struct LayerSpec {
     pub force: bool,
     /// The requirements pip installs: [`VERL_LOCK`], or a lock of the user's (a GPU host's,
     /// with vLLM).
-    pub lock: String,
+    pub lock: RequirementsLock,
     /// Whether the CPU shim goes in (not on GPU hosts).
     pub shim: bool,
 }
@@ -90,7 +92,7 @@ impl LayerSpec {
             tag,
             base,
             force,
-            lock: VERL_LOCK.to_string(),
+            lock: verl_lock(),
             shim: true,
         }
     }
@@ -107,7 +109,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 fn inputs_hash(base_id: &str, spec: &LayerSpec) -> String {
     let mut text = format!(
         "layer={LAYER_RECIPE}\nbase={base_id}\nlock={}\n",
-        sha256_hex(spec.lock.as_bytes())
+        sha256_hex(spec.lock.text().as_bytes())
     );
     if spec.shim {
         for (name, body) in CPU_SHIM {
@@ -117,12 +119,9 @@ fn inputs_hash(base_id: &str, spec: &LayerSpec) -> String {
     sha256_hex(text.as_bytes())[..16].to_string()
 }
 
-/// Requirements in the lock (for progress: how many pip has still to collect).
-fn lock_entries(lock: &str) -> usize {
-    lock.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .count()
+/// [`VERL_LOCK`] as a lock: pins only (tested by `ids::requirements`).
+pub fn verl_lock() -> RequirementsLock {
+    RequirementsLock::parse(VERL_LOCK).expect("assets/verl/requirements.lock holds pins only")
 }
 
 /// Builds the verl layer on `spec.base` unless an image from the same inputs exists.
@@ -189,7 +188,7 @@ fn tempdir_for(inputs: &str) -> Result<PathBuf, BuildError> {
 /// The lock, the shim, this host's CA bundle and pip configuration.
 fn stage(dir: &Path, spec: &LayerSpec) -> Result<(), BuildError> {
     let write = |path: PathBuf, body: &[u8]| std::fs::write(&path, body).map_err(io_err(&path));
-    write(dir.join("requirements.lock"), spec.lock.as_bytes())?;
+    write(dir.join("requirements.lock"), spec.lock.text().as_bytes())?;
     if spec.shim {
         std::fs::create_dir_all(dir.join("argus_verl_cpu")).map_err(io_err(dir))?;
         for (name, body) in CPU_SHIM {
@@ -288,7 +287,7 @@ async fn run_and_commit(
         .await
         .map_err(docker_err("start the build container"))?;
     // Follow pip's output: the line under way, and how many requirements it has collected.
-    let total = lock_entries(&spec.lock) as u64;
+    let total = spec.lock.pins().len() as u64;
     let mut collected = 0u64;
     let mut tail: Vec<String> = Vec::new();
     let options = LogsOptionsBuilder::new()
@@ -338,7 +337,7 @@ async fn run_and_commit(
         Some((repo, tag)) if !tag.contains('/') => (repo.to_string(), tag.to_string()),
         _ => (spec.tag.clone(), "latest".to_string()),
     };
-    let lock_hash = sha256_hex(spec.lock.as_bytes());
+    let lock_hash = sha256_hex(spec.lock.text().as_bytes());
     let changes = [
         r#"CMD ["bash"]"#.to_string(),
         format!("LABEL {LABEL_INPUTS}={inputs}"),

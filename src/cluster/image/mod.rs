@@ -171,6 +171,48 @@ pub fn one_image(reference: &str) -> String {
     format!("{repo}:{tag}")
 }
 
+/// `reference` as Docker resolves it, so two spellings of one image compare equal:
+/// `docker.io/` before a name that names no registry ([`names_registry`]),
+/// `index.docker.io` as `docker.io`, `library/` before a one-part Docker Hub name, and
+/// `:latest` when there is neither a tag nor a digest.
+pub fn normalize_reference(reference: &str) -> String {
+    let (name, digest) = match reference.split_once('@') {
+        Some((name, digest)) => (name, Some(digest)),
+        None => (reference, None),
+    };
+    let (repo, tag) = match name.rsplit_once(':') {
+        Some((repo, tag)) if !tag.contains('/') => (repo, Some(tag)),
+        _ => (name, None),
+    };
+    let (registry, path) = match repo.split_once('/') {
+        Some((first, rest)) if names_registry(repo) => (first, rest),
+        _ => ("docker.io", repo),
+    };
+    let registry = if registry == "index.docker.io" {
+        "docker.io"
+    } else {
+        registry
+    };
+    let mut out = if registry == "docker.io" && !path.contains('/') {
+        format!("{registry}/library/{path}")
+    } else {
+        format!("{registry}/{path}")
+    };
+    match (tag, digest) {
+        (Some(tag), _) => {
+            out.push(':');
+            out.push_str(tag);
+        }
+        (None, None) => out.push_str(":latest"),
+        (None, Some(_)) => {}
+    }
+    if let Some(digest) = digest {
+        out.push('@');
+        out.push_str(digest);
+    }
+    out
+}
+
 /// An image reference Docker takes as a tag: `[registry/]name[:tag]`, a lower-case name of
 /// `[a-z0-9._/-]` (a registry may have a port), a tag of `[A-Za-z0-9._-]`, 1 to 128 long.
 pub fn valid_tag(reference: &str) -> bool {
@@ -253,6 +295,12 @@ pub enum BuildError {
     },
     #[error("invalid {what} {value:?}")]
     Input { what: String, value: String },
+    /// A `--lock` line that is not a pin.
+    #[error("--lock {path}:{}: {}", .error.line, .error.message)]
+    Lock {
+        path: String,
+        error: crate::ids::LockError,
+    },
     #[error(transparent)]
     Cluster(#[from] Error),
 }
@@ -260,9 +308,10 @@ pub enum BuildError {
 impl Classify for BuildError {
     fn exit(&self) -> Exit {
         match self {
-            BuildError::Missing(_) | BuildError::NoMirror { .. } | BuildError::Input { .. } => {
-                Exit::Usage
-            }
+            BuildError::Missing(_)
+            | BuildError::NoMirror { .. }
+            | BuildError::Input { .. }
+            | BuildError::Lock { .. } => Exit::Usage,
             BuildError::Step { .. } | BuildError::Io { .. } => Exit::Failed,
             BuildError::Cluster(e) => e.exit(),
         }
@@ -276,6 +325,7 @@ impl Classify for BuildError {
             BuildError::NoMirror { .. } => {
                 Some("pass --mirror http://your.debian.mirror/debian".into())
             }
+            BuildError::Lock { .. } => Some("a lock holds name==version lines (each optionally with --hash=sha256:...) and comments; an index, a trusted host or a proxy goes in pip's configuration (pip.conf, PIP_INDEX_URL), which the build uses".into()),
             BuildError::Cluster(e) => e.hint(),
             _ => None,
         }
@@ -297,6 +347,31 @@ pub fn short_id(id: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn references_are_compared_as_docker_resolves_them() {
+        let same = |a: &str, b: &str| normalize_reference(a) == normalize_reference(b);
+        for spelling in [
+            "argus/ray:2.51.1",
+            "docker.io/argus/ray:2.51.1",
+            "index.docker.io/argus/ray:2.51.1",
+        ] {
+            assert!(same(spelling, "argus/ray:2.51.1"), "{spelling}");
+        }
+        assert_eq!(normalize_reference("ray"), "docker.io/library/ray:latest");
+        assert!(same("docker.io/library/ray:latest", "ray"));
+        assert!(same("library/ray", "ray:latest"));
+        assert!(!same("argus/ray:2.51.1", "reg.example/argus/ray:2.51.1"));
+        assert!(!same("localhost:5000/ray", "ray"));
+        assert_eq!(
+            normalize_reference("localhost:5000/ray"),
+            "localhost:5000/ray:latest"
+        );
+        assert_eq!(
+            normalize_reference("ray@sha256:abc"),
+            "docker.io/library/ray@sha256:abc"
+        );
+    }
 
     #[test]
     fn tags_split_after_the_last_path_component() {

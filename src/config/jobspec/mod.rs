@@ -83,21 +83,44 @@ impl LoadedJobSpec {
         if !sets.is_empty() {
             let mut value =
                 serde_yaml::to_value(&spec).map_err(|e| set_error(&source, &e.to_string()))?;
+            let mut done = Vec::new();
+            let mut last = None;
+            // Applied one by one, each checked as the whole document it makes: what is
+            // wrong after a set is that set's, named as the user wrote it (the document
+            // the sets make was never written by anyone, its lines mean nothing).
             for set in sets {
                 apply_set(&mut value, &mut spec, set).map_err(|m| set_error(&source, &m))?;
+                let blame = |e: ConfigError| ConfigError {
+                    origin: source.origin.clone(),
+                    line: 0,
+                    column: 0,
+                    message: format!("--set {set}: {}", e.message),
+                    hint: e.hint,
+                };
+                // The overrides are kept aside (typed) and re-added after the round trip.
+                let mut doc = value.clone();
+                if let Some(map) = doc.as_mapping_mut() {
+                    map.remove(serde_yaml::Value::String("overrides".into()));
+                }
+                let with_sets = Source::new(&source.origin, yaml::to_string(&doc));
+                let raw: RawJobSpec = yaml::parse(&with_sets).map_err(blame)?;
+                let mut checked = check(raw, &with_sets).map_err(blame)?;
+                checked
+                    .overrides
+                    .0
+                    .splice(0..0, spec.overrides.0.iter().cloned());
+                check_overrides(&checked.overrides, &with_sets).map_err(blame)?;
+                done.push((set_path(set), set.clone()));
+                last = Some((checked, with_sets));
             }
-            // The overrides are kept aside (typed) and re-added after the round trip.
-            if let Some(map) = value.as_mapping_mut() {
-                map.remove(serde_yaml::Value::String("overrides".into()));
+            if let Some((checked, with_sets)) = last {
+                spec = checked;
+                source = Source {
+                    written: Some(std::mem::take(&mut source.text)),
+                    sets: done,
+                    ..with_sets
+                };
             }
-            let text = yaml::to_string(&value);
-            let with_sets = Source::new(format!("{} (with --set)", source.origin.display()), text);
-            let overrides = std::mem::take(&mut spec.overrides);
-            let raw: RawJobSpec = yaml::parse(&with_sets)?;
-            spec = check(raw, &with_sets)?;
-            spec.overrides.0.splice(0..0, overrides.0);
-            check_overrides(&spec.overrides, &with_sets)?;
-            source = with_sets;
         }
         secrets::remember(&secrets_of(&spec));
         Ok(Self { spec, source })
@@ -168,6 +191,15 @@ fn set_error(source: &Source, message: &str) -> ConfigError {
         hint: Some(
             "--set field=value (a JobSpec field), --set section.field=value (restart.max=2) or --set overrides.<hydra.key>=value".into(),
         ),
+    }
+}
+
+/// The node a `--set` argument sets: `["restart", "max"]`, `["overrides", "trainer.x"]`.
+fn set_path(set: &str) -> Vec<Seg> {
+    let key = set.split_once('=').map_or(set, |(key, _)| key);
+    match key.strip_prefix("overrides.") {
+        Some(hydra_key) => vec![Seg::from("overrides"), Seg::from(hydra_key)],
+        None => key.splitn(2, '.').map(Seg::from).collect(),
     }
 }
 
@@ -433,7 +465,7 @@ fn check_model_from(raw: &RawJobSpec, src: &Source) -> Result<(), ConfigError> {
 fn check_overrides(overrides: &Overrides, src: &Source) -> Result<(), ConfigError> {
     let at = |i: usize, key: &str| -> Vec<Seg> {
         let by_key = yaml_path!["overrides", key];
-        if yaml::locate(&src.text, &by_key).is_some() {
+        if src.place(&by_key).is_some() {
             by_key.to_vec()
         } else {
             yaml_path!["overrides", i].to_vec()

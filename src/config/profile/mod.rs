@@ -40,6 +40,47 @@ use super::yaml::{self, ConfigError, Source};
 pub const BUILTIN_LOCAL: &str = include_str!("../../../profiles/local.yaml");
 pub const BUILTIN_ORIGIN: &str = "<built-in profiles/local.yaml>";
 
+/// The built-in profile in words, read from it (so `--help` cannot say other than what
+/// it holds): "one CPU head and two workers with one simulated GPU each".
+pub fn builtin_summary() -> String {
+    match yaml::parse::<Profile>(&Source::new(BUILTIN_ORIGIN, BUILTIN_LOCAL)) {
+        Ok(profile) => summary(&profile),
+        // The built-in profile is checked by the tests; never expected.
+        Err(_) => "a small CPU-only cluster".into(),
+    }
+}
+
+/// The head and every worker group, in words.
+fn summary(profile: &Profile) -> String {
+    fn number(n: u32, thing: &str) -> String {
+        const WORDS: [&str; 11] = [
+            "no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+        ];
+        let word = WORDS
+            .get(n as usize)
+            .map_or(n.to_string(), |w| w.to_string());
+        format!("{word} {thing}{}", if n == 1 { "" } else { "s" })
+    }
+    let groups: Vec<String> = profile
+        .workers
+        .iter()
+        .map(|group| {
+            let gpu = match group.gpu_mode {
+                GpuMode::Simulated => "simulated GPU",
+                GpuMode::Nvidia => "NVIDIA GPU",
+                GpuMode::Amd => "AMD GPU",
+            };
+            let each = if group.count() > 1 { " each" } else { "" };
+            format!(
+                "{} with {}{each}",
+                number(group.count(), "worker"),
+                number(group.gpus, gpu)
+            )
+        })
+        .collect();
+    format!("one CPU head and {}", groups.join(" and "))
+}
+
 /// A profile together with the document it came from (for located errors later on).
 #[derive(Debug, Clone)]
 pub struct LoadedProfile {
@@ -234,6 +275,21 @@ mod tests {
     }
 
     const BASE: &str = "name: t\nimage: argus/ray:2.51.1\nshared: {host_path: /tmp/x}\n";
+
+    #[test]
+    fn the_builtin_profile_is_described_by_what_it_holds() {
+        assert_eq!(
+            builtin_summary(),
+            "one CPU head and two workers with one simulated GPU each"
+        );
+        let text =
+            BUILTIN_LOCAL.replace("    count: 2\n    gpus: 1\n", "    count: 1\n    gpus: 2\n");
+        let profile: Profile = yaml::parse(&Source::new("t.yaml", text)).unwrap();
+        assert_eq!(
+            summary(&profile),
+            "one CPU head and one worker with two simulated GPUs"
+        );
+    }
 
     #[test]
     fn builtin_profile_is_valid() {
