@@ -18,12 +18,18 @@ pub fn breaks_line(c: char) -> bool {
 
 /// `text` with its line breaks escaped: one line, whatever it holds.
 pub fn one_line(text: &str) -> Cow<'_, str> {
-    if !text.contains(breaks_line) {
+    escaped(text, breaks_line)
+}
+
+/// `text` with every character `escape` picks written as a `\u{..}` escape (borrowed
+/// when there is none): the one form argus shows a character it will not print raw.
+pub fn escaped(text: &str, escape: impl Fn(char) -> bool) -> Cow<'_, str> {
+    if !text.contains(&escape) {
         return Cow::Borrowed(text);
     }
     let mut out = String::with_capacity(text.len() + 8);
     for c in text.chars() {
-        if breaks_line(c) {
+        if escape(c) {
             out.push_str(&format!("\\u{{{:x}}}", c as u32));
         } else {
             out.push(c);

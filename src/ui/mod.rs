@@ -28,19 +28,7 @@ use std::io::IsTerminal;
 /// The printer passes every message and table through it; a job's own log goes through
 /// [`LogText`] (colours dropped, carriage returns made line ends, the rest escaped here).
 pub fn safe(text: &str) -> Cow<'_, str> {
-    let unsafe_char = |c: char| acts_on_terminal(c) && c != '\n' && c != '\t';
-    if !text.contains(unsafe_char) {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len() + 8);
-    for c in text.chars() {
-        if unsafe_char(c) {
-            out.push_str(&format!("\\u{{{:x}}}", c as u32));
-        } else {
-            out.push(c);
-        }
-    }
-    Cow::Owned(out)
+    crate::text::escaped(text, |c| acts_on_terminal(c) && c != '\n' && c != '\t')
 }
 
 /// Whether a terminal acts on `c` rather than showing it: a control character (C0,
