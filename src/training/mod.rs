@@ -268,10 +268,10 @@ pub fn save_metrics(records: &Records, id: &str) -> Result<Option<PathBuf>, Erro
     }
     let mut csv = Vec::new();
     let columns: Vec<usize> = (0..table.keys().len()).collect();
-    let path = records.dir(id).join("metrics.csv");
+    let path = records.dir(id).join(crate::records::METRICS_CSV);
     table
         .write_csv(&columns, &mut csv)
-        .and_then(|()| records.write_file(id, "metrics.csv", &csv))
+        .and_then(|()| records.write_file(id, crate::records::METRICS_CSV, &csv))
         .map_err(|source| Error::Write { path, source })
         .map(Some)
 }
