@@ -573,7 +573,10 @@ mod tests {
             container_path(jobs, "j1", CHECKPOINTS),
             "/mnt/shared/jobs/j1/checkpoints"
         );
-        assert_eq!(container_path(jobs, "j1", HYDRA), "/mnt/shared/jobs/j1/hydra");
+        assert_eq!(
+            container_path(jobs, "j1", HYDRA),
+            "/mnt/shared/jobs/j1/hydra"
+        );
         assert_eq!(container_path(jobs, "j1", WORK), "/mnt/shared/jobs/j1/work");
     }
 

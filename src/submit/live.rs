@@ -213,7 +213,7 @@ pub fn checkpoint_point(target: &Target, old_id: &str) -> Result<ResumePoint, Er
         .then(|| format!("{}/global_step_{step}", container_dir.trim_end_matches('/')));
     let recorded_jobspec = recorded(crate::records::JOBSPEC)?
         .and_then(|bytes| String::from_utf8(bytes).ok())
-        .and_then(|t| serde_yaml::from_str(&t).ok());
+        .and_then(|text| crate::inputs::recorded::read(&text, crate::records::JOBSPEC).ok());
     Ok(ResumePoint {
         old_id: old_id.to_string(),
         checkpoint_dir: container_dir,

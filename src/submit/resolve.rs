@@ -9,11 +9,11 @@ use serde::Serialize;
 
 use super::entrypoint::{self, EntrypointInputs};
 use super::override_check::{self, Outcome};
-use super::target::{Target, redacted_yaml};
+use super::target::Target;
 use super::{Error, payload};
 use crate::config::Layout;
-use crate::records;
 use crate::config::jobspec::{Code, JobSpec, LoadedJobSpec, Workload};
+use crate::records;
 
 /// A job ready to submit: everything decided, nothing written.
 #[derive(Debug, Clone, Serialize)]
@@ -266,10 +266,7 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
         checked_overrides_against,
         notes,
         time_limit_s: spec.time_limit.map(|t| t.0.as_secs()),
-        jobspec_record: redacted_yaml(&JobSpec {
-            overrides: spec.overrides.redacted(),
-            ..spec.clone()
-        }),
+        jobspec_record: crate::inputs::recorded::to_text(spec),
         resumes: None,
         demand,
     })

@@ -306,11 +306,8 @@ pub fn resumed_jobspec(
         Some(path) => {
             // Validated as written first, so its errors point at its own lines.
             let loaded = LoadedJobSpec::load(path, &[])?;
-            let mut value: serde_yaml::Value =
-                serde_yaml::from_str(&loaded.source.text).map_err(|e| Error::ResumeSpec {
-                    id: point.old_id.clone(),
-                    reason: e.to_string(),
-                })?;
+            // A file the user wrote, not a record: read as it was validated.
+            let mut value: serde_yaml::Value = crate::config::yaml::parse(&loaded.source)?;
             // Relative paths in the file stay relative to it.
             if let Some(map) = value.as_mapping_mut() {
                 let mut absolute = loaded.clone();
