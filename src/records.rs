@@ -6,7 +6,10 @@
 //! jobs/<id>/config/                   profile.yaml, jobspec.yaml, submit_payload.json (secrets redacted)
 //! jobs/<id>/logs/                     submit.out, driver.log (once the job ended)
 //! jobs/<id>/debug/                    nodes_before.json, jobs_after.json
+//! jobs/<id>/metrics.csv               the metrics table (once the job ended)
+//! jobs/<id>/diagnostics/<attempt>/    failure bundles (their files are diagnose's)
 //! jobs/<id>/checkpoints/              trainer.default_local_dir
+//! jobs/<id>/hydra/, work/             Hydra's run directory, the job's working directory
 //! ```
 //!
 //! A job directory appears under its final name only once the job was accepted by Ray.
@@ -27,12 +30,32 @@ pub const CONFIG: &str = "config";
 pub const LOGS: &str = "logs";
 pub const DEBUG: &str = "debug";
 pub const CHECKPOINTS: &str = "checkpoints";
+/// Hydra's run directory and the job's working directory (written by the job only).
+pub const HYDRA: &str = "hydra";
+pub const WORK: &str = "work";
+/// The failure bundles, one directory per attempt (their contents are `diagnose`'s).
+pub const DIAGNOSTICS: &str = "diagnostics";
+/// The metrics table of the job (and the jobs it continues), saved when it ended.
+pub const METRICS_CSV: &str = "metrics.csv";
+pub const NODES_BEFORE: &str = "debug/nodes_before.json";
+pub const JOBS_AFTER: &str = "debug/jobs_after.json";
 /// The JobSpec as submitted (secrets redacted).
 pub const JOBSPEC: &str = "config/jobspec.yaml";
 pub const SUBMIT_PAYLOAD: &str = "config/submit_payload.json";
 pub const SUBMIT_OUT: &str = "logs/submit.out";
 /// The driver's log as argus saved it (through Ray's API, or streamed by a Slurm run).
 pub const DRIVER_LOG: &str = "logs/driver.log";
+
+/// `<jobs_root>/<id>` (with `rest`, `<jobs_root>/<id>/<rest>`) as text: a path in a
+/// job's directory as the containers see it, for an entrypoint or an env var. Pure:
+/// nothing is opened (the host reaches a job's files through [`Records`]).
+pub fn container_path(jobs_root: &Path, id: &str, rest: &str) -> String {
+    let dir = format!("{}/{id}", jobs_root.display());
+    match rest {
+        "" => dir,
+        rest => format!("{dir}/{rest}"),
+    }
+}
 
 /// Every field has a default, so a record written by another argus version (or by hand)
 /// still reads: the safety checks that read records (`snapshot rm`) must not skip one.
@@ -540,6 +563,21 @@ mod tests {
 
     fn record_json(id: &str, extra: &str) -> String {
         format!(r#"{{"submission_id": "{id}", "status": "SUCCEEDED", "submitted_at": "t"{extra}}}"#)
+    }
+
+    #[test]
+    fn container_paths_spell_the_job_directory_as_the_entrypoint_did() {
+        let jobs = Path::new("/mnt/shared/jobs");
+        assert_eq!(container_path(jobs, "j1", ""), "/mnt/shared/jobs/j1");
+        assert_eq!(
+            container_path(jobs, "j1", CHECKPOINTS),
+            "/mnt/shared/jobs/j1/checkpoints"
+        );
+        assert_eq!(
+            container_path(jobs, "j1", HYDRA),
+            "/mnt/shared/jobs/j1/hydra"
+        );
+        assert_eq!(container_path(jobs, "j1", WORK), "/mnt/shared/jobs/j1/work");
     }
 
     #[test]

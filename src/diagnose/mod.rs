@@ -39,8 +39,8 @@ pub use bundle::{Bundle, Job, Limits, collect, latest};
 pub use signatures::Cause;
 pub use triage::Triage;
 
-/// The directory of a job's bundles, in its job directory.
-pub const DIR: &str = "diagnostics";
+/// The directory of a job's bundles, in its job directory (named by records).
+pub const DIR: &str = crate::records::DIAGNOSTICS;
 pub const TRIAGE: &str = "triage.json";
 pub const MANIFEST: &str = "manifest.json";
 

@@ -1,6 +1,7 @@
 //! The recorded JobSpec: the one codec by which a JobSpec is written with its secrets
-//! redacted (a run lock, a Slurm run's `jobspec.yaml`) and loaded back with the secrets
-//! taken from the environment.
+//! redacted (a run lock, a Slurm run's `jobspec.yaml`, a job's `config/jobspec.yaml`)
+//! and read back: as a value ([`read`]: a resume, a failure bundle's redaction) or
+//! loaded with the secrets taken from the environment.
 
 use serde_yaml::Value;
 
@@ -57,9 +58,14 @@ pub fn from_value(mut jobspec: Value, origin: &str) -> Result<LoadedJobSpec, Err
 
 /// A JobSpec written by [`to_text`] (`origin` names where it was read), loaded again.
 pub fn from_text(text: &str, origin: &str) -> Result<LoadedJobSpec, Error> {
-    let value: Value =
-        serde_yaml::from_str(text).map_err(|e| Error::Invalid(format!("{origin}: {e}")))?;
-    from_value(value, origin)
+    from_value(read(text, origin)?, origin)
+}
+
+/// A JobSpec written by [`to_text`] as the value it was (secrets still redacted), read
+/// as strictly as a JobSpec file (a key given twice is refused).
+pub fn read(text: &str, origin: &str) -> Result<Value, Error> {
+    crate::config::yaml::parse(&Source::new(origin, text))
+        .map_err(|e| Error::Invalid(e.to_string()))
 }
 
 /// A recorded JobSpec value (secrets already in place) parsed strictly, then `sets`.

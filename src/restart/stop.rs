@@ -3,8 +3,9 @@
 //! health checks give the node up (half a minute and more), and the job's actors on other
 //! nodes live until then: a next attempt must not train beside them.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use crate::http::{Poll, poll_until};
 use crate::ray::jobs::{JobInfo, JobsApi, JobsError};
 
 /// The job did not end by the deadline: its last status as Ray said it.
@@ -22,12 +23,12 @@ pub async fn stop_and_wait(
     deadline: Duration,
     mut on_wait: impl FnMut(&str),
 ) -> Result<Option<JobInfo>, Stuck> {
-    let until = Instant::now() + deadline;
     let mut asked = false;
     let mut said = false;
-    loop {
-        let last = match api.get(id).await {
-            Ok(info) if info.status.is_finished() => return Ok(Some(info)),
+    let until = tokio::time::Instant::now() + deadline;
+    poll_until(until, Duration::from_secs(1), async || {
+        match api.get(id).await {
+            Ok(info) if info.status.is_finished() => Poll::Ready(Some(info)),
             Ok(info) => {
                 if !asked {
                     asked = api.stop(id).await.is_ok();
@@ -36,17 +37,15 @@ pub async fn stop_and_wait(
                     on_wait(&info.status.to_string());
                     said = true;
                 }
-                info.status.to_string()
+                Poll::Pending(info.status.to_string())
             }
-            Err(JobsError::NotFound(_)) => return Ok(None),
+            Err(JobsError::NotFound(_)) => Poll::Ready(None),
             Err(e) => {
                 tracing::info!("job {id} cannot be asked about now ({e}): asking again");
-                format!("unknown ({e})")
+                Poll::Pending(format!("unknown ({e})"))
             }
-        };
-        if Instant::now() >= until {
-            return Err(Stuck { status: last });
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-    }
+    })
+    .await
+    .map_err(|status| Stuck { status })
 }

@@ -627,20 +627,24 @@ fn collect(
     message: Option<String>,
 ) -> Result<(), Error> {
     rec.begin("collect")?;
-    let job_dir = ctx.host.jobs().join(id);
+    let records = Records::new(ctx.host.jobs());
     rec.report.job_status = Some(status);
     rec.report.job_message = message;
-    rec.report.driver_log = Some(job_dir.join("logs/driver.log").display().to_string());
+    rec.report.driver_log = Some(
+        records
+            .dir(id)
+            .join(crate::records::DRIVER_LOG)
+            .display()
+            .to_string(),
+    );
     // The attempts of a supervised run share the first one's checkpoint directory.
     let first = rec
         .report
         .attempts
         .first()
         .map(|a| a.submission_id.as_str());
-    let checkpoints = ctx
-        .host
-        .jobs()
-        .join(first.unwrap_or(id))
+    let checkpoints = records
+        .dir(first.unwrap_or(id))
         .join(crate::records::CHECKPOINTS);
     rec.report.checkpoints = Some(checkpoints.display().to_string());
     rec.end(rec.lock_path().display().to_string())?;

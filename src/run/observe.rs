@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::record::{RunReport, open_runs};
 use super::{Error, Outcome};
+use crate::http::{Poll, poll_until};
 use crate::ray::jobs::JobsApi;
 use crate::submit::Target;
 use crate::ui::Reporter;
@@ -71,24 +72,30 @@ impl Followed<'_> {
     }
 
     /// Returns once the run's report differs from `seen` (polled), or its supervisor is
-    /// gone (false).
+    /// gone (false). No deadline: the follower races it against the log it tails and
+    /// Ctrl-C.
     async fn changed(&self, seen: &RunReport) -> bool {
         let fingerprint = |r: &RunReport| serde_json::to_string(&(&r.stage, &r.attempts)).ok();
         let before = fingerprint(seen);
         let mut alive_checked = std::time::Instant::now();
-        loop {
-            tokio::time::sleep(POLL).await;
+        // The report was just read: the first look is one interval on.
+        tokio::time::sleep(POLL).await;
+        let polled = poll_until(None, POLL, async || {
             match self.report() {
                 Some(now) if fingerprint(&now) == before => {}
-                _ => return true,
+                _ => return Poll::Ready(true),
             }
             if alive_checked.elapsed() >= ALIVE_EVERY {
                 if !(self.supervised)() {
-                    return false;
+                    return Poll::Ready(false);
                 }
                 alive_checked = std::time::Instant::now();
             }
-        }
+            Poll::Pending(())
+        })
+        .await;
+        // Without a deadline a poll only ends when it is ready.
+        polled.unwrap_or(true)
     }
 }
 

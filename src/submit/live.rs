@@ -163,9 +163,10 @@ pub fn checkpoint_point(target: &Target, old_id: &str) -> Result<ResumePoint, Er
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
         .unwrap_or_default();
     let env_dir = payload["runtime_env"]["env_vars"]["ARGUS_CHECKPOINT_DIR"].as_str();
-    let default = format!(
-        "{}/{old_id}/checkpoints",
-        crate::config::Layout::new(&target.mount).jobs().display()
+    let default = crate::records::container_path(
+        &crate::config::Layout::new(&target.mount).jobs(),
+        old_id,
+        crate::records::CHECKPOINTS,
     );
     let container_dir = resume::checkpoint_dir(&record.entrypoint, env_dir, &default);
     let host_dir =
@@ -212,7 +213,7 @@ pub fn checkpoint_point(target: &Target, old_id: &str) -> Result<ResumePoint, Er
         .then(|| format!("{}/global_step_{step}", container_dir.trim_end_matches('/')));
     let recorded_jobspec = recorded(crate::records::JOBSPEC)?
         .and_then(|bytes| String::from_utf8(bytes).ok())
-        .and_then(|t| serde_yaml::from_str(&t).ok());
+        .and_then(|text| crate::inputs::recorded::read(&text, crate::records::JOBSPEC).ok());
     Ok(ResumePoint {
         old_id: old_id.to_string(),
         checkpoint_dir: container_dir,

@@ -9,10 +9,11 @@ use serde::Serialize;
 
 use super::entrypoint::{self, EntrypointInputs};
 use super::override_check::{self, Outcome};
-use super::target::{Target, redacted_yaml};
+use super::target::Target;
 use super::{Error, payload};
 use crate::config::Layout;
 use crate::config::jobspec::{Code, JobSpec, LoadedJobSpec, Workload};
+use crate::records;
 
 /// A job ready to submit: everything decided, nothing written.
 #[derive(Debug, Clone, Serialize)]
@@ -186,6 +187,7 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
         notes.push(repeated_note(loaded, before, again));
     }
     let layout = Layout::new(&target.mount);
+    let in_job = |rest: &str| records::container_path(&layout.jobs(), &submission_id, rest);
     let (code_path, code_id) = resolve_code(target, spec, &layout)?;
     let model = spec
         .model_id
@@ -211,8 +213,8 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
         total_training_steps: spec.total_training_steps,
         save_freq: spec.save_freq,
         test_freq: spec.test_freq,
-        checkpoint_dir: format!("{}/{submission_id}/checkpoints", layout.jobs().display()),
-        hydra_run_dir: format!("{}/{submission_id}/hydra", layout.jobs().display()),
+        checkpoint_dir: in_job(records::CHECKPOINTS),
+        hydra_run_dir: in_job(records::HYDRA),
         user_overrides: spec.overrides.0.clone(),
         custom: spec
             .entrypoint
@@ -220,7 +222,7 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
             .map(|e| entrypoint::script_in_snapshot(e, &code_path, &snapshot_has))
             .transpose()?,
     };
-    let work_dir = format!("{}/{submission_id}/work", layout.jobs().display());
+    let work_dir = in_job(records::WORK);
     let entrypoint = entrypoint::in_work_dir(&work_dir, &entrypoint::build(&inputs)?)?;
     let shown_entrypoint = entrypoint::in_work_dir(
         &work_dir,
@@ -235,7 +237,7 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
     let checked_overrides_against =
         check_overrides(target, spec, &inputs, &code_path, check, &mut notes)?;
 
-    let job_dir = format!("{}/{submission_id}", layout.jobs().display());
+    let job_dir = in_job("");
     let env_vars = job_env(target, spec, &inputs, &code_path, job_dir, offline);
     let metadata = job_metadata(spec, &code_path, code_id.as_deref());
     let payload = payload::build(&payload::Payload {
@@ -264,10 +266,7 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
         checked_overrides_against,
         notes,
         time_limit_s: spec.time_limit.map(|t| t.0.as_secs()),
-        jobspec_record: redacted_yaml(&JobSpec {
-            overrides: spec.overrides.redacted(),
-            ..spec.clone()
-        }),
+        jobspec_record: crate::inputs::recorded::to_text(spec),
         resumes: None,
         demand,
     })

@@ -168,7 +168,7 @@ async fn stage_records(
             &serde_json::to_vec_pretty(&prepared.shown_payload()).unwrap_or_default(),
         )
     })
-    .and_then(|()| write("debug/nodes_before.json", nodes.as_bytes()));
+    .and_then(|()| write(records::NODES_BEFORE, nodes.as_bytes()));
     if let Err(e) = result {
         records.discard(staged);
         return Err(e);
@@ -223,7 +223,7 @@ async fn write_record(
     if let Ok(jobs) = api.list_raw().await {
         // Ray echoes every job's runtime_env (secrets included): redact before writing.
         let _ = published.write_atomic(
-            "debug/jobs_after.json",
+            records::JOBS_AFTER,
             &serde_json::to_vec_pretty(&redact_json(jobs)).unwrap_or_default(),
         );
     }

@@ -268,10 +268,10 @@ pub fn save_metrics(records: &Records, id: &str) -> Result<Option<PathBuf>, Erro
     }
     let mut csv = Vec::new();
     let columns: Vec<usize> = (0..table.keys().len()).collect();
-    let path = records.dir(id).join("metrics.csv");
+    let path = records.dir(id).join(crate::records::METRICS_CSV);
     table
         .write_csv(&columns, &mut csv)
-        .and_then(|()| records.write_file(id, "metrics.csv", &csv))
+        .and_then(|()| records.write_file(id, crate::records::METRICS_CSV, &csv))
         .map_err(|source| Error::Write { path, source })
         .map(Some)
 }
@@ -306,11 +306,8 @@ pub fn resumed_jobspec(
         Some(path) => {
             // Validated as written first, so its errors point at its own lines.
             let loaded = LoadedJobSpec::load(path, &[])?;
-            let mut value: serde_yaml::Value =
-                serde_yaml::from_str(&loaded.source.text).map_err(|e| Error::ResumeSpec {
-                    id: point.old_id.clone(),
-                    reason: e.to_string(),
-                })?;
+            // A file the user wrote, not a record: read as it was validated.
+            let mut value: serde_yaml::Value = crate::config::yaml::parse(&loaded.source)?;
             // Relative paths in the file stay relative to it.
             if let Some(map) = value.as_mapping_mut() {
                 let mut absolute = loaded.clone();

@@ -82,8 +82,7 @@ pub(super) fn redactor(
 pub(super) fn recorded_env(bytes: &[u8]) -> Option<Vec<(String, String)>> {
     use serde_yaml::Value;
     let text = std::str::from_utf8(bytes).ok()?;
-    let spec: Value =
-        crate::config::yaml::parse(&crate::config::yaml::Source::new(JOBSPEC, text)).ok()?;
+    let spec = crate::inputs::recorded::read(text, JOBSPEC).ok()?;
     let maps = [
         spec.get("env_vars"),
         spec.get("runtime_env").and_then(|r| r.get("env_vars")),
