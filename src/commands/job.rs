@@ -107,7 +107,7 @@ pub async fn submit(cli: &Cli, args: &SubmitArgs, printer: &Printer) -> Result<E
         ),
         (None, None) => return Ok(Exit::Usage),
     };
-    loaded.check_on_shared(&target.mount)?;
+    loaded.check_on_shared(&target.mount.mount())?;
     for warning in run_only_fields(&loaded) {
         printer.warn(warning);
     }

@@ -3,7 +3,7 @@
 use crate::commands::error::{Context, Result};
 
 use crate::cli::PrepareArgs;
-use crate::config::{Layout, LoadedProfile};
+use crate::config::LoadedProfile;
 use crate::data::{self, Dataset, DatasetReport, Prepare, Request};
 use crate::exit::Exit;
 use crate::ui::{Printer, human_bytes};
@@ -30,7 +30,7 @@ pub async fn run(loaded: &LoadedProfile, args: &PrepareArgs, printer: &Printer) 
     let prepare = Prepare {
         client: data::hub_client(loaded),
         host,
-        mount: Layout::new(&loaded.profile.shared.mount),
+        mount: loaded.profile.container_layout(),
     };
     prepare.check_request(&Request {
         models: &models,

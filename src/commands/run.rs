@@ -61,8 +61,7 @@ pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
             )
         }
     };
-    let p = &loaded.profile;
-    job.check_on_shared(p.submit.shared_root.as_deref().unwrap_or(&p.shared.mount))?;
+    job.check_on_shared(&loaded.profile.container_layout().mount())?;
     // A verl run run with this command's profile ends with its training at a glance.
     let summarize =
         job.spec.workload != crate::config::jobspec::Workload::Custom && args.lock.is_none();

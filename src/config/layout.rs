@@ -1,7 +1,12 @@
 //! Paths on the shared storage (DESIGN.md "Shared storage layout").
 //!
 //! The same tree is seen twice: from the host (where argus writes) and from inside the
-//! containers (where Ray jobs read). `Layout` holds one root; build one for each side.
+//! containers (where Ray jobs read). One type for each side, so one cannot be passed
+//! where the other is meant: [`Layout`] (`Layout<Host>`) is this host's, the only one with
+//! handles and writes; [`ContainerLayout`] (`Layout<Container>`) is the containers', paths
+//! for the jobs only. A profile's container side is decided in one place,
+//! [`crate::config::Profile::container_layout`]; its host side is
+//! [`crate::config::LoadedProfile::host_layout`].
 //!
 //! On the host, the storage is written by others too: any directory below the root may be
 //! swapped for a link at any moment. So the path getters ([`Layout::jobs`], ...) are for
@@ -11,15 +16,29 @@
 //! and the caller then works relative to the handle it holds. The root itself is the
 //! profile's mount and may be a link.
 
+use std::borrow::Cow;
+use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 
 use crate::fsx::{Dir, Dirs};
 
-/// The shared storage rooted at one path.
+/// The side that reads and writes the storage: this host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Host {}
+
+/// The side the jobs see: inside the containers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Container {}
+
+/// The shared storage rooted at one path, as `Side` sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Layout {
+pub struct Layout<Side = Host> {
     root: PathBuf,
+    side: PhantomData<Side>,
 }
+
+/// The shared storage as the containers (and so the jobs) see it.
+pub type ContainerLayout = Layout<Container>;
 
 /// Directories every cluster's shared storage has, relative to the root.
 pub const DIRECTORIES: [&str; 6] = [
@@ -34,11 +53,40 @@ pub const DIRECTORIES: [&str; 6] = [
 /// Where cross-host locks live, relative to the root.
 pub const LOCKS: &str = ".argus/locks";
 
-impl Layout {
+impl Layout<Host> {
+    /// The storage as this host sees it at `root`.
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        Self {
+            root: root.into(),
+            side: PhantomData,
+        }
+    }
+}
+
+impl Layout<Container> {
+    /// The storage as the containers see it at `mount` (an absolute container path). A
+    /// profile's is [`crate::config::Profile::container_layout`], never built by hand.
+    pub fn in_containers(mount: &str) -> Self {
+        Self {
+            root: PathBuf::from(mount),
+            side: PhantomData,
+        }
     }
 
+    /// The mount as text (it was built from text): what jobs are told.
+    pub fn mount(&self) -> Cow<'_, str> {
+        self.root.to_string_lossy()
+    }
+}
+
+/// Written as its root (a printed plan shows where the storage is).
+impl<Side> serde::Serialize for Layout<Side> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.root.serialize(s)
+    }
+}
+
+impl<Side> Layout<Side> {
     pub fn root(&self) -> &Path {
         &self.root
     }
@@ -65,7 +113,9 @@ impl Layout {
     pub fn runs(&self) -> PathBuf {
         self.root.join("runs")
     }
+}
 
+impl Layout<Host> {
     /// The root's handle (the profile's mount, opened as it is named).
     pub fn dir(&self) -> std::io::Result<Dir> {
         Dir::root(&self.root)

@@ -13,6 +13,6 @@ pub mod ray_config;
 pub mod size;
 pub mod yaml;
 
-pub use layout::Layout;
+pub use layout::{ContainerLayout, Layout};
 pub use profile::{LoadedProfile, Profile};
 pub use yaml::ConfigError;

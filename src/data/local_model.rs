@@ -531,7 +531,7 @@ mod tests {
         let p = Prepare {
             client: crate::data::HubClient::new("http://127.0.0.1:9", None),
             host: layout.clone(),
-            mount: crate::config::Layout::new("/mnt/shared"),
+            mount: crate::config::ContainerLayout::in_containers("/mnt/shared"),
         };
         struct Quiet;
         impl crate::ui::Task for Quiet {

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Layout;
+use crate::config::{ContainerLayout, Layout};
 use crate::exit::{Classify, Exit};
 use crate::fsx::Dir;
 use crate::hf::{BadName, ModelSpec};
@@ -149,7 +149,7 @@ pub struct Prepare {
     /// The shared storage on this host.
     pub host: Layout,
     /// The same storage inside the containers (for the paths jobs use).
-    pub mount: Layout,
+    pub mount: ContainerLayout,
 }
 
 impl Prepare {

@@ -68,7 +68,8 @@ pub fn jobspec_checks(loaded: &LoadedProfile, job: &LoadedJobSpec) -> Vec<Check>
             fix: "use shared.host_path (mounted here too) to check a JobSpec's inputs".into(),
         }];
     };
-    let mount = &loaded.profile.shared.mount;
+    let mount = loaded.profile.container_layout();
+    let mount = &*mount.mount();
     let spec = &job.spec;
     let mut checks = Vec::new();
     if let Some(model) = &spec.model_id {

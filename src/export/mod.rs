@@ -15,9 +15,9 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::config::LoadedProfile;
 use crate::config::jobspec::{Code, LoadedJobSpec};
 use crate::config::yaml::{Place, Seg, Source, display_path};
-use crate::config::{Layout, LoadedProfile};
 use crate::exit::{Classify, Exit};
 use crate::ids::CodeRef;
 use crate::ray::RayClient;
@@ -281,12 +281,12 @@ fn resolve_job(
     // No request is ever sent: the client only gives the target its shape.
     let mut target = Target::from_profile(profile, RayClient::new(&profile.dashboard_url(), None));
     if let Some(host) = &target.host_shared
-        && !host.is_dir()
+        && !host.root().is_dir()
     {
         findings
             .warn(&profile.source, &yaml_path!["shared", "host_path"], format!(
                 "{} is not mounted on this host: the JobSpec is resolved without it (no snapshot or HF cache lookup, overrides not checked)",
-                host.display()
+                host.root().display()
             ))
             .set_hint("export from a machine that mounts the shared storage to get the same resolution as `argus submit`");
         target.host_shared = None;
@@ -303,11 +303,7 @@ fn resolve_job(
         });
         match code_id {
             Ok(id) => {
-                let path = format!(
-                    "{}/{}/{id}",
-                    Layout::new(&target.mount).code().display(),
-                    code.name
-                );
+                let path = format!("{}/{}/{id}", target.mount.code().display(), code.name);
                 findings
                     .warn(src, &yaml_path!["code", "source"], format!(
                         "not snapshotted by an export: the pods run snapshot {}/{id} (this tree's content id), which must be on the volume they mount",

@@ -18,7 +18,7 @@ mod stage;
 use std::path::{Path, PathBuf};
 
 use crate::config::jobspec::{Code, LoadedJobSpec};
-use crate::config::{Layout, LoadedProfile};
+use crate::config::{ContainerLayout, Layout, LoadedProfile};
 use crate::exit::{Classify, Exit};
 use crate::records::Records;
 use crate::ui::Reporter;
@@ -88,7 +88,7 @@ pub struct Ctx<'a> {
     pub loaded: &'a LoadedProfile,
     /// The shared storage on this host, and inside the containers.
     pub host: Layout,
-    pub mount: Layout,
+    pub mount: ContainerLayout,
     pub reporter: &'a dyn Reporter,
 }
 
@@ -156,7 +156,7 @@ pub async fn prepare_all(
     load(&host, job, true, reporter).await?;
     let ctx = Ctx {
         loaded,
-        mount: Layout::new(&loaded.profile.shared.mount),
+        mount: loaded.profile.container_layout(),
         host,
         reporter,
     };

@@ -45,9 +45,8 @@ pub fn model_dir_on_host(ctx: &Ctx<'_>, model: &str) -> Option<PathBuf> {
 }
 
 fn model_dir_checked(ctx: &Ctx<'_>, model: &str) -> Result<Option<PathBuf>, ModelPathError> {
-    let mount = &ctx.loaded.profile.shared.mount;
     Ok(
-        match check_model_path(model, mount, Some(ctx.host.root()))? {
+        match check_model_path(model, &ctx.mount.mount(), Some(ctx.host.root()))? {
             ModelPath::Shared(dir) => Some(dir),
             ModelPath::Elsewhere => None,
         },
@@ -148,7 +147,7 @@ pub fn snapshot(ctx: &Ctx<'_>, job: &mut JobSpec) -> Result<CodePin, Error> {
         }
         Code::Snapshot(id) => crate::snapshot::find(&code_root, &id.to_string()).ok(),
         Code::Path(p) => p
-            .under(&ctx.loaded.profile.shared.mount)
+            .under(&ctx.mount.mount())
             .map(|shared| shared.on_host(ctx.host.root())),
     };
     let manifest = path

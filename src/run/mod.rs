@@ -28,7 +28,7 @@ use std::path::PathBuf;
 use crate::cluster::image;
 use crate::config::jobspec::LoadedJobSpec;
 use crate::config::yaml::Source;
-use crate::config::{Layout, LoadedProfile};
+use crate::config::{ContainerLayout, Layout, LoadedProfile};
 use crate::exit::{Classify, Exit};
 use crate::ids::SubmissionId;
 use crate::inputs::{self, CodePin, DatasetPin, ModelPin, recorded};
@@ -208,7 +208,7 @@ pub(crate) struct Ctx<'a> {
     loaded: &'a LoadedProfile,
     /// The shared storage on this host, and inside the containers.
     host: Layout,
-    mount: Layout,
+    mount: ContainerLayout,
     options: &'a RunOptions,
     reporter: &'a dyn Reporter,
 }
@@ -345,7 +345,7 @@ pub async fn run(
     };
     let ctx = Ctx {
         loaded,
-        mount: Layout::new(&loaded.profile.shared.mount),
+        mount: loaded.profile.container_layout(),
         host,
         options,
         reporter,

@@ -203,7 +203,8 @@ async fn node_report(
         return failed(attach::step_failure(&err, "the step printed no checks"));
     };
     report.host = node.to_string();
-    let target = &attached.cluster.profile.shared.mount;
+    let target = attached.cluster.profile.container_layout();
+    let target = target.mount();
     let storage = match shared {
         None => Check::ok(
             "shared_storage",

@@ -138,7 +138,7 @@ pub async fn stage(
 ) -> Result<Staged, Error> {
     let layout = loaded.host_layout()?;
     let p = &loaded.profile;
-    job.check_on_shared(p.submit.shared_root.as_deref().unwrap_or(&p.shared.mount))?;
+    job.check_on_shared(&p.container_layout().mount())?;
     let allocation = Allocation::resolve(p.slurm.as_ref(), &options.flags);
     let run_id = crate::ids::RunId::generate().into_string();
     let files = RunFiles::new(&layout, &run_id);

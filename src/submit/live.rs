@@ -163,11 +163,8 @@ pub fn checkpoint_point(target: &Target, old_id: &str) -> Result<ResumePoint, Er
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
         .unwrap_or_default();
     let env_dir = payload["runtime_env"]["env_vars"]["ARGUS_CHECKPOINT_DIR"].as_str();
-    let default = crate::records::container_path(
-        &crate::config::Layout::new(&target.mount).jobs(),
-        old_id,
-        crate::records::CHECKPOINTS,
-    );
+    let default =
+        crate::records::container_path(&target.mount.jobs(), old_id, crate::records::CHECKPOINTS);
     let container_dir = resume::checkpoint_dir(&record.entrypoint, env_dir, &default);
     let host_dir =
         target
@@ -231,14 +228,14 @@ fn open_below_shared(
     target: &Target,
     host_dir: &std::path::Path,
 ) -> std::io::Result<crate::fsx::Dir> {
-    let Some(shared) = &target.host_shared else {
+    let Some(shared) = target.host_shared.as_ref().map(crate::config::Layout::root) else {
         // host_path_of gives paths below the shared storage only.
         return Err(std::io::ErrorKind::NotFound.into());
     };
     let rel = host_dir
         .strip_prefix(shared)
         .map_err(|_| crate::fsx::Unsafe::Escapes {
-            root: shared.clone(),
+            root: shared.to_path_buf(),
             rel: host_dir.to_path_buf(),
         })?;
     crate::fsx::Dir::root(shared)?.open_dir(rel)

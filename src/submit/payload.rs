@@ -76,12 +76,12 @@ mod tests {
     }
 
     /// A target on no cluster (nothing is sent), its shared storage seen at `host_shared`.
-    fn target(host_shared: Option<std::path::PathBuf>, hub_offline_ok: bool) -> Target {
+    fn target(host_shared: Option<crate::config::Layout>, hub_offline_ok: bool) -> Target {
         let _ = rustls::crypto::ring::default_provider().install_default();
         Target {
             ray: crate::ray::RayClient::new("http://127.0.0.1:1", None),
             cluster: "c".into(),
-            mount: "/mnt/shared".into(),
+            mount: crate::config::ContainerLayout::in_containers("/mnt/shared"),
             host_shared,
             user_code_path: None,
             env_vars: BTreeMap::new(),
@@ -142,7 +142,7 @@ mod tests {
         std::fs::create_dir_all(repo.join("refs")).unwrap();
         std::fs::create_dir_all(repo.join("snapshots").join(commit)).unwrap();
         std::fs::write(repo.join("refs/main"), commit).unwrap();
-        let cached = |ok: bool| target(Some(root.clone()), ok);
+        let cached = |ok: bool| target(Some(crate::config::Layout::new(&root)), ok);
         let offline = |target: &Target, extra: &str| {
             let text = format!(
                 "workload: custom\nsubmission_id: r1\ncode_path: /mnt/shared/common/code/x\nentrypoint: python3 -m x\n{extra}"

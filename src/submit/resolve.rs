@@ -11,8 +11,8 @@ use super::entrypoint::{self, EntrypointInputs};
 use super::override_check::{self, Outcome};
 use super::target::Target;
 use super::{Error, payload};
-use crate::config::Layout;
 use crate::config::jobspec::{Code, JobSpec, LoadedJobSpec, Workload};
+use crate::config::{ContainerLayout, Layout};
 use crate::records;
 
 /// A job ready to submit: everything decided, nothing written.
@@ -186,9 +186,9 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
     for (before, again) in entrypoint::repeated(&spec.overrides.0) {
         notes.push(repeated_note(loaded, before, again));
     }
-    let layout = Layout::new(&target.mount);
+    let layout = &target.mount;
     let in_job = |rest: &str| records::container_path(&layout.jobs(), &submission_id, rest);
-    let (code_path, code_id) = resolve_code(target, spec, &layout)?;
+    let (code_path, code_id) = resolve_code(target, spec, layout)?;
     let model = spec
         .model_id
         .as_ref()
@@ -196,7 +196,7 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
         .transpose()?;
     let offline = model.as_ref().is_some_and(|(_, cached)| *cached);
     let model_path = model.map(|(path, _)| path);
-    let (train_file, val_file) = data_files(spec, &layout);
+    let (train_file, val_file) = data_files(spec, layout);
 
     // A custom entrypoint's relative script is the snapshot's (looked for when checking).
     let snapshot_on_host = target
@@ -290,7 +290,7 @@ fn submission_id_of(spec: &JobSpec) -> Result<String, Error> {
 fn resolve_code(
     target: &Target,
     spec: &JobSpec,
-    layout: &Layout,
+    layout: &ContainerLayout,
 ) -> Result<(String, Option<String>), Error> {
     match &spec.code {
         Code::Source(_) => Err(Error::NeedsRun),
@@ -308,7 +308,7 @@ fn resolve_code(
                 let path = format!("{}/{name}/{code_id}", layout.code().display());
                 return Ok((path, Some(code_id.to_string())));
             };
-            let code_root = Layout::new(host).code();
+            let code_root = host.code();
             let found = crate::snapshot::find(&code_root, id).map_err(|_| Error::CodeNotFound {
                 code_id: id.clone(),
                 root: code_root.clone(),
@@ -328,7 +328,7 @@ fn resolve_code(
 
 /// The train and validation files as the containers see them: an absolute path as
 /// given, a dataset name's split, a path under the datasets, or (for verl) GSM8K's.
-fn data_files(spec: &JobSpec, layout: &Layout) -> (Option<String>, Option<String>) {
+fn data_files(spec: &JobSpec, layout: &ContainerLayout) -> (Option<String>, Option<String>) {
     let verl = spec.workload != Workload::Custom;
     let dataset = if spec.workload == Workload::Sft {
         "gsm8k_sft"
@@ -499,11 +499,13 @@ fn resolve_model(
     if model.starts_with('/') {
         // The one check doctor makes too: lexically clean, and on the shared storage a
         // directory holding a model, reached without following a link.
-        crate::inputs::check_model_path(model, &target.mount, target.host_shared.as_deref())
-            .map_err(|e| Error::BadModel {
+        let host = target.host_shared.as_ref().map(Layout::root);
+        crate::inputs::check_model_path(model, &target.mount.mount(), host).map_err(|e| {
+            Error::BadModel {
                 model: model.to_string(),
                 reason: e.to_string(),
-            })?;
+            }
+        })?;
         return Ok((model.to_string(), false));
     }
     let spec = ModelSpec::parse(model).map_err(|e| Error::BadModel {
@@ -511,9 +513,9 @@ fn resolve_model(
         reason: e.to_string(),
     })?;
     if let Some(host) = &target.host_shared {
-        let cache = HubCache::of(&Layout::new(host));
+        let cache = HubCache::of(host);
         if let Some(commit) = cache.cached_snapshot(RepoKind::Model, &spec.repo, &spec.revision) {
-            let inside = HubCache::new(Layout::new(&target.mount).hf_home().join("hub"));
+            let inside = HubCache::new(target.mount.hf_home().join("hub"));
             let path = inside
                 .snapshot_dir(RepoKind::Model, &spec.repo, &commit)
                 .display()

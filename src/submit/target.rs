@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use serde::Serialize;
 
 use crate::config::ray_config::RayConfig;
-use crate::config::{Layout, LoadedProfile};
+use crate::config::{ContainerLayout, Layout, LoadedProfile};
 use crate::ray::RayClient;
 use crate::records::Records;
 use crate::secrets::redact_json;
@@ -19,10 +19,10 @@ pub const HUB_OFFLINE: &str = "HF_HUB_OFFLINE";
 pub struct Target {
     pub ray: RayClient,
     pub cluster: String,
-    /// The shared storage inside the containers.
-    pub mount: String,
+    /// The shared storage inside the containers (what the job is told).
+    pub mount: ContainerLayout,
     /// The same storage on this host (records, snapshot and model resolution).
-    pub host_shared: Option<PathBuf>,
+    pub host_shared: Option<Layout>,
     pub user_code_path: Option<String>,
     pub env_vars: BTreeMap<String, String>,
     pub entrypoint_num_cpus: Option<f64>,
@@ -59,15 +59,11 @@ impl Target {
     pub fn from_profile(loaded: &LoadedProfile, ray: RayClient) -> Self {
         let p = &loaded.profile;
         let submit = &p.submit;
-        let mount = submit
-            .shared_root
-            .clone()
-            .unwrap_or_else(|| p.shared.mount.clone());
         Target {
             ray,
             cluster: p.name.clone(),
-            mount,
-            host_shared: loaded.shared_host_path(),
+            mount: p.container_layout(),
+            host_shared: loaded.host_layout().ok(),
             user_code_path: submit.user_code_path.clone(),
             env_vars: submit.runtime_env.env_vars.clone(),
             entrypoint_num_cpus: submit.entrypoint_num_cpus,
@@ -85,8 +81,9 @@ impl Target {
         Target {
             ray: RayClient::new(&config.address, token),
             cluster: config.address.clone(),
-            mount: config.shared_root.clone(),
-            host_shared: Some(PathBuf::from(&config.shared_root)),
+            // The old submitter ran where the jobs' shared root is mounted at the same path.
+            mount: ContainerLayout::in_containers(&config.shared_root),
+            host_shared: Some(Layout::new(&config.shared_root)),
             user_code_path: config.user_code_path.clone(),
             env_vars: config.runtime_env.env_vars.clone(),
             entrypoint_num_cpus: config.entrypoint_num_cpus,
@@ -101,14 +98,14 @@ impl Target {
     pub fn records(&self) -> Option<Records> {
         self.host_shared
             .as_ref()
-            .map(|root| Records::new(Layout::new(root).jobs()))
+            .map(|host| Records::new(host.jobs()))
     }
 
     /// A path inside the containers, as seen from this host (when it is on the shared storage).
     pub fn host_path_of(&self, container_path: &str) -> Option<PathBuf> {
         // Component-wise and lexically clean: `/mnt/shared2` is not under `/mnt/shared`.
         let path = crate::ids::ContainerPath::parse_as("path", container_path).ok()?;
-        let shared = path.under(&self.mount)?;
-        Some(shared.on_host(self.host_shared.as_ref()?))
+        let shared = path.under(&self.mount.mount())?;
+        Some(shared.on_host(self.host_shared.as_ref()?.root()))
     }
 }

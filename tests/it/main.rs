@@ -31,6 +31,7 @@ mod prepare;
 mod profiles;
 mod records_race;
 mod run;
+mod shared_root;
 mod skewed_clock;
 mod slurm;
 mod slurm_hosts;

@@ -4,12 +4,11 @@
 use std::collections::BTreeMap;
 
 use super::PlanInputs;
-use crate::config::Layout;
 use crate::config::profile::{NodeSpec, Profile};
 
 /// The environment every node of the cluster shares.
 pub(super) fn cluster_env(p: &Profile, inputs: &PlanInputs) -> BTreeMap<String, String> {
-    let in_container = Layout::new(&p.shared.mount);
+    let in_container = p.container_layout();
     let mut env: BTreeMap<String, String> = BTreeMap::from([
         ("RAY_AUTH_MODE".to_string(), p.ray.auth.as_str().to_string()),
         (
@@ -17,7 +16,10 @@ pub(super) fn cluster_env(p: &Profile, inputs: &PlanInputs) -> BTreeMap<String, 
             in_container.hf_home().display().to_string(),
         ),
         ("ARGUS_CLUSTER".to_string(), p.name.clone()),
-        ("ARGUS_SHARED".to_string(), p.shared.mount.clone()),
+        (
+            "ARGUS_SHARED".to_string(),
+            in_container.mount().into_owned(),
+        ),
         ("PYTHONUNBUFFERED".to_string(), "1".to_string()),
         // Ray's dashboard gives each of its modules 30 s to start and then dies for good
         // (the head keeps running without a Jobs API). A busy host, such as a GPU node

@@ -21,8 +21,8 @@ pub use ports::{
     ports_of_command,
 };
 
-use crate::config::LoadedProfile;
 use crate::config::profile::{NetworkMode, Profile};
+use crate::config::{Layout, LoadedProfile};
 
 /// Labels argus puts on what it creates.
 pub const LABEL_CLUSTER: &str = "argus.cluster";
@@ -44,7 +44,7 @@ pub struct ClusterPlan {
     /// The Docker volume for an NFS export.
     pub volume: Option<VolumePlan>,
     /// The shared storage on this host, created before any container (host_path mode).
-    pub shared_host_path: Option<PathBuf>,
+    pub shared_host_path: Option<Layout>,
     /// Head first, then the workers in profile order.
     pub containers: Vec<ContainerPlan>,
     pub dashboard_url: String,
@@ -257,7 +257,7 @@ pub fn plan(loaded: &LoadedProfile, inputs: &PlanInputs) -> ClusterPlan {
         hosts,
         network,
         volume,
-        shared_host_path: loaded.shared_host_path(),
+        shared_host_path: loaded.host_layout().ok(),
         containers,
         dashboard_url: super::route::dashboard_label(loaded),
     }

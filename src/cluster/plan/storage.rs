@@ -4,14 +4,15 @@
 use super::{SharedMount, VolumePlan};
 use crate::config::profile::{Profile, SharedStorage};
 
-/// The volume to create (NFS only) and every container's mount of the shared storage.
+/// The volume to create (NFS only) and every container's mount of the shared storage, at
+/// the profile's one container root ([`Profile::container_layout`]).
 pub(super) fn shared(p: &Profile) -> (Option<VolumePlan>, SharedMount) {
     match &p.shared.storage {
         SharedStorage::HostPath(host) => (
             None,
             SharedMount::Bind {
                 source: host.path().to_path_buf(),
-                target: p.shared.mount.clone(),
+                target: p.container_layout().mount().into_owned(),
             },
         ),
         SharedStorage::Nfs(nfs) => {
@@ -23,7 +24,7 @@ pub(super) fn shared(p: &Profile) -> (Option<VolumePlan>, SharedMount) {
             };
             let mount = SharedMount::Volume {
                 name: volume.name.clone(),
-                target: p.shared.mount.clone(),
+                target: p.container_layout().mount().into_owned(),
             };
             (Some(volume), mount)
         }

@@ -17,19 +17,17 @@ use crate::cluster::docker::{self, docker_err, is_conflict, is_not_found};
 use crate::cluster::hosts::Engine;
 use crate::cluster::observe::cluster_networks;
 use crate::cluster::plan::{ClusterPlan, ContainerPlan, LABEL_CLUSTER, Role};
-use crate::config::layout::{self, Layout};
+use crate::config::layout;
 use crate::ui::Reporter;
 
 /// The shared layout (host path: from this machine, which sees the same storage) and, for
 /// an NFS export, the Docker volume on every host.
 pub(super) async fn prepare_storage(engines: &[Engine], plan: &ClusterPlan) -> Result<(), Error> {
-    if let Some(path) = &plan.shared_host_path {
-        Layout::new(path)
-            .create()
-            .map_err(|source| Error::SharedStorage {
-                path: path.display().to_string(),
-                source,
-            })?;
+    if let Some(host) = &plan.shared_host_path {
+        host.create().map_err(|source| Error::SharedStorage {
+            path: host.root().display().to_string(),
+            source,
+        })?;
     }
     try_join_all(engines.iter().map(|e| ensure_volume(&e.docker, plan))).await?;
     Ok(())

@@ -74,9 +74,12 @@ pub struct UpOptions {
 /// there), else in this user's state directory. A root and the lock's path below it.
 fn lock_dir(loaded: &LoadedProfile) -> (std::path::PathBuf, std::path::PathBuf) {
     let name = format!("cluster-{}", loaded.profile.name);
-    match loaded.shared_host_path() {
-        Some(shared) => (shared, std::path::Path::new(".argus/locks").join(name)),
-        None => (
+    match loaded.host_layout() {
+        Ok(shared) => (
+            shared.root().to_path_buf(),
+            std::path::Path::new(".argus/locks").join(name),
+        ),
+        Err(_) => (
             dirs::state_dir()
                 .or_else(dirs::home_dir)
                 .unwrap_or_else(std::env::temp_dir)
@@ -427,7 +430,10 @@ pub async fn down(
         removed_containers: names.clone(),
         removed_network: networks.first().map(|(_, _, name)| name.clone()),
         dry_run,
-        shared_kept: loaded.shared_host_path().map(|p| p.display().to_string()),
+        shared_kept: loaded
+            .host_layout()
+            .ok()
+            .map(|host| host.root().display().to_string()),
         unreachable,
     };
     if dry_run {

@@ -145,16 +145,15 @@ impl TlsPaths {
 pub struct NoHostPath;
 
 impl LoadedProfile {
-    /// The shared storage as this host sees it (prepare, snapshot and run write there).
+    /// The shared storage as this host sees it (prepare, snapshot and run write there):
+    /// `shared.host_path` after expansion; `NoHostPath` for an NFS volume. Its side as
+    /// the jobs see it is [`Profile::container_layout`].
     pub fn host_layout(&self) -> Result<super::Layout, NoHostPath> {
-        self.shared_host_path()
+        self.profile
+            .shared
+            .host_path()
             .map(super::Layout::new)
             .ok_or(NoHostPath)
-    }
-
-    /// `shared.host_path` after expansion; None for an NFS volume.
-    pub fn shared_host_path(&self) -> Option<PathBuf> {
-        self.profile.shared.host_path().map(Path::to_path_buf)
     }
 
     /// Loads `path`, or the built-in local profile when `None`.
@@ -298,7 +297,7 @@ mod tests {
         assert_eq!(p.worker_count(), 2);
         assert_eq!(p.total_gpus(), 2);
         assert_eq!(p.dashboard_url(), "http://127.0.0.1:8265");
-        assert!(p.shared_host_path().unwrap().is_absolute());
+        assert!(p.host_layout().unwrap().root().is_absolute());
     }
 
     #[test]
@@ -922,7 +921,39 @@ workers:
             p.profile.shared.nfs().map(|n| n.options.clone())
         );
         let p = load(&format!("{BASE}workers: [{{name: g, count: 1}}]\n")).unwrap();
-        assert_eq!(p.shared_host_path(), Some(PathBuf::from("/tmp/x")));
+        assert_eq!(p.host_layout().unwrap().root(), Path::new("/tmp/x"));
+    }
+
+    /// `submit.shared_root` (the old RayConfig's root as the job sees it) may only name
+    /// `shared.mount`, however spelled: the containers mount the storage there and nowhere
+    /// else. The one rule then gives the mount to every reader.
+    #[test]
+    fn a_shared_root_may_only_name_the_mount() {
+        let workers = "workers: [{name: g, count: 1}]\n";
+        for (mount, root) in [
+            ("/mnt/shared", "/mnt/shared"),
+            ("/mnt/shared", "/mnt//shared/"),
+            ("/data/argus", "/data/argus"),
+        ] {
+            let text = format!(
+                "name: t\nimage: i\nshared: {{host_path: /tmp/x, mount: {mount}}}\nsubmit: {{shared_root: '{root}'}}\n{workers}"
+            );
+            let p = load(&text).unwrap();
+            assert_eq!(p.profile.container_layout().mount(), mount);
+        }
+        let err = load(&format!(
+            "{BASE}submit: {{shared_root: /mnt/elsewhere}}\n{workers}"
+        ))
+        .unwrap_err();
+        assert_eq!((err.line, err.column), (4, 23), "{err}");
+        assert!(
+            err.message.contains(
+                "submit.shared_root: \"/mnt/elsewhere\" is not shared.mount (\"/mnt/shared\")"
+            ),
+            "{err}"
+        );
+        let hint = err.hint.unwrap_or_default();
+        assert!(hint.contains("set shared.mount: /mnt/elsewhere"), "{hint}");
     }
 
     #[test]

@@ -28,6 +28,19 @@ pub enum SharedStorage {
     Nfs(NfsVolume),
 }
 
+/// The ONE rule for where the jobs see the shared storage: `shared.mount`, the path every
+/// container of the profile mounts it at (`cluster::plan` mounts it there, and sets
+/// `HF_HOME` and `ARGUS_SHARED` below it). `submit.shared_root` is the old RayConfig's
+/// name for the same thing (the shared root as the job sees it); a profile may keep it
+/// only when it names `shared.mount`, since the containers have nothing at any other path
+/// (validation refuses the rest: `validate::submit`). So submit, run, prepare, Slurm,
+/// doctor and the export all ask this function, and none reads either field itself.
+impl super::Profile {
+    pub fn container_layout(&self) -> crate::config::ContainerLayout {
+        crate::config::ContainerLayout::in_containers(&self.shared.mount)
+    }
+}
+
 impl SharedSection {
     /// The storage as this host sees it: `Some` for a host path, `None` for an NFS volume.
     pub fn host_path(&self) -> Option<&Path> {

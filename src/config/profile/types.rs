@@ -441,7 +441,9 @@ impl<'de> Deserialize<'de> for HostCounts {
 pub struct SubmitSection {
     /// Jobs API address; default: the published dashboard.
     pub address: Option<String>,
-    /// The shared storage as the containers see it; default: `shared.mount`.
+    /// The shared storage as the job sees it (the old RayConfig's field): kept so an old
+    /// section loads, and refused unless it names `shared.mount`, where the containers
+    /// mount it. Read through [`Profile::container_layout`], never directly.
     pub shared_root: Option<String>,
     pub entrypoint_num_cpus: Option<f64>,
     pub entrypoint_num_gpus: Option<f64>,

@@ -175,11 +175,12 @@ pub fn build(loaded: &LoadedProfile, job: Option<&Job>, options: &Options) -> Bu
         None => dns1035(&p.name, MAX_RAYCLUSTER_NAME, "ray-"),
     };
     let pod_labels = labels(loaded, job);
+    let mount = p.container_layout();
     let group_context = GroupContext {
         image: &image,
         hf_secret: options.hf_token_secret.as_deref(),
         shared: shared.as_ref(),
-        mount: &p.shared.mount,
+        mount: &mount.mount(),
         labels: &pod_labels,
     };
     let head = pods::head_group(loaded, head_plan, &group_context, &mut f);

@@ -37,6 +37,7 @@ pub(super) fn validate_submit(p: &Profile, src: &Source) -> Result<(), ConfigErr
                 .with_hint(e.rule));
         }
     }
+    check_shared_root(p, src)?;
     check_entrypoint_resources(
         src,
         &yaml_path!["submit"],
@@ -50,6 +51,33 @@ pub(super) fn validate_submit(p: &Profile, src: &Source) -> Result<(), ConfigErr
         &yaml_path!["submit", "runtime_env", "env_vars"],
         submit.runtime_env.env_vars.keys(),
     )
+}
+
+/// `submit.shared_root` is the shared storage as the job sees it (the old RayConfig's
+/// field). The profile's containers mount the storage at `shared.mount` and nowhere else,
+/// so any other root would hand the job paths that do not exist in its container: it may
+/// only name `shared.mount` (see [`Profile::container_layout`], the one rule).
+fn check_shared_root(p: &Profile, src: &Source) -> Result<(), ConfigError> {
+    let Some(root) = &p.submit.shared_root else {
+        return Ok(());
+    };
+    // Lexically clean by now (checked above); `/mnt/shared/` names `/mnt/shared`.
+    let same = crate::ids::ContainerPath::parse_as("path", root)
+        .is_ok_and(|clean| clean.as_str() == p.shared.mount);
+    if same {
+        return Ok(());
+    }
+    Err(src
+        .error_at(
+            &yaml_path!["submit", "shared_root"],
+            format!(
+                "{root:?} is not shared.mount ({:?}): the containers mount the shared storage at shared.mount only, so a job would find nothing at {root:?}",
+                p.shared.mount
+            ),
+        )
+        .with_hint(format!(
+            "remove submit.shared_root (the job sees the storage at shared.mount), or set shared.mount: {root} to mount it there"
+        )))
 }
 
 /// What each node of the profile offers a driver: (who, resources).
