@@ -46,13 +46,30 @@ pub fn parse_line(line: &str) -> Line<'_> {
     if let Some(rest) = body.strip_prefix("step:") {
         return parse_step(rest);
     }
-    if let Some(rest) = body.strip_prefix("Total training steps: ") {
+    if let Some(rest) = body.strip_prefix(TOTAL).or_else(|| logged(body, TOTAL)) {
         return match rest.trim_end().parse::<u64>() {
             Ok(n) => Line::Total(n),
             Err(_) => Line::Other,
         };
     }
     Line::Other
+}
+
+const TOTAL: &str = "Total training steps: ";
+
+/// What follows `message` in a line Python's `logging` wrote (`INFO:<name>:<message>`,
+/// as verl 0.9's V1 trainer logs its total: `INFO:<date>:Total training steps: N`).
+fn logged<'a>(body: &'a str, message: &str) -> Option<&'a str> {
+    if !["INFO:", "WARNING:", "DEBUG:"]
+        .iter()
+        .any(|l| body.starts_with(l))
+    {
+        return None;
+    }
+    let at = body.find(message)?;
+    body[..at]
+        .ends_with(':')
+        .then(|| &body[at + message.len()..])
 }
 
 /// The text of a line without Ray's decorations: everything up to the last carriage
@@ -268,6 +285,13 @@ mod tests {
             parse_line("\x1b[36m(TaskRunner pid=1)\x1b[0m Total training steps: 435"),
             Line::Total(435)
         );
+        // verl 0.9's V1 trainer logs it through Python's logging.
+        assert_eq!(
+            parse_line(
+                "\x1b[36m(TaskRunnerV1 pid=7)\x1b[0m INFO:2026-11-28 10:00:01,123:Total training steps: 4"
+            ),
+            Line::Total(4)
+        );
     }
 
     #[test]
@@ -296,6 +320,8 @@ mod tests {
             "(TaskRunner pid=1) validation at step:4 - a:1",
             "Total training steps: many",
             "Total time for train steps: 12.00s",
+            "INFO:x:note: Total training steps: 4",
+            "ERROR:x:Total training steps: 4",
         ] {
             assert_eq!(parse_line(line), Line::Other, "{line:?}");
         }
