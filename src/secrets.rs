@@ -299,11 +299,7 @@ fn printed_forms(value: &str) -> BTreeSet<String> {
             if c.is_ascii() {
                 c.to_string()
             } else {
-                let mut units = [0u16; 2];
-                c.encode_utf16(&mut units)
-                    .iter()
-                    .map(|u| format!("\\u{u:04x}"))
-                    .collect()
+                crate::text::json_escape(c)
             }
         })
         .collect();

@@ -2,7 +2,7 @@
 //! a file name in an error. A line break inside it would start a line argus did not write
 //! (a forged `status  SUCCEEDED` row, a made-up line of an error), so every character any
 //! reader takes for a line break is written as a `\u{..}` escape, as the printer writes the
-//! other controls.
+//! other controls. Also the one way argus writes a character as a JSON escape.
 
 use std::borrow::Cow;
 use std::path::Path;
@@ -38,6 +38,16 @@ pub fn escaped(text: &str, escape: impl Fn(char) -> bool) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// `c` as JSON's `\uXXXX` escape (lowercase hex, as serde_json and Python's `json`
+/// write it), a surrogate pair beyond the Basic Multilingual Plane.
+pub fn json_escape(c: char) -> String {
+    let mut units = [0u16; 2];
+    c.encode_utf16(&mut units)
+        .iter()
+        .map(|u| format!("\\u{u:04x}"))
+        .collect()
+}
+
 /// A path as an error names it: [`Path::display`] on one line.
 pub fn shown(path: &Path) -> String {
     one_line(&path.display().to_string()).into_owned()
@@ -58,5 +68,7 @@ mod tests {
         assert_eq!(line.lines().count(), 1);
         assert!(matches!(one_line("plain é\t"), Cow::Borrowed(_)));
         assert_eq!(shown(Path::new("/x/a\nb")), "/x/a\\u{a}b");
+        assert_eq!(json_escape('\u{202e}'), "\\u202e");
+        assert_eq!(json_escape('\u{1F600}'), "\\ud83d\\ude00");
     }
 }

@@ -50,10 +50,7 @@ impl<F: Formatter> Formatter for TerminalSafe<F> {
         while let Some(at) = rest.find(super::acts_on_terminal) {
             writer.write_all(&rest.as_bytes()[..at])?;
             let c = rest[at..].chars().next().unwrap_or_default();
-            let mut units = [0u16; 2];
-            for unit in c.encode_utf16(&mut units) {
-                write!(writer, "\\u{unit:04x}")?;
-            }
+            writer.write_all(crate::text::json_escape(c).as_bytes())?;
             rest = &rest[at + c.len_utf8()..];
         }
         writer.write_all(rest.as_bytes())
