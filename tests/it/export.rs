@@ -32,6 +32,17 @@ fn export(ctx: &TestContext, profile: &Path, jobspec: Option<&Path>, flags: &[&s
     argus.args(flags).run()
 }
 
+/// [`export`] of the usual objects (`--pvc PVC --image IMAGE`) into the file `out`.
+fn export_to(ctx: &TestContext, profile: &Path, jobspec: Option<&Path>, out: &Path) -> Run {
+    let out = out.to_str().expect("utf-8");
+    export(
+        ctx,
+        profile,
+        jobspec,
+        &["--pvc", PVC, "--image", IMAGE, "-o", out],
+    )
+}
+
 /// Reads a manifest back into the typed objects; any field they do not know (at any depth,
 /// k8s-openapi's types included) fails the test.
 #[track_caller]
@@ -161,15 +172,7 @@ fn every_shipped_profile_and_jobspec_exports_a_valid_object() {
                 job.as_deref().map(stem).unwrap_or_else(|| "cluster".into())
             );
             let out = ctx.path(&name);
-            let flags = [
-                "--pvc",
-                PVC,
-                "--image",
-                IMAGE,
-                "-o",
-                out.to_str().expect("utf-8"),
-            ];
-            let run = export(&ctx, &profile, job.as_deref(), &flags).code(0);
+            let run = export_to(&ctx, &profile, job.as_deref(), &out).code(0);
             assert!(run.stdout.is_empty(), "with -o, nothing on stdout");
             let yaml = std::fs::read_to_string(&out).expect("written");
             if job.is_some() {
@@ -730,20 +733,7 @@ fn awkward_submission_ids_keep_their_job_id_and_get_a_valid_name() {
             ),
         );
         let out = ctx.path(&format!("{}.yaml", files.len()));
-        export(
-            &ctx,
-            profile,
-            Some(&spec),
-            &[
-                "--pvc",
-                PVC,
-                "--image",
-                IMAGE,
-                "-o",
-                out.to_str().expect("utf-8"),
-            ],
-        )
-        .code(0);
+        export_to(&ctx, profile, Some(&spec), &out).code(0);
         let job: RayJob = parse(&std::fs::read_to_string(&out).expect("written"));
         assert_eq!(job.spec.job_id, id, "the submission id verbatim");
         let name = job.metadata.name.clone().expect("name");
@@ -1338,20 +1328,7 @@ fn env_values_with_line_breaks_read_back_as_written_by_every_reader() {
             ),
         );
         let out = ctx.path(&format!("{tag}/out.yaml"));
-        export(
-            &ctx,
-            &profile,
-            Some(&job),
-            &[
-                "--pvc",
-                PVC,
-                "--image",
-                IMAGE,
-                "-o",
-                out.to_str().expect("utf-8"),
-            ],
-        )
-        .code(0);
+        export_to(&ctx, &profile, Some(&job), &out).code(0);
         out
     };
     let placeholder = |k: &str| format!("PLACEHOLDER_{k}");
