@@ -579,7 +579,7 @@ pub enum ImageCommand {
     /// inputs (suite, Ray version, extra packages) is not rebuilt.
     ///
     /// `--verl` then adds verl's dependencies on top (torch, transformers, hydra-core, ...:
-    /// the exact versions of assets/verl/requirements.lock, installed from PyPI by pip in a
+    /// the exact versions of assets/verl/0.8.0/requirements.lock, installed from PyPI by pip in a
     /// container of the Ray image and committed as a layer, about 8 GB) and the CPU shim
     /// `argus_verl_cpu`: `argus/verl:0.8.0-cpu`, the image of the built-in profile. verl's
     /// own code is not in it: jobs take it from a code snapshot.
@@ -618,7 +618,7 @@ pub struct ImageBuildArgs {
     pub verl: bool,
 
     /// With --verl: install this requirements file instead of argus's CPU lock
-    /// (assets/verl/requirements.lock), e.g. a GPU host's lock with vLLM.
+    /// (assets/verl/0.8.0/requirements.lock), e.g. a GPU host's lock with vLLM.
     #[arg(long, value_name = "FILE", requires = "verl")]
     pub lock: Option<PathBuf>,
 

@@ -208,7 +208,7 @@ mod tests {
 
     #[test]
     fn the_shipped_lock_is_all_pins() {
-        let text = include_str!("../../assets/verl/requirements.lock");
+        let text = include_str!("../../assets/verl/0.8.0/requirements.lock");
         let lock = RequirementsLock::parse(text).unwrap();
         assert!(lock.pins().len() > 50);
         assert_eq!(lock.text(), text);

@@ -1,5 +1,5 @@
 //! The verl image: verl's dependencies, pinned by a lock kept in the repository
-//! (`assets/verl/requirements.lock`), installed with pip on top of argus's Ray image and
+//! (`assets/verl/0.8.0/requirements.lock`), installed with pip on top of argus's Ray image and
 //! committed as a layer of it. verl's own code is not in the image: it comes from a code
 //! snapshot on the shared storage, as on real clusters.
 //!
@@ -34,7 +34,7 @@ use crate::ui::{Reporter, Task};
 /// The verl release whose dependencies the lock pins (its code comes from a snapshot).
 pub const VERL_VERSION: &str = "0.8.0";
 /// verl's dependencies for CPU training, exact versions (see the file's header).
-pub const VERL_LOCK: &str = include_str!("../../../assets/verl/requirements.lock");
+pub const VERL_LOCK: &str = include_str!("../../../assets/verl/0.8.0/requirements.lock");
 /// The CPU shim's files, installed as the package `argus_verl_cpu`.
 pub const CPU_SHIM: &[(&str, &str)] = &[
     (
@@ -121,7 +121,7 @@ fn inputs_hash(base_id: &str, spec: &LayerSpec) -> String {
 
 /// [`VERL_LOCK`] as a lock: pins only (tested by `ids::requirements`).
 pub fn verl_lock() -> RequirementsLock {
-    RequirementsLock::parse(VERL_LOCK).expect("assets/verl/requirements.lock holds pins only")
+    RequirementsLock::parse(VERL_LOCK).expect("assets/verl/0.8.0/requirements.lock holds pins only")
 }
 
 /// Builds the verl layer on `spec.base` unless an image from the same inputs exists.
@@ -327,7 +327,7 @@ async fn run_and_commit(
     }
     if code != 0 {
         return Err(BuildError::Step {
-            step: "pip install of assets/verl/requirements.lock".into(),
+            step: "pip install of assets/verl/0.8.0/requirements.lock".into(),
             status: code.to_string(),
             output: tail.join("\n"),
         });
@@ -349,7 +349,7 @@ async fn run_and_commit(
         .container(id)
         .repo(&repo)
         .tag(&tag)
-        .comment("argus: verl's dependencies (assets/verl/requirements.lock) and the CPU shim")
+        .comment("argus: verl's dependencies (assets/verl/0.8.0/requirements.lock) and the CPU shim")
         .changes(&changes)
         .build();
     let committed = docker
