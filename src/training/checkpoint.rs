@@ -11,12 +11,18 @@
 //! <default_local_dir>/latest_checkpointed_iteration.txt        N, written after all of it
 //! ```
 //!
+//! verl 0.9's V1 trainer writes the same, and in its async modes (`trainer.v1.trainer_mode:
+//! colocate_async | separate_async`) also `global_step_N/transfer_queue/` (the prompts in
+//! flight), after `data.pt` and before the tracker. With `actor.checkpoint.async_save: true`
+//! (0.8.0 and 0.9) verl writes no tracker file at all.
+//!
 //! `resume_mode=auto` trusts the tracker file. A checkpoint can still be unusable: a rank's
 //! shard missing or empty (a host that died while its files were on their way to NFS, a
-//! disk that filled), a `data.pt` missing, or shards of another world size (verl's
-//! checkpoints only load with the world size that wrote them). A step newer than the
-//! tracker is one verl was still writing. [`choose`] takes the newest complete checkpoint
-//! and says why each newer one was passed over.
+//! disk that filled), a `data.pt` missing, a `transfer_queue/` missing that the job's other
+//! checkpoints have, or shards of another world size (verl's checkpoints only load with the
+//! world size that wrote them). A step newer than the tracker is one verl was still
+//! writing. Without a tracker, every checkpoint is judged by its files alone. [`choose`]
+//! takes the newest complete checkpoint and says why each newer one was passed over.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -27,6 +33,8 @@ pub const TRACKER: &str = "latest_checkpointed_iteration.txt";
 
 /// What is saved for every rank of a role, when saved at all (`model` always).
 const KINDS: [&str; 3] = ["model", "optim", "extra_state"];
+/// verl 0.9's async trainer modes' state of the prompts in flight, in a step's directory.
+pub const TRANSFER_QUEUE: &str = "transfer_queue";
 
 /// A checkpoint every rank of which is there.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,12 +97,6 @@ pub fn choose(dir: &Dir, world_size: Option<u32>) -> std::io::Result<Choice> {
     for (step, name, kind) in steps {
         let verdict = if kind != Kind::Dir {
             Err("not a directory (a link or a file is never followed)".to_string())
-        } else if tracker.is_none() {
-            // verl writes the tracker after a checkpoint's every file: without it, no
-            // checkpoint here was ever finished (a job killed while writing its first).
-            Err(format!(
-                "no {TRACKER}: verl never finished a checkpoint here"
-            ))
         } else if tracker.is_some_and(|t| step > t) {
             Err(format!(
                 "newer than the step {TRACKER} names: verl was still writing it"
@@ -117,6 +119,9 @@ pub fn choose(dir: &Dir, world_size: Option<u32>) -> std::io::Result<Choice> {
                 .iter()
                 .find(|(shard, _)| !found.shards.contains(*shard))
             {
+                Some((shard, other)) if shard == TRANSFER_QUEUE => Err(format!(
+                    "its {TRANSFER_QUEUE}/ is missing (global_step_{other} has it)"
+                )),
                 Some((shard, other)) => Err(format!(
                     "its {shard} shards are missing (global_step_{other} has them)"
                 )),
@@ -158,6 +163,20 @@ fn complete(step_dir: &Dir, step: u64, world_size: Option<u32>) -> Result<Comple
         }
     }
     roles.sort();
+    // An async mode's prompts in flight: part of the checkpoint when there, and then
+    // expected of every checkpoint of the job (checked against the others by `choose`).
+    if entries
+        .iter()
+        .any(|(name, kind)| name == TRANSFER_QUEUE && *kind == Kind::Dir)
+    {
+        let held = step_dir
+            .open_dir(TRANSFER_QUEUE)
+            .map_err(|e| crate::exit::one_line(&e))?;
+        if held.entries().map_err(|e| e.to_string())?.is_empty() {
+            return Err(format!("{TRANSFER_QUEUE}/ is empty"));
+        }
+        shards.insert(TRANSFER_QUEUE.to_string());
+    }
     let world = match sizes.into_iter().collect::<Vec<_>>().as_slice() {
         [] => return Err("no role (actor, critic) has model shards".into()),
         [one] => *one,
@@ -290,19 +309,57 @@ mod tests {
     }
 
     #[test]
-    fn without_the_tracker_no_checkpoint_was_finished() {
+    fn without_the_tracker_checkpoints_are_judged_by_their_files() {
+        // `actor.checkpoint.async_save: true`: verl writes no tracker at all.
         let dir = tempfile::tempdir().unwrap();
         save(dir.path(), 2, 2);
+        save(dir.path(), 4, 2);
         std::fs::remove_file(dir.path().join(TRACKER)).unwrap();
+        std::fs::remove_file(dir.path().join("global_step_4/data.pt")).unwrap();
         let c = choice(dir.path(), Some(2));
-        assert_eq!(c.chosen, None);
+        assert_eq!(
+            (c.chosen.as_ref().map(|c| c.step), c.tracker),
+            (Some(2), None)
+        );
+        assert!(c.skipped[0].1.contains("data.pt"), "{:?}", c.skipped);
+        // Not what `resume_mode=auto` would load: the step is named to verl.
+        assert!(!c.tracker_agrees());
+        // A job killed while writing its first checkpoint has none.
+        let first = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(first.path().join("global_step_2/actor")).unwrap();
+        assert_eq!(choice(first.path(), Some(2)).chosen, None);
+    }
+
+    #[test]
+    fn an_async_modes_transfer_queue_is_part_of_its_checkpoints() {
+        // verl 0.9, trainer.v1.trainer_mode: colocate_async: every step has transfer_queue/.
+        let dir = tempfile::tempdir().unwrap();
+        for step in [2, 4] {
+            save(dir.path(), step, 2);
+            let tq = dir
+                .path()
+                .join(format!("global_step_{step}/{TRANSFER_QUEUE}"));
+            std::fs::create_dir_all(&tq).unwrap();
+            std::fs::write(tq.join("metadata.json"), b"{}").unwrap();
+        }
+        let c = choice(dir.path(), Some(2));
+        assert_eq!(c.chosen.as_ref().map(|c| c.step), Some(4));
+        assert!(c.chosen.unwrap().shards.contains(TRANSFER_QUEUE));
+        // A step whose transfer_queue/ never came (the job died after data.pt) or came
+        // empty is passed over for the one before.
+        std::fs::remove_dir_all(dir.path().join("global_step_4/transfer_queue")).unwrap();
+        let c = choice(dir.path(), Some(2));
+        assert_eq!(c.chosen.as_ref().map(|c| c.step), Some(2));
         assert_eq!(
             c.skipped,
             vec![(
-                2,
-                format!("no {TRACKER}: verl never finished a checkpoint here")
+                4,
+                "its transfer_queue/ is missing (global_step_2 has it)".to_string()
             )]
         );
+        std::fs::create_dir(dir.path().join("global_step_4/transfer_queue")).unwrap();
+        let c = choice(dir.path(), Some(2));
+        assert_eq!(c.skipped, vec![(4, "transfer_queue/ is empty".to_string())]);
     }
 
     #[test]
