@@ -373,14 +373,14 @@ async fn stages(
     let pinned = RunLock::read(&rec.lock_path())
         .ok()
         .filter(|l| l.submission_id == id);
+    let cluster = stage_up(ctx, &mut rec, pinned.as_ref(), &records, &id).await?;
+    // After `up`: with `ray.auth: token` it is `up` that makes the token on a first run.
     let target = Target::from_profile(
         ctx.loaded,
         crate::cluster::access::ray_client(ctx.loaded)
             .await?
             .with_connect_retries(2),
     );
-
-    let cluster = stage_up(ctx, &mut rec, pinned.as_ref(), &records, &id).await?;
     let seen = job::observe(&target, &records, &id).await?;
     if options.new && seen.exists() {
         return Err(Error::SubmissionTaken { id });
