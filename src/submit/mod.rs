@@ -7,6 +7,7 @@ pub mod entrypoint;
 pub mod live;
 pub mod override_check;
 pub mod payload;
+pub mod pools;
 pub mod resolve;
 pub mod send;
 pub mod target;

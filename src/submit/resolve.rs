@@ -57,35 +57,41 @@ impl Prepared {
     }
 }
 
-/// `nnodes` nodes with `gpus_per_node` GPUs each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct GpuDemand {
-    pub nnodes: u32,
-    pub gpus_per_node: u32,
-}
+pub use super::pools::GpuDemand;
 
-/// The effective `trainer.nnodes` and `trainer.n_gpus_per_node` (the last override of
-/// each wins, as in Hydra), when both are set.
-fn gpu_demand(overrides: &[crate::config::jobspec::Override]) -> Option<GpuDemand> {
-    use crate::config::jobspec::OverrideValue;
-    let value_of = |key: &str| {
-        overrides
-            .iter()
-            .rev()
-            .find(|o| o.key.trim_start_matches('+') == key)
-            .and_then(|o| match &o.value {
-                OverrideValue::Yaml(v) => v
-                    .as_u64()
-                    .or_else(|| v.as_str().and_then(|s| s.trim().parse().ok())),
-                OverrideValue::Raw(s) => s.trim().parse().ok(),
-                _ => None,
-            })
-            .and_then(|n| u32::try_from(n).ok())
-    };
-    Some(GpuDemand {
-        nnodes: value_of("trainer.nnodes")?,
-        gpus_per_node: value_of("trainer.n_gpus_per_node")?,
-    })
+/// What the job's pools ask of the cluster ([`super::pools`]): the module the workload
+/// runs, its values from the overrides, verl's composed config, or an experimental
+/// module's own config in the snapshot.
+fn gpu_demand(
+    spec: &JobSpec,
+    inputs: &EntrypointInputs,
+    composed: Option<&override_check::Composed>,
+    snapshot_on_host: Option<&std::path::Path>,
+) -> Option<GpuDemand> {
+    use super::pools;
+    if spec.workload != Workload::Custom {
+        if spec.workload == Workload::Sft {
+            return None;
+        }
+        let (implied, user) = entrypoint::effective_parts(inputs);
+        let all: Vec<_> = implied.into_iter().chain(user).collect();
+        return pools::main_ppo(&pools::Values::new(&all, composed));
+    }
+    let words = shlex::split(inputs.custom.as_deref()?)?;
+    let (module, rest) = pools::python_module(&words)?;
+    let (_, config) = pools::SEPARATE_ROLLOUT_MODULES
+        .iter()
+        .find(|(m, _)| *m == module)?;
+    // The module's own defaults, read below the snapshot through handles (never a link).
+    let module_config = snapshot_on_host.and_then(|root| {
+        let (dir, file) = config.rsplit_once('/')?;
+        let bytes = crate::fsx::Dir::root(root)
+            .and_then(|d| d.open_dir(dir))
+            .and_then(|d| d.read(file, 1 << 20))
+            .ok()?;
+        serde_yaml::from_slice(&bytes).ok()
+    });
+    pools::separate_rollout(&pools::Values::from_words(rest, module_config))
 }
 
 /// The payload's `entrypoint_resources` (custom resources the driver asks for), as numbers.
@@ -228,14 +234,14 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
         &work_dir,
         &entrypoint::build(&entrypoint::redacted(&inputs))?,
     )?;
-    let demand = if spec.workload != Workload::Custom {
-        let (implied, user) = entrypoint::effective_parts(&inputs);
-        gpu_demand(&implied.into_iter().chain(user).collect::<Vec<_>>())
-    } else {
-        None
-    };
-    let checked_overrides_against =
+    let (checked_overrides_against, composed) =
         check_overrides(target, spec, &inputs, &code_path, check, &mut notes)?;
+    let demand = gpu_demand(
+        spec,
+        &inputs,
+        composed.as_ref(),
+        snapshot_on_host.as_deref(),
+    );
 
     let job_dir = in_job("");
     let env_vars = job_env(target, spec, &inputs, &code_path, job_dir, offline);
@@ -363,9 +369,9 @@ fn check_overrides(
     code_path: &str,
     check: bool,
     notes: &mut Vec<String>,
-) -> Result<Option<String>, Error> {
+) -> Result<(Option<String>, Option<override_check::Composed>), Error> {
     let (Some(config), true) = (entrypoint::config_name(spec.workload), check) else {
-        return Ok(None);
+        return Ok((None, None));
     };
     let outcome = match target.host_path_of(code_path) {
         Some(host) => {
@@ -379,13 +385,13 @@ fn check_overrides(
         },
     };
     match outcome {
-        Outcome::Checked { origin } => return Ok(Some(origin)),
+        Outcome::Checked { origin, config } => return Ok((Some(origin), Some(config))),
         Outcome::NotChecked { reason } if !spec.overrides.0.is_empty() => {
             notes.push(format!("overrides not checked: {reason}"));
         }
         Outcome::NotChecked { .. } => {}
     }
-    Ok(None)
+    Ok((None, None))
 }
 
 /// The job's environment: the target's, what argus resolved (`ARGUS_*`, for any

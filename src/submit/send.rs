@@ -20,21 +20,20 @@ pub struct SubmitReport {
     pub entrypoint: String,
 }
 
-/// A verl job whose `trainer.nnodes` x `trainer.n_gpus_per_node` the cluster cannot hold
-/// would wait forever for its placement groups: refused before it is submitted.
+/// A verl job whose pools the live workers cannot hold (`trainer.nnodes` x
+/// `trainer.n_gpus_per_node`, plus a separate rollout's or reward model's) would wait
+/// forever for its placement groups: refused before it is submitted.
 fn check_demand(
-    demand: super::resolve::GpuDemand,
+    demand: &super::resolve::GpuDemand,
     nodes: &[crate::ray::RayNode],
 ) -> Result<(), Error> {
     let workers: Vec<&crate::ray::RayNode> = nodes
         .iter()
         .filter(|n| n.alive() && !n.is_head_node)
         .collect();
-    let fitting = workers
-        .iter()
-        .filter(|n| n.gpus() >= f64::from(demand.gpus_per_node))
-        .count();
-    if fitting >= demand.nnodes as usize {
+    // Ray's GPUs are whole numbers for a placement group's bundles.
+    let gpus: Vec<u32> = workers.iter().map(|n| n.gpus().floor() as u32).collect();
+    if demand.fits(&gpus) {
         return Ok(());
     }
     let have = workers
@@ -43,10 +42,7 @@ fn check_demand(
         .collect::<Vec<_>>()
         .join(", ");
     Err(Error::Infeasible {
-        demand: format!(
-            "trainer.nnodes={} x trainer.n_gpus_per_node={}",
-            demand.nnodes, demand.gpus_per_node
-        ),
+        demand: demand.describe(),
         cluster: if have.is_empty() {
             "no live worker".to_string()
         } else {
@@ -121,7 +117,7 @@ async fn check_free(
         return Err(JobsError::Duplicate(id.clone()).into());
     }
     if let Ok(nodes) = target.ray.nodes().await {
-        if let Some(demand) = prepared.demand {
+        if let Some(demand) = &prepared.demand {
             check_demand(demand, &nodes)?;
         }
         super::resolve::check_driver_fits(&prepared.payload, &nodes)?;

@@ -349,7 +349,9 @@ async fn run_and_commit(
         .container(id)
         .repo(&repo)
         .tag(&tag)
-        .comment("argus: verl's dependencies (assets/verl/0.8.0/requirements.lock) and the CPU shim")
+        .comment(
+            "argus: verl's dependencies (assets/verl/0.8.0/requirements.lock) and the CPU shim",
+        )
         .changes(&changes)
         .build();
     let committed = docker

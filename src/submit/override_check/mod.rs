@@ -28,10 +28,11 @@ use tree::Refusal;
 /// Where verl keeps its Hydra configs, relative to the code root.
 pub const CONFIG_DIR: &str = "verl/trainer/config";
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
-    /// Every override passed, checked against this primary config file.
-    Checked { origin: String },
+    /// Every override passed, checked against this primary config file; `config` is what
+    /// they composed (for reading the values the job will run with).
+    Checked { origin: String, config: Composed },
     /// Nothing could be checked, and why.
     NotChecked { reason: String },
 }
@@ -149,7 +150,23 @@ pub fn check(
         Err(reason) => return Ok(Outcome::NotChecked { reason }),
     };
     apply_keys(&mut tree, keys, &origin)?;
-    Ok(Outcome::Checked { origin })
+    Ok(Outcome::Checked {
+        origin,
+        config: Composed(tree),
+    })
+}
+
+/// verl's config as composed with a job's overrides.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Composed(tree::Node);
+
+impl Composed {
+    /// The scalar at a dotted key as text (`8`, `true`, `sync`), its interpolations
+    /// followed (`${a.b}`, `${oc.select:a.b,8}`); None when absent, null, `???`, not a
+    /// scalar, or computed by a resolver argus does not run.
+    pub fn scalar(&self, key: &str) -> Option<String> {
+        tree::scalar(&self.0, key)
+    }
 }
 
 /// One override as written, parsed, and whether argus implied it (not the user).
@@ -502,6 +519,27 @@ mod tests {
     fn verl_verdict(config: &str, overrides: &[&str]) -> Result<Outcome, Error> {
         let o: Vec<Override> = overrides.iter().map(|t| raw(t)).collect();
         check(&verl_0_8_0(), config, &o, 0)
+    }
+
+    #[test]
+    fn the_composed_config_gives_the_values_the_job_runs_with() {
+        // verl's rollout.n_gpus_per_node is `${oc.select:trainer.n_gpus_per_node,8}`.
+        let value = |overrides: &[&str], key: &str| match verl_verdict("ppo_trainer", overrides) {
+            Ok(Outcome::Checked { config, .. }) => config.scalar(key),
+            other => panic!("{other:?}"),
+        };
+        let key = "actor_rollout_ref.rollout.n_gpus_per_node";
+        assert_eq!(value(&[], key).as_deref(), Some("8"));
+        assert_eq!(
+            value(&["trainer.n_gpus_per_node=2"], key).as_deref(),
+            Some("2")
+        );
+        assert_eq!(
+            value(&["trainer.n_gpus_per_node=2", &format!("{key}=1")], key).as_deref(),
+            Some("1")
+        );
+        assert_eq!(value(&[], "trainer.nnodes").as_deref(), Some("1"));
+        assert_eq!(value(&[], "actor_rollout_ref.rollout.name"), None);
     }
 
     #[test]

@@ -312,6 +312,43 @@ fn resolve(root: &Node, base: &[String], text: &str, depth: usize) -> Result<Fou
     }
 }
 
+/// The scalar at dotted `key` as text, following `${a.b}` and `${oc.select:a.b,default}`
+/// (absolute keys only); None for anything else.
+pub fn scalar(root: &Node, key: &str) -> Option<String> {
+    let mut key = key.to_string();
+    for _ in 0..MAX_DEPTH {
+        let text = match root.get(&split(&key))? {
+            Node::Leaf(Leaf::Bool(b)) => return Some(b.to_string()),
+            Node::Leaf(Leaf::Int(i)) => return Some(i.to_string()),
+            Node::Leaf(Leaf::Float(f)) => return Some(f.to_string()),
+            Node::Leaf(Leaf::Str(s)) => s,
+            _ => return None,
+        };
+        if !text.contains("${") {
+            return Some(text.clone());
+        }
+        let inner = whole_interpolation(text)?.trim();
+        let (next, default) = match inner.strip_prefix("oc.select:") {
+            Some(args) => match top_level_comma(args) {
+                Some(at) => (args[..at].trim(), Some(args[at + 1..].trim())),
+                None => (args.trim(), None),
+            },
+            None => (inner, None),
+        };
+        if next.is_empty() || next.starts_with('.') || next.contains(['$', ':', '{']) {
+            return None;
+        }
+        if root.get(&split(next)).is_some() || default.is_none() {
+            key = next.to_string();
+            continue;
+        }
+        return default
+            .filter(|d| !d.contains("${") && !d.eq_ignore_ascii_case("null"))
+            .map(str::to_string);
+    }
+    None
+}
+
 /// The inside of `${...}` when that one interpolation is the whole text (its braces
 /// matched, nested `${...}` counted).
 fn whole_interpolation(text: &str) -> Option<&str> {
