@@ -236,3 +236,121 @@ fn token_auth_with_ray_2_51_is_refused_before_anything_starts() {
         assert!(networks.trim().is_empty(), "{networks}");
     }
 }
+
+/// Ray 2.59+ turns token auth on by itself in `ray start --head` when a token file is at
+/// its default path (`~/.ray/auth_token`), as an image of the user's may hold. An image
+/// like that, made once from argus's 2.60 image.
+const IMAGE_TOKEN_FILE: &str = "argus-test/ray-token-file:2.60.0";
+
+fn ensure_image_with_token_file(ctx: &TestContext) {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        ensure_image_260(ctx);
+        if !crate::harness::docker(&["image", "inspect", "-f", "{{.Id}}", IMAGE_TOKEN_FILE])
+            .trim()
+            .is_empty()
+        {
+            return;
+        }
+        let maker = format!("argus-test-token-file-{}", std::process::id());
+        let _ = crate::harness::docker(&["rm", "-f", &maker]);
+        crate::harness::docker(&[
+            "run",
+            "--name",
+            &maker,
+            IMAGE_260,
+            "sh",
+            "-c",
+            "mkdir -p /root/.ray && echo 0123456789abcdef0123456789abcdef > /root/.ray/auth_token",
+        ]);
+        crate::harness::docker(&["commit", &maker, IMAGE_TOKEN_FILE]);
+        crate::harness::docker(&["rm", "-f", &maker]);
+        assert!(
+            !crate::harness::docker(&["image", "inspect", "-f", "{{.Id}}", IMAGE_TOKEN_FILE])
+                .trim()
+                .is_empty(),
+            "could not make {IMAGE_TOKEN_FILE}"
+        );
+    });
+}
+
+/// `ray.auth: disabled` stays disabled on a Ray that would turn auth on by itself: argus
+/// sets `RAY_AUTH_MODE=disabled` in every container (without it, this image's head
+/// answers 401, checked by hand: `ray start --head` with the file and no variable).
+#[test]
+fn auth_disabled_stays_disabled_on_a_ray_that_turns_it_on_by_itself() {
+    let Some(mut ctx) = TestContext::docker_engine() else {
+        return;
+    };
+    ensure_image_with_token_file(&ctx);
+    let name = ctx.cluster("c");
+    let port = free_port();
+    let text = test_profile(&name, &ctx.path("shared"), port, 1, "")
+        .replace("image: argus/ray:2.51.1", &format!("image: {IMAGE_TOKEN_FILE}"));
+    let profile = ctx.write("p.yaml", &text);
+    let config = ctx.path("config");
+    let argus = || {
+        ctx.argus()
+            .env("XDG_CONFIG_HOME", &config)
+            .profile(&profile)
+    };
+    argus().args(["up"]).run().code(0);
+    // A request without any token is let in: auth is off, as the profile says.
+    assert_eq!(status_of(port, "GET", "/api/jobs/", None), 200);
+    let spec = ctx.write(
+        "job.yaml",
+        "workload: custom\nsubmission_id: no-auth\ncode_path: /mnt/shared\nentrypoint: python3 -c \"print('no auth OK')\"\n",
+    );
+    argus()
+        .args(["submit", "--wait", "--no-check"])
+        .arg_path(&spec)
+        .run()
+        .code(0)
+        .stderr_has("job no-auth SUCCEEDED");
+    assert!(!config.exists(), "auth disabled made no token file");
+    argus().args(["down"]).run().code(0);
+}
+
+/// `argus run` with `ray.auth: token` from nothing (no token file, no cluster): the run's
+/// `up` makes the token, and the run goes through to SUCCEEDED with it.
+#[test]
+fn run_with_token_auth_works_from_nothing() {
+    let Some(mut ctx) = TestContext::docker_engine() else {
+        return;
+    };
+    ensure_image_260(&ctx);
+    let olah = crate::hub::Olah::start(&ctx.path("olah"));
+    crate::hub::tiny_model(&olah.mirrors, "acme/tiny", 5000);
+    let name = ctx.cluster("c");
+    let port = free_port();
+    let text = format!(
+        "{}env: {{HF_ENDPOINT: \"{}\"}}\n",
+        test_profile(&name, &ctx.path("shared"), port, 1, "")
+            .replace("image: argus/ray:2.51.1", &format!("image: {IMAGE_260}"))
+            .replace(
+                "ray:\n",
+                "ray:\n  auth: token\n  token_env: ARGUS_TEST_UNSET_AUTH_TOKEN\n",
+            ),
+        olah.endpoint
+    );
+    let profile = ctx.write("p.yaml", &text);
+    let config = ctx.path("config");
+    let quickstart = crate::run::quickstart_copy(&ctx);
+    let report = ctx
+        .argus()
+        .env("XDG_CONFIG_HOME", &config)
+        .profile(&profile)
+        .args(["run", "--json", "--down-after"])
+        .arg_path(&quickstart)
+        .run()
+        .code(0)
+        .json();
+    assert_eq!(report["job_status"], "SUCCEEDED", "{report:#}");
+    let token_file = config.join(format!("argus/tokens/{name}.token"));
+    assert_eq!(mode(&token_file), 0o600);
+    // Ray really ran with auth on: the token is not on the shared storage, and the cluster
+    // is gone (`--down-after`).
+    let token = std::fs::read_to_string(&token_file).expect("token file");
+    assert!(files_containing(&ctx.path("shared"), token.trim()).is_empty());
+    assert!(ctx.cluster_containers(&name).is_empty());
+}

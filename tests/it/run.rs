@@ -12,7 +12,7 @@ use crate::harness::{TestContext, entry_names, free_port, poll, read_json, test_
 use crate::hub::{Olah, tiny_model};
 
 /// Copies the shipped quickstart (JobSpec, code, sample) so a test may change it.
-fn quickstart_copy(ctx: &TestContext) -> PathBuf {
+pub(crate) fn quickstart_copy(ctx: &TestContext) -> PathBuf {
     let dir = ctx.path("jobs");
     copy_tree(
         Path::new("profiles/jobs/quickstart"),
