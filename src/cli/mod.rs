@@ -578,11 +578,15 @@ pub enum ImageCommand {
     /// through the Docker API. Needs root and debootstrap. An image built from the same
     /// inputs (suite, Ray version, extra packages) is not rebuilt.
     ///
-    /// `--verl` then adds verl's dependencies on top (torch, transformers, hydra-core, ...:
-    /// the exact versions of assets/verl/0.8.0/requirements.lock, installed from PyPI by pip in a
-    /// container of the Ray image and committed as a layer, about 8 GB) and the CPU shim
-    /// `argus_verl_cpu`: `argus/verl:0.8.0-cpu`, the image of the built-in profile. verl's
-    /// own code is not in it: jobs take it from a code snapshot.
+    /// `--verl` then adds verl's dependencies on top, for one supported verl release
+    /// (`--verl-version`, default 0.9.1; 0.8.0 also): the exact versions of
+    /// assets/verl/<version>/requirements.lock (torch, transformers, hydra-core, ...),
+    /// installed from PyPI by pip in a container of the Ray image and committed as a layer
+    /// (about 8 GB), and the CPU shim `argus_verl_cpu`: `argus/verl:<version>-cpu`, the
+    /// image of the built-in profile. `--gpu` builds a GPU host's image instead from
+    /// assets/verl/<version>/requirements-gpu.lock (CUDA torch, vLLM, TransferQueue; no
+    /// shim): `argus/verl:<version>-gpu`, about 5 GB to download. verl's own code is not in
+    /// either: jobs take it from a code snapshot of the same release.
     Build(ImageBuildArgs),
 }
 
@@ -613,12 +617,28 @@ pub struct ImageBuildArgs {
     pub force: bool,
 
     /// Build the verl image (verl's pinned dependencies and the CPU shim) on the Ray image;
-    /// --tag then names the verl image (default argus/verl:0.8.0-cpu).
+    /// --tag then names the verl image (default argus/verl:<verl-version>-cpu, with
+    /// `-ray<version>` after it on another Ray).
     #[arg(long, conflicts_with = "pip")]
     pub verl: bool,
 
-    /// With --verl: install this requirements file instead of argus's CPU lock
-    /// (assets/verl/0.8.0/requirements.lock), e.g. a GPU host's lock with vLLM.
+    /// With --verl: the verl release whose lock is installed (0.8.0 or 0.9.1); with
+    /// --lock, the release that lock is for (labelled on the image, checked at submit).
+    #[arg(
+        long,
+        value_name = "VERSION",
+        requires = "verl",
+        default_value = "0.9.1"
+    )]
+    pub verl_version: String,
+
+    /// With --verl: the GPU image (argus's GPU lock of that release: CUDA torch, vLLM,
+    /// TransferQueue; no shim): argus/verl:<verl-version>-gpu.
+    #[arg(long, requires = "verl", conflicts_with_all = ["lock", "no_shim"])]
+    pub gpu: bool,
+
+    /// With --verl: install this requirements file instead of argus's lock
+    /// (assets/verl/<version>/requirements.lock), e.g. a lock of your own.
     #[arg(long, value_name = "FILE", requires = "verl")]
     pub lock: Option<PathBuf>,
 

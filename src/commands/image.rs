@@ -44,6 +44,27 @@ pub async fn build(cli: &Cli, args: &ImageBuildArgs, printer: &Printer) -> Resul
         what: what.into(),
         value: value.into(),
     };
+    // A release of argus's own: its lock. With --lock, any version the lock is for.
+    let release = image::verl_release(&args.verl_version);
+    if args.verl
+        && (!image::valid_version_word(&args.verl_version)
+            || (release.is_none() && user_lock.is_none()))
+    {
+        return Err(invalid(
+            "--verl-version",
+            &format!(
+                "{} (argus has locks for {}; for another release pass your own --lock)",
+                args.verl_version,
+                image::verl_versions()
+            ),
+        )
+        .into());
+    }
+    let flavour = if args.gpu {
+        image::Flavour::Gpu
+    } else {
+        image::Flavour::Cpu
+    };
     if !image::valid_version_word(&args.ray_version) {
         return Err(invalid("--ray-version", &args.ray_version).into());
     }
@@ -85,21 +106,7 @@ pub async fn build(cli: &Cli, args: &ImageBuildArgs, printer: &Printer) -> Resul
         .await
         .with_context(|| format!("cannot build image {}", spec.tag))?;
     if args.verl {
-        // Another Ray version makes another image: its default tag says so.
-        let default_tag = if args.ray_version == image::DEFAULT_RAY_VERSION {
-            image::verl_default_tag()
-        } else {
-            format!("{}-ray{}", image::verl_default_tag(), args.ray_version)
-        };
-        let mut layer = image::LayerSpec::cpu(
-            args.tag.clone().unwrap_or(default_tag),
-            spec.tag.clone(),
-            args.force,
-        );
-        if let Some(lock) = user_lock.take() {
-            layer.lock = lock;
-        }
-        layer.shim = !args.no_shim;
+        let layer = verl_layer(args, release, flavour, user_lock.take(), &spec.tag)?;
         let base_seconds = report.seconds;
         report = image::build_layer(&docker, &layer, &reporter)
             .await
@@ -129,4 +136,53 @@ pub async fn build(cli: &Cli, args: &ImageBuildArgs, printer: &Printer) -> Resul
         ));
     }
     Ok(Exit::Success)
+}
+
+/// The verl layer `args` ask for: a release's lock (CPU with the shim, or `--gpu`), or a
+/// lock of the user's for the release `--verl-version` names.
+fn verl_layer(
+    args: &ImageBuildArgs,
+    release: Option<&'static image::VerlRelease>,
+    flavour: image::Flavour,
+    user_lock: Option<crate::ids::RequirementsLock>,
+    base: &str,
+) -> Result<image::LayerSpec> {
+    // Another Ray version makes another image: its default tag says so.
+    let tag = args
+        .tag
+        .clone()
+        .unwrap_or_else(|| image::verl_tag_for(&args.verl_version, flavour, &args.ray_version));
+    let mut layer = match (release, user_lock) {
+        (_, Some(lock)) => image::LayerSpec {
+            tag,
+            base: base.to_string(),
+            force: args.force,
+            lock,
+            shim: true,
+            verl_version: Some(args.verl_version.clone()),
+        },
+        (Some(release), None) => {
+            image::LayerSpec::of(release, flavour, tag, base.to_string(), args.force).ok_or_else(
+                || image::BuildError::Input {
+                    what: "--gpu".into(),
+                    value: format!("argus has no GPU lock for verl {}", release.version),
+                },
+            )?
+        }
+        (None, None) => {
+            return Err(image::BuildError::Input {
+                what: "--verl-version".into(),
+                value: format!(
+                    "{} (argus has locks for {})",
+                    args.verl_version,
+                    image::verl_versions()
+                ),
+            }
+            .into());
+        }
+    };
+    if args.no_shim {
+        layer.shim = false;
+    }
+    Ok(layer)
 }

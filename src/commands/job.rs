@@ -39,7 +39,7 @@ async fn target(cli: &Cli) -> Result<Target> {
         return Ok(Target::from_profile(&attached.cluster, attached.ray));
     }
     let ray = access::ray_client(&loaded).await?.with_connect_retries(2);
-    Ok(Target::from_profile(&loaded, ray))
+    Ok(Target::of_profile(&loaded, ray).await)
 }
 
 /// The cluster `submit --dry-run` resolves against: the same target, reached by nothing (a
@@ -50,7 +50,7 @@ async fn dry_run_target(cli: &Cli) -> Result<Target> {
     }
     let loaded = super::profile(cli)?;
     let ray = crate::ray::RayClient::new(&loaded.dashboard_url(), None);
-    Ok(Target::from_profile(&loaded, ray))
+    Ok(Target::of_profile(&loaded, ray).await)
 }
 
 /// What `submit` does not do with the fields only `argus run` acts on, said where they are

@@ -62,6 +62,10 @@ pub async fn run(cli: &Cli, args: &RunArgs, printer: &Printer) -> Result<Exit> {
         }
     };
     job.check_on_shared(&loaded.profile.container_layout().mount())?;
+    let mut loaded = loaded;
+    if args.lock.is_none() {
+        image_for_jobspec(cli, &mut loaded, &job, printer).await?;
+    }
     // A verl run run with this command's profile ends with its training at a glance.
     let summarize =
         job.spec.workload != crate::config::jobspec::Workload::Custom && args.lock.is_none();
@@ -295,4 +299,28 @@ impl SavedLog {
         }
         false
     }
+}
+
+/// The image for the verl release the JobSpec pins: the built-in profile's follows it;
+/// another profile's is refused here when it is another release, before anything runs. (A
+/// replay runs on the image its lock pinned, never another: not called for one.)
+async fn image_for_jobspec(
+    cli: &Cli,
+    loaded: &mut crate::config::LoadedProfile,
+    job: &LoadedJobSpec,
+    printer: &Printer,
+) -> Result<()> {
+    let builtin = cli.profile.is_none() && cli.config.is_none();
+    let label = crate::cluster::image::verl_version_label(
+        loaded.profile.docker.host.as_deref(),
+        &loaded.profile.image,
+    )
+    .await;
+    let note =
+        crate::submit::verl_match::image_for_run(&mut loaded.profile, builtin, &job.spec, label)
+            .map_err(crate::submit::Error::VerlMismatch)?;
+    if let Some(note) = note {
+        printer.info(note);
+    }
+    Ok(())
 }

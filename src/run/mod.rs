@@ -375,12 +375,13 @@ async fn stages(
         .filter(|l| l.submission_id == id);
     let cluster = stage_up(ctx, &mut rec, pinned.as_ref(), &records, &id).await?;
     // After `up`: with `ray.auth: token` it is `up` that makes the token on a first run.
-    let target = Target::from_profile(
+    let target = Target::of_profile(
         ctx.loaded,
         crate::cluster::access::ray_client(ctx.loaded)
             .await?
             .with_connect_retries(2),
-    );
+    )
+    .await;
     let seen = job::observe(&target, &records, &id).await?;
     if options.new && seen.exists() {
         return Err(Error::SubmissionTaken { id });

@@ -11,6 +11,7 @@ pub mod pools;
 pub mod resolve;
 pub mod send;
 pub mod target;
+pub mod verl_match;
 pub mod watch;
 
 use std::path::PathBuf;
@@ -53,6 +54,8 @@ pub enum Error {
     Record(#[from] crate::records::Error),
     #[error("code.source is snapshotted by `argus run`; `argus submit` needs code_id or code_path")]
     NeedsRun,
+    #[error("{0}")]
+    VerlMismatch(verl_match::Mismatch),
     #[error("the job asks for {demand}, but the cluster has {cluster}: it would wait forever")]
     Infeasible { demand: String, cluster: String },
     #[error(
@@ -81,6 +84,7 @@ impl Classify for Error {
             | Error::BadId(_)
             | Error::NeedsRun
             | Error::Infeasible { .. }
+            | Error::VerlMismatch(_)
             | Error::DriverInfeasible { .. } => Exit::Usage,
             Error::Record(e) => e.exit(),
             Error::Records { source, .. } => crate::fsx::io_exit(source),
@@ -102,6 +106,7 @@ impl Classify for Error {
             ),
             Error::UnknownJob(_) => Some("`argus job list` shows the jobs".into()),
             Error::DriverInfeasible { .. } => Some("entrypoint_resources (JobSpec or profile submit:) must name resources one live node has: worker_node: 1 is on every worker; a resource of your own must be in a worker group's `resources`".into()),
+            Error::VerlMismatch(m) => Some(m.fix.clone()),
             Error::Infeasible { .. } => Some("lower nnodes / n_gpus_per_node in the JobSpec (or --set them), or give the profile's workers more GPUs (`argus up`)".into()),
             _ => None,
         }

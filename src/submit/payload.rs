@@ -91,6 +91,7 @@ mod tests {
             setup_hook: None,
             config_record: (String::new(), String::new()),
             hub_offline_ok,
+            image_verl: None,
         }
     }
 

@@ -234,6 +234,20 @@ pub fn prepare(target: &Target, loaded: &LoadedJobSpec, check: bool) -> Result<P
         &work_dir,
         &entrypoint::build(&entrypoint::redacted(&inputs))?,
     )?;
+    // verl's code and the image's dependencies are one release (checks need the snapshot).
+    if let (Some(image), Some(code)) = (
+        &target.image_verl,
+        snapshot_on_host
+            .as_deref()
+            .filter(|_| spec.workload != Workload::Custom)
+            .and_then(super::verl_match::code_verl),
+    ) {
+        match super::verl_match::judge(&code, image) {
+            Ok(Some(warning)) => notes.push(warning),
+            Ok(None) => {}
+            Err(mismatch) => return Err(Error::VerlMismatch(mismatch)),
+        }
+    }
     let (checked_overrides_against, composed) =
         check_overrides(target, spec, &inputs, &code_path, check, &mut notes)?;
     let demand = gpu_demand(

@@ -36,6 +36,9 @@ pub struct Target {
     /// that sets it wins over what a job would be given; an old RayConfig's cluster is
     /// not known, so nothing is added there).
     pub hub_offline_ok: bool,
+    /// The verl release the cluster's image is for, when it says
+    /// ([`super::verl_match`]): a job's code of another release is refused.
+    pub image_verl: Option<super::verl_match::ImageVerl>,
 }
 
 fn default_resources(given: Option<&BTreeMap<String, f64>>) -> BTreeMap<String, f64> {
@@ -74,7 +77,31 @@ impl Target {
             hub_offline_ok: !p.env.contains_key(HUB_OFFLINE)
                 && !p.head.env.contains_key(HUB_OFFLINE)
                 && p.workers.iter().all(|w| !w.env.contains_key(HUB_OFFLINE)),
+            image_verl: super::verl_match::ImageVerl::from_tag(&p.image),
         }
+    }
+
+    /// [`Target::from_profile`], then [`Target::read_image_verl`].
+    pub async fn of_profile(loaded: &LoadedProfile, ray: RayClient) -> Self {
+        Self::from_profile(loaded, ray)
+            .read_image_verl(loaded)
+            .await
+    }
+
+    /// [`Target::image_verl`] from the image's own label when it has one (an image built
+    /// with `--lock` under a tag of the user's), else what its tag says.
+    pub async fn read_image_verl(mut self, loaded: &LoadedProfile) -> Self {
+        let image = &loaded.profile.image;
+        if let Some(version) =
+            crate::cluster::image::verl_version_label(loaded.profile.docker.host.as_deref(), image)
+                .await
+        {
+            self.image_verl = Some(super::verl_match::ImageVerl {
+                image: image.clone(),
+                version,
+            });
+        }
+        self
     }
 
     pub fn from_ray_config(config: &RayConfig, token: Option<String>) -> Self {
@@ -92,6 +119,7 @@ impl Target {
             setup_hook: hook(&config.runtime_env),
             config_record: ("ray_config.yaml".into(), redacted_yaml(config)),
             hub_offline_ok: false,
+            image_verl: None,
         }
     }
 

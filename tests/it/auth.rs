@@ -285,8 +285,10 @@ fn auth_disabled_stays_disabled_on_a_ray_that_turns_it_on_by_itself() {
     ensure_image_with_token_file(&ctx);
     let name = ctx.cluster("c");
     let port = free_port();
-    let text = test_profile(&name, &ctx.path("shared"), port, 1, "")
-        .replace("image: argus/ray:2.51.1", &format!("image: {IMAGE_TOKEN_FILE}"));
+    let text = test_profile(&name, &ctx.path("shared"), port, 1, "").replace(
+        "image: argus/ray:2.51.1",
+        &format!("image: {IMAGE_TOKEN_FILE}"),
+    );
     let profile = ctx.write("p.yaml", &text);
     let config = ctx.path("config");
     let argus = || {

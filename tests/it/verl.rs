@@ -30,6 +30,32 @@ pub(crate) fn ensure_verl_image() {
     });
 }
 
+/// Builds verl 0.8.0's CPU image once per test binary (the release before 0.9, still
+/// supported: `argus image build --verl --verl-version 0.8.0`).
+pub(crate) fn ensure_verl_080_image() {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    BUILT.get_or_init(|| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_argus"))
+            .args([
+                "image",
+                "build",
+                "--verl",
+                "--verl-version",
+                "0.8.0",
+                "--no-progress",
+            ])
+            .env_remove("ARGUS_PROFILE")
+            .output()
+            .expect("run argus");
+        let run = Run::from(out);
+        assert_eq!(
+            run.code, 0,
+            "argus image build --verl --verl-version 0.8.0 failed\n{}\n{}",
+            run.stdout, run.stderr
+        );
+    });
+}
+
 /// The built-in profile as shipped, with this test's cluster name, storage and port.
 pub(crate) fn builtin_profile(ctx: &mut TestContext, extra: &str) -> (PathBuf, PathBuf) {
     let name = ctx.cluster("v");
@@ -829,4 +855,58 @@ fn a_verl_job_the_cluster_cannot_hold_or_a_model_dir_without_config_is_refused_b
         .args(["job", "stop", "pg-infeasible", "--wait"])
         .run();
     let _ = ctx.argus().profile(&profile).args(["down"]).run();
+}
+
+/// verl 0.8.0 stays supported: its JobSpec trains GRPO on its own image, and on a profile
+/// whose image is 0.9.1's the same JobSpec is refused before anything starts, naming both
+/// releases and the command that builds the right image.
+#[test]
+fn verl_0_8_0_trains_on_its_image_and_is_refused_on_another_releases() {
+    let Some(mut ctx) = TestContext::docker_engine() else {
+        return;
+    };
+    let (profile, shared) = builtin_profile(&mut ctx, "");
+    // The built-in profile's image (0.9.1), kept: refused, nothing made.
+    ctx.argus()
+        .profile(&profile)
+        .args(["run", "profiles/jobs/verl-grpo-cpu-0.8.0.yaml"])
+        .run()
+        .code(2)
+        .stderr_has(
+            "the job's code is verl 0.8.0, but the image argus/verl:0.9.1-cpu holds verl 0.9.1's dependencies",
+        )
+        .stderr_has("argus image build --verl --verl-version 0.8.0");
+    assert!(!shared.exists(), "nothing on the shared storage");
+
+    ensure_verl_080_image();
+    let text = std::fs::read_to_string(&profile)
+        .expect("profile")
+        .replace("image: argus/verl:0.9.1-cpu", "image: argus/verl:0.8.0-cpu");
+    let profile = ctx.write("local-080.yaml", &text);
+    let report = ctx
+        .argus()
+        .profile(&profile)
+        .args([
+            "run",
+            "--json",
+            "--down-after",
+            "profiles/jobs/verl-grpo-cpu-0.8.0.yaml",
+            "--set",
+            "total_training_steps=2",
+        ])
+        .run()
+        .code(0)
+        .json();
+    assert_eq!(report["job_status"], "SUCCEEDED", "{report:#}");
+    let id = report["submission_id"].as_str().expect("submission_id");
+    let log = std::fs::read_to_string(shared.join(format!("jobs/{id}/logs/driver.log")))
+        .expect("driver.log");
+    // 0.8.0's own trainer (not 0.9's V1: `TaskRunnerV1`), two steps.
+    assert!(log.contains("Total training steps: 2"), "{log}");
+    assert!(!log.contains("TaskRunnerV1"), "{log}");
+    assert_eq!(
+        verl_step_lines(&log).keys().copied().collect::<Vec<_>>(),
+        [1, 2],
+        "{log}"
+    );
 }

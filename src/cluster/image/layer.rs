@@ -1,5 +1,6 @@
-//! The verl image: verl's dependencies, pinned by a lock kept in the repository
-//! (`assets/verl/0.8.0/requirements.lock`), installed with pip on top of argus's Ray image and
+//! The verl image: verl's dependencies, pinned by a lock kept in the repository per
+//! supported release (`assets/verl/<version>/requirements.lock`, and
+//! `requirements-gpu.lock` for GPU hosts), installed with pip on top of argus's Ray image and
 //! committed as a layer of it. verl's own code is not in the image: it comes from a code
 //! snapshot on the shared storage, as on real clusters.
 //!
@@ -31,10 +32,128 @@ use super::build::{BuildReport, built, existing, host_ca_bundle, host_pip_config
 use super::{BuildError, LABEL_INPUTS, VENV, io_err, short_id};
 use crate::ui::{Reporter, Task};
 
-/// The verl release whose dependencies the lock pins (its code comes from a snapshot).
-pub const VERL_VERSION: &str = "0.8.0";
-/// verl's dependencies for CPU training, exact versions (see the file's header).
-pub const VERL_LOCK: &str = include_str!("../../../assets/verl/0.8.0/requirements.lock");
+/// A verl release argus has locks for: its CPU lock (with the shim, for hosts without a
+/// GPU) and, where there is one, its GPU lock (CUDA torch, vLLM; no shim).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VerlRelease {
+    pub version: &'static str,
+    pub cpu_lock: &'static str,
+    pub gpu_lock: Option<&'static str>,
+}
+
+/// The releases argus supports, oldest first. verl's code comes from a snapshot of the
+/// same release (`code.source: pypi:verl==<version>`); the image holds its dependencies.
+pub const RELEASES: [VerlRelease; 2] = [
+    VerlRelease {
+        version: "0.8.0",
+        cpu_lock: include_str!("../../../assets/verl/0.8.0/requirements.lock"),
+        gpu_lock: None,
+    },
+    VerlRelease {
+        version: "0.9.1",
+        cpu_lock: include_str!("../../../assets/verl/0.9.1/requirements.lock"),
+        gpu_lock: Some(include_str!(
+            "../../../assets/verl/0.9.1/requirements-gpu.lock"
+        )),
+    },
+];
+
+/// The release of the built-in profile and the shipped JobSpecs.
+pub const VERL_VERSION: &str = "0.9.1";
+
+/// The supported release `version`, if it is one.
+pub fn release(version: &str) -> Option<&'static VerlRelease> {
+    RELEASES.iter().find(|r| r.version == version)
+}
+
+/// The supported versions, for messages: `0.8.0, 0.9.1`.
+pub fn supported_versions() -> String {
+    RELEASES
+        .iter()
+        .map(|r| r.version)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What a verl image is for: hosts without a GPU (the shim) or with NVIDIA GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flavour {
+    Cpu,
+    Gpu,
+}
+
+impl Flavour {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Flavour::Cpu => "cpu",
+            Flavour::Gpu => "gpu",
+        }
+    }
+}
+
+/// An argus verl tag read back: `argus/verl:<version>-<cpu|gpu>[-ray<ray version>]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VerlTag {
+    pub release: &'static VerlRelease,
+    pub flavour: Flavour,
+    /// The Ray version of the base image (argus's default when the tag names none).
+    pub ray_version: String,
+}
+
+impl VerlTag {
+    pub fn parse(reference: &str) -> Option<VerlTag> {
+        let rest = reference
+            .strip_prefix("docker.io/")
+            .unwrap_or(reference)
+            .strip_prefix("argus/verl:")?;
+        let (version, rest) = rest.split_once('-')?;
+        let release = release(version)?;
+        let (flavour, ray) = match rest.split_once("-ray") {
+            Some((flavour, ray)) => (flavour, Some(ray)),
+            None => (rest, None),
+        };
+        let flavour = match flavour {
+            "cpu" => Flavour::Cpu,
+            "gpu" => Flavour::Gpu,
+            _ => return None,
+        };
+        let ray_version = match ray {
+            Some(v) if super::valid_version_word(v) => v.to_string(),
+            Some(_) => return None,
+            None => super::DEFAULT_RAY_VERSION.to_string(),
+        };
+        Some(VerlTag {
+            release,
+            flavour,
+            ray_version,
+        })
+    }
+}
+
+/// The tag argus gives the `flavour` image of `version` on `argus/ray:<ray_version>`.
+pub fn tag_for(version: &str, flavour: Flavour, ray_version: &str) -> String {
+    let mut tag = format!("argus/verl:{version}-{}", flavour.as_str());
+    if ray_version != super::DEFAULT_RAY_VERSION {
+        tag.push_str(&format!("-ray{ray_version}"));
+    }
+    tag
+}
+
+/// The command that builds the image `tag` names (for hints).
+pub fn build_command(tag: &VerlTag) -> String {
+    let mut cmd = format!(
+        "argus image build --verl --verl-version {}",
+        tag.release.version
+    );
+    if tag.flavour == Flavour::Gpu {
+        cmd.push_str(" --gpu");
+    }
+    if tag.ray_version != super::DEFAULT_RAY_VERSION {
+        cmd.push_str(&format!(" --ray-version {}", tag.ray_version));
+    }
+    cmd
+}
+
 /// The CPU shim's files, installed as the package `argus_verl_cpu`.
 pub const CPU_SHIM: &[(&str, &str)] = &[
     (
@@ -53,18 +172,49 @@ pub const CPU_SHIM: &[(&str, &str)] = &[
         "run_module.py",
         include_str!("../../../assets/verl/argus_verl_cpu/run_module.py"),
     ),
+    // verl 0.9's `cpu` platform, loaded through the `verl.plugins` entry point below.
+    (
+        "platform.py",
+        include_str!("../../../assets/verl/argus_verl_cpu/platform.py"),
+    ),
     // The shaped GSM8K reward (a random model never solves GSM8K): verl loads it as
     // `reward.custom_reward_function.path=pkg://argus_verl_cpu.reward`.
     ("reward.py", include_str!("../../../assets/verl/reward.py")),
 ];
+/// The shim's distribution metadata, installed beside it: its `entry_points.txt` makes
+/// verl 0.9 load the `cpu` platform in every process (`verl.plugins`), the driver included.
+pub const CPU_SHIM_DIST_INFO: (&str, &[(&str, &str)]) = (
+    "argus_verl_cpu-0.2.0.dist-info",
+    &[
+        (
+            "METADATA",
+            include_str!("../../../assets/verl/argus_verl_cpu-0.2.0.dist-info/METADATA"),
+        ),
+        (
+            "entry_points.txt",
+            include_str!("../../../assets/verl/argus_verl_cpu-0.2.0.dist-info/entry_points.txt"),
+        ),
+        (
+            "top_level.txt",
+            include_str!("../../../assets/verl/argus_verl_cpu-0.2.0.dist-info/top_level.txt"),
+        ),
+        (
+            "RECORD",
+            include_str!("../../../assets/verl/argus_verl_cpu-0.2.0.dist-info/RECORD"),
+        ),
+    ],
+);
+
 /// The label naming the lock's hash, so a job's record can say which deps it ran on.
 pub const LABEL_VERL_LOCK: &str = "argus.verl.lock";
+/// The label naming the verl release the image's lock is for (`0.9.1`), when known.
+pub const LABEL_VERL_VERSION: &str = "argus.verl.version";
 /// Bumped whenever the steps below change what ends up in the layer.
-const LAYER_RECIPE: u32 = 1;
+const LAYER_RECIPE: u32 = 2;
 
-/// The default tag of the CPU verl image built on `argus/ray:<ray_version>`.
+/// The default tag of the CPU verl image (the built-in profile's).
 pub fn default_tag() -> String {
-    format!("argus/verl:{VERL_VERSION}-cpu")
+    tag_for(VERL_VERSION, Flavour::Cpu, super::DEFAULT_RAY_VERSION)
 }
 
 /// True for a reference argus builds as a verl layer (`argus/verl:...`).
@@ -78,23 +228,36 @@ pub struct LayerSpec {
     /// The image it is built on (argus's Ray image), by reference.
     pub base: String,
     pub force: bool,
-    /// The requirements pip installs: [`VERL_LOCK`], or a lock of the user's (a GPU host's,
+    /// The requirements pip installs: a release's lock ([`RELEASES`]), or a lock of the user's (a GPU host's,
     /// with vLLM).
     pub lock: RequirementsLock,
     /// Whether the CPU shim goes in (not on GPU hosts).
     pub shim: bool,
+    /// The verl release the lock is for (labelled on the image), when known.
+    pub verl_version: Option<String>,
 }
 
 impl LayerSpec {
-    /// The CPU image of this argus: its lock and its shim.
-    pub fn cpu(tag: String, base: String, force: bool) -> Self {
-        LayerSpec {
+    /// The image of `release` for `flavour`: argus's lock for it, the shim on CPU.
+    pub fn of(
+        release: &VerlRelease,
+        flavour: Flavour,
+        tag: String,
+        base: String,
+        force: bool,
+    ) -> Option<Self> {
+        let text = match flavour {
+            Flavour::Cpu => release.cpu_lock,
+            Flavour::Gpu => release.gpu_lock?,
+        };
+        Some(LayerSpec {
             tag,
             base,
             force,
-            lock: verl_lock(),
-            shim: true,
-        }
+            lock: RequirementsLock::parse(text).expect("argus's locks hold pins only"),
+            shim: flavour == Flavour::Cpu,
+            verl_version: Some(release.version.to_string()),
+        })
     }
 }
 
@@ -108,20 +271,22 @@ fn sha256_hex(bytes: &[u8]) -> String {
 /// The hash of what decides the layer's content.
 fn inputs_hash(base_id: &str, spec: &LayerSpec) -> String {
     let mut text = format!(
-        "layer={LAYER_RECIPE}\nbase={base_id}\nlock={}\n",
-        sha256_hex(spec.lock.text().as_bytes())
+        "layer={LAYER_RECIPE}\nbase={base_id}\nlock={}\nverl={}\n",
+        sha256_hex(spec.lock.text().as_bytes()),
+        spec.verl_version.as_deref().unwrap_or("")
     );
     if spec.shim {
         for (name, body) in CPU_SHIM {
             text.push_str(&format!("shim/{name}={}\n", sha256_hex(body.as_bytes())));
         }
+        for (name, body) in CPU_SHIM_DIST_INFO.1 {
+            text.push_str(&format!(
+                "dist-info/{name}={}\n",
+                sha256_hex(body.as_bytes())
+            ));
+        }
     }
     sha256_hex(text.as_bytes())[..16].to_string()
-}
-
-/// [`VERL_LOCK`] as a lock: pins only (tested by `ids::requirements`).
-pub fn verl_lock() -> RequirementsLock {
-    RequirementsLock::parse(VERL_LOCK).expect("assets/verl/0.8.0/requirements.lock holds pins only")
 }
 
 /// Builds the verl layer on `spec.base` unless an image from the same inputs exists.
@@ -194,6 +359,11 @@ fn stage(dir: &Path, spec: &LayerSpec) -> Result<(), BuildError> {
         for (name, body) in CPU_SHIM {
             write(dir.join("argus_verl_cpu").join(name), body.as_bytes())?;
         }
+        let dist_info = dir.join(CPU_SHIM_DIST_INFO.0);
+        std::fs::create_dir_all(&dist_info).map_err(io_err(dir))?;
+        for (name, body) in CPU_SHIM_DIST_INFO.1 {
+            write(dist_info.join(name), body.as_bytes())?;
+        }
     }
     if let Some(ca) = host_ca_bundle() {
         let to = dir.join("ca.crt");
@@ -208,6 +378,7 @@ fn stage(dir: &Path, spec: &LayerSpec) -> Result<(), BuildError> {
 
 /// The build script: fixed text, no value from outside goes into it.
 fn script() -> String {
+    let dist_info = CPU_SHIM_DIST_INFO.0;
     format!(
         r#"set -eu
 if [ -f /argus-build/ca.crt ]; then
@@ -218,12 +389,14 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 export PIP_CACHE_DIR=/argus-pip-cache
 {VENV}/bin/pip install --progress-bar off -r /argus-build/requirements.lock
 site=$({VENV}/bin/python3 -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-rm -rf "$site/argus_verl_cpu"
+rm -rf "$site/argus_verl_cpu" "$site"/argus_verl_cpu-*.dist-info
 {VENV}/bin/python3 -c 'import torch, transformers, hydra, tensordict'
 if [ -d /argus-build/argus_verl_cpu ]; then
   cp -r /argus-build/argus_verl_cpu "$site/argus_verl_cpu"
-  find "$site/argus_verl_cpu" -type f -exec chmod 0644 {{}} +
+  cp -r /argus-build/{dist_info} "$site/{dist_info}"
+  find "$site/argus_verl_cpu" "$site/{dist_info}" -type f -exec chmod 0644 {{}} +
   {VENV}/bin/python3 -c 'import argus_verl_cpu'
+  {VENV}/bin/python3 -c 'import importlib.metadata as m; assert [e for e in m.entry_points(group="verl.plugins") if e.name == "argus_verl_cpu"]'
 fi
 mkdir -p /etc/argus
 {VENV}/bin/pip freeze > /etc/argus/pip-freeze-verl.txt
@@ -327,7 +500,7 @@ async fn run_and_commit(
     }
     if code != 0 {
         return Err(BuildError::Step {
-            step: "pip install of assets/verl/0.8.0/requirements.lock".into(),
+            step: "pip install of the verl lock".into(),
             status: code.to_string(),
             output: tail.join("\n"),
         });
@@ -342,6 +515,10 @@ async fn run_and_commit(
         r#"CMD ["bash"]"#.to_string(),
         format!("LABEL {LABEL_INPUTS}={inputs}"),
         format!("LABEL {LABEL_VERL_LOCK}=sha256:{lock_hash}"),
+        format!(
+            "LABEL {LABEL_VERL_VERSION}={}",
+            spec.verl_version.as_deref().unwrap_or("")
+        ),
         "LABEL argus.build=".to_string(),
     ]
     .join("\n");

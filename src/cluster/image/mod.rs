@@ -41,8 +41,10 @@ pub use distribute::{
     names_registry, pull_on,
 };
 pub use layer::{
-    LABEL_VERL_LOCK, LayerSpec, VERL_LOCK, VERL_VERSION, build_layer,
-    default_tag as verl_default_tag, is_verl_tag,
+    Flavour, LABEL_VERL_LOCK, LABEL_VERL_VERSION, LayerSpec, RELEASES, VERL_VERSION, VerlRelease,
+    VerlTag, build_command as verl_build_command, build_layer, default_tag as verl_default_tag,
+    is_verl_tag, release as verl_release, supported_versions as verl_versions,
+    tag_for as verl_tag_for,
 };
 
 /// The Ray version argus's images pin unless told otherwise.
@@ -112,12 +114,26 @@ pub async fn ensure_built(
     reporter: &dyn Reporter,
 ) -> Result<(), BuildError> {
     let docker = super::docker::connect(docker_host).await?;
-    if reference == verl_default_tag() {
+    if let Some(tag) = VerlTag::parse(reference) {
+        if tag.flavour == Flavour::Gpu {
+            // A GPU image downloads about 5 GB: built when asked, never on the way.
+            if docker.inspect_image(reference).await.is_ok() {
+                return Ok(());
+            }
+            return Err(BuildError::Input {
+                what: "image".into(),
+                value: format!(
+                    "{reference} is absent: build it on this host with `{}` (about 5 GB from PyPI; see README, GPU hosts)",
+                    verl_build_command(&tag)
+                ),
+            });
+        }
         // The layer's inputs are this argus's lock and shim: a layer built from others
         // is rebuilt (pip's download cache makes that quick), one from these is reused.
-        let base = format!("argus/ray:{DEFAULT_RAY_VERSION}");
+        let base = format!("argus/ray:{}", tag.ray_version);
         Box::pin(ensure_built(docker_host, &base, reporter)).await?;
-        let spec = LayerSpec::cpu(reference.to_string(), base, false);
+        let spec = LayerSpec::of(tag.release, tag.flavour, reference.to_string(), base, false)
+            .expect("every release has a CPU lock");
         return build_layer(&docker, &spec, reporter).await.map(|_| ());
     }
     if is_verl_tag(reference) {
@@ -247,6 +263,18 @@ pub fn valid_version_word(word: &str) -> bool {
         && word.chars().all(|c| c.is_ascii_alphanumeric() || c == '.')
 }
 
+/// The verl release an image's `argus.verl.version` label names, when it is there (on
+/// the profile's engine; an engine that cannot be asked says nothing).
+pub async fn verl_version_label(docker_host: Option<&str>, reference: &str) -> Option<String> {
+    let docker = super::docker::connect(docker_host).await.ok()?;
+    let info = docker.inspect_image(reference).await.ok()?;
+    info.config?
+        .labels?
+        .get(LABEL_VERL_VERSION)
+        .filter(|v| valid_version_word(v))
+        .cloned()
+}
+
 /// The registry digest of a local image, when it came from a registry.
 pub async fn digest(docker_host: Option<&str>, reference: &str) -> Result<Option<String>, Error> {
     let docker = super::docker::connect(docker_host).await?;
@@ -260,8 +288,12 @@ pub async fn digest(docker_host: Option<&str>, reference: &str) -> Result<Option
 
 /// The `argus image build` flags that produce `image` (for hints).
 pub fn build_flags_for(image: &str) -> String {
-    if image == verl_default_tag() {
-        return " --verl".to_string();
+    if let Some(tag) = VerlTag::parse(image) {
+        let command = verl_build_command(&tag);
+        return command
+            .strip_prefix("argus image build")
+            .unwrap_or(&command)
+            .to_string();
     }
     match image.strip_prefix("argus/ray:") {
         Some(version) if version.chars().all(|c| c.is_ascii_digit() || c == '.') => {
@@ -437,5 +469,52 @@ mod tests {
         assert_eq!(build_flags_for("argus/ray:2.51.1"), "");
         assert_eq!(build_flags_for("argus/ray:2.52.0"), " --ray-version 2.52.0");
         assert_eq!(build_flags_for("my/img:1"), " --tag my/img:1");
+        assert_eq!(
+            build_flags_for("argus/verl:0.8.0-cpu"),
+            " --verl --verl-version 0.8.0"
+        );
+        assert_eq!(
+            build_flags_for("argus/verl:0.9.1-gpu"),
+            " --verl --verl-version 0.9.1 --gpu"
+        );
+        assert_eq!(
+            build_flags_for("argus/verl:0.9.1-cpu-ray2.60.0"),
+            " --verl --verl-version 0.9.1 --ray-version 2.60.0"
+        );
+        // Not a release argus has a lock for: a tag of the user's.
+        assert_eq!(
+            build_flags_for("argus/verl:0.7.0-cpu"),
+            " --tag argus/verl:0.7.0-cpu"
+        );
+    }
+
+    #[test]
+    fn verl_tags_read_back_as_built() {
+        for (version, flavour, ray) in [
+            ("0.8.0", Flavour::Cpu, DEFAULT_RAY_VERSION),
+            ("0.9.1", Flavour::Gpu, DEFAULT_RAY_VERSION),
+            ("0.9.1", Flavour::Cpu, "2.60.0"),
+        ] {
+            let tag = verl_tag_for(version, flavour, ray);
+            let read = VerlTag::parse(&tag).expect(&tag);
+            assert_eq!(
+                (
+                    read.release.version,
+                    read.flavour,
+                    read.ray_version.as_str()
+                ),
+                (version, flavour, ray)
+            );
+        }
+        for other in [
+            "argus/verl:0.9.1",
+            "argus/verl:0.9.1-tpu",
+            "argus/verl:0.9.1-cpu-ray2.60;x",
+            "argus/ray:2.51.1",
+            "my/verl:0.9.1-cpu",
+        ] {
+            assert_eq!(VerlTag::parse(other), None, "{other}");
+        }
+        assert_eq!(verl_default_tag(), "argus/verl:0.9.1-cpu");
     }
 }
