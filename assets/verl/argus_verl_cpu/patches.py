@@ -1,26 +1,53 @@
-"""The CPU patches behind argus_verl_cpu.setup(); each one says what it replaces and why.
+"""The CPU patches behind argus_verl_cpu.setup(); each one says what it replaces, why, and for
+which verl versions (0.8.0, 0.9.x: `_verl_at_least(0, 9)` is the one branch point).
 
 All patches are idempotent and are skipped entirely when a CUDA or NPU device is present (or when
 ARGUS_VERL_CPU=0). Functions that other verl modules imported by name are swapped in every
 already-imported verl module too, so the order of imports does not matter.
 """
 
+import glob
 import os
 import sys
 
 _DONE = False
 
 
-def _accelerator_present():
+def accelerator_present():
+    """True when this process (or its host) has a CUDA/NPU device, or ARGUS_VERL_CPU=0.
+
+    /dev/nvidia* and /dev/davinci* count too: a CPU-only Ray actor on a GPU host sees no CUDA
+    (Ray blanks CUDA_VISIBLE_DEVICES) but must not turn its verl into a CPU one."""
+    if os.environ.get("ARGUS_VERL_CPU", "1") == "0":
+        return True
     import torch
 
     if torch.cuda.is_available():
         return True
     npu = getattr(torch, "npu", None)
     try:
-        return bool(npu is not None and npu.is_available())
+        if npu is not None and npu.is_available():
+            return True
     except Exception:
-        return False
+        pass
+    return bool(glob.glob("/dev/nvidia[0-9]*") or glob.glob("/dev/davinci[0-9]*"))
+
+
+def verl_version():
+    """verl's release as a (major, minor, micro) tuple, from verl/version/version."""
+    import verl
+
+    parts = []
+    for piece in str(getattr(verl, "__version__", "0")).split(".")[:3]:
+        digits = "".join(c for c in piece if c.isdigit())
+        if not digits:
+            break
+        parts.append(int(digits))
+    return tuple(parts + [0] * (3 - len(parts)))
+
+
+def _verl_at_least(major, minor):
+    return verl_version()[:2] >= (major, minor)
 
 
 def _swap(old, new):
@@ -34,7 +61,47 @@ def _swap(old, new):
 
 
 def _patch_backend():
-    # 1. verl.utils.device.get_nccl_backend() returns "nccl" on anything but NPU.
+    # 2. (all versions) initialize_global_process_group_ray() defaults to
+    #    "cpu:gloo,{device}:{nccl}", which is "cpu:gloo,cpu:gloo" on CPU; torch rejects the
+    #    duplicate device key. Use plain "gloo".
+    import verl.utils.distributed as dist
+
+    if not getattr(dist.initialize_global_process_group_ray, "_argus_cpu", False):
+        old_init = dist.initialize_global_process_group_ray
+
+        def initialize_global_process_group_ray(timeout_second=None, backend=None):
+            return old_init(timeout_second=timeout_second, backend=backend or "gloo")
+
+        initialize_global_process_group_ray._argus_cpu = True
+        _swap(old_init, initialize_global_process_group_ray)
+        dist.initialize_global_process_group_ray = initialize_global_process_group_ray
+
+    if _verl_at_least(0, 9):
+        # 2b. (0.9) initialize_global_process_group() (torchrun: verl.trainer.sft_trainer) builds
+        #     the same "cpu:gloo,cpu:gloo" itself, with no backend argument (0.8.0 passed
+        #     get_nccl_backend(), which patch 1 made "gloo"). Same function, backend "gloo".
+        if not getattr(dist.initialize_global_process_group, "_argus_cpu", False):
+            old_global = dist.initialize_global_process_group
+
+            def initialize_global_process_group(timeout_second=36000):
+                from datetime import timedelta
+
+                import torch.distributed
+
+                torch.distributed.init_process_group(
+                    backend="gloo",
+                    timeout=timedelta(seconds=timeout_second),
+                    init_method=os.environ.get("DIST_INIT_METHOD", None),
+                )
+                return int(os.environ["LOCAL_RANK"]), int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+
+            initialize_global_process_group._argus_cpu = True
+            _swap(old_global, initialize_global_process_group)
+            dist.initialize_global_process_group = initialize_global_process_group
+        # 1 is not needed on 0.9: get_nccl_backend() asks the platform, which says "gloo".
+        return
+
+    # 1. (0.8.0) verl.utils.device.get_nccl_backend() returns "nccl" on anything but NPU.
     import verl.utils.device as device
 
     if getattr(device.get_nccl_backend, "_argus_cpu", False):
@@ -48,21 +115,10 @@ def _patch_backend():
     _swap(old, get_nccl_backend)
     device.get_nccl_backend = get_nccl_backend
 
-    # 2. initialize_global_process_group_ray() defaults to "cpu:gloo,{device}:{nccl}", which is
-    #    "cpu:gloo,cpu:gloo" on CPU; torch rejects the duplicate device key. Use plain "gloo".
-    import verl.utils.distributed as dist
 
-    old_init = dist.initialize_global_process_group_ray
-
-    def initialize_global_process_group_ray(timeout_second=None, backend=None):
-        return old_init(timeout_second=timeout_second, backend=backend or "gloo")
-
-    _swap(old_init, initialize_global_process_group_ray)
-    dist.initialize_global_process_group_ray = initialize_global_process_group_ray
-
-
-def _patch_torch_cpu():
-    # 4. verl calls CUDA-only memory/RNG helpers on get_torch_device(), which is torch.cpu here.
+def patch_torch_cpu():
+    # 4. (all versions) verl calls CUDA-only memory/RNG helpers on get_torch_device(), which is
+    #    torch.cpu here (0.8.0: getattr(torch, "cpu"); 0.9: the cpu platform's device_module).
     import torch
 
     cpu = torch.cpu
@@ -94,8 +150,9 @@ def _patch_torch_cpu():
 
 
 def _patch_engines():
-    # 3. FSDP engines are registered for device=["cuda", "npu"] only; EngineRegistry.get_engine_cls
-    #    looks up get_device_name() == "cpu" and fails. Alias the cuda entries to cpu.
+    # 3. (all versions) FSDP engines are registered for device=["cuda", "npu"] only;
+    #    EngineRegistry.get_engine_cls looks up get_device_name() == "cpu" and fails. Alias the
+    #    cuda entries to cpu (0.9 also tries the key ("cpu", vendor "cpu") first: not there).
     import verl.workers.engine  # noqa: F401  (registers the engines)
     from verl.workers.engine.base import EngineRegistry
 
@@ -104,8 +161,8 @@ def _patch_engines():
             if name in ("fsdp", "fsdp2") and "cuda" in devices:
                 devices.setdefault("cpu", devices["cuda"])
 
-    # 3b. forward-only FSDP2 engines (ref) use CPUOffloadPolicy(pin_memory=True); pinning needs a
-    #     CUDA driver. Parameters already live in host memory, so drop the pinning.
+    # 3b. (all versions) forward-only FSDP2 engines (ref) use CPUOffloadPolicy(pin_memory=True);
+    #     pinning needs a CUDA driver. Parameters already live in host memory: drop the pinning.
     import verl.workers.engine.fsdp.transformer_impl as ti
 
     real = getattr(ti.CPUOffloadPolicy, "_argus_real", ti.CPUOffloadPolicy)
@@ -120,8 +177,12 @@ def _patch_engines():
 
 
 def _patch_attention():
-    # 5. attention_utils imports flash_attn.bert_padding on every non-NPU host (reached from
-    #    remove-padding code paths even with use_remove_padding=False). Use transformers' versions.
+    # 5. (0.8.0 only) attention_utils imports flash_attn.bert_padding on every non-NPU host
+    #    (reached from remove-padding code paths even with use_remove_padding=False). Use
+    #    transformers' versions. verl 0.9 falls back to pure-torch helpers by itself when
+    #    flash_attn is missing, so this is skipped there.
+    if _verl_at_least(0, 9):
+        return
     import verl.utils.attention_utils as au
     from transformers import modeling_flash_attention_utils as mfa
 
@@ -143,7 +204,7 @@ def _patch_attention():
 
 
 def _patch_model_loader():
-    # 6. verl.utils.model.load_valuehead_model (PPO critic) hard-codes
+    # 6. (all versions) verl.utils.model.load_valuehead_model (PPO critic) hard-codes
     #    attn_implementation="flash_attention_2". On CPU load the token-classification head with
     #    the attention the model config asks for (eager/sdpa). Callers import it lazily by name.
     import verl.utils.model as vm
@@ -168,7 +229,8 @@ def _patch_model_loader():
 
 
 def _register_rollout():
-    # 8. a CPU rollout under the name "hf_cpu".
+    # 8. (all versions) a CPU rollout under the name "hf_cpu" (argus_verl_cpu.rollout says what
+    #    differs between 0.8.0 and 0.9 there).
     from verl.workers.rollout import base, replica
 
     base._ROLLOUT_REGISTRY[("hf_cpu", "async")] = "argus_verl_cpu.rollout.HFCpuServerAdapter"
@@ -182,21 +244,44 @@ def _register_rollout():
 
 
 def _patch_compile():
-    # 7. verl torch.compile's its entropy helper (engine use_torch_compile=True by default). On CPU,
-    #    Inductor needs a working C++ compiler (g++), which slim images lack ("InvalidCxxCompiler").
-    #    Run eagerly instead: same numbers, no compile step.
+    # 7. (all versions) verl torch.compile's its entropy helper (engine use_torch_compile=True by
+    #    default). On CPU, Inductor needs a working C++ compiler (g++), which slim images lack
+    #    ("InvalidCxxCompiler"). Run eagerly instead: same numbers, no compile step.
     import torch._dynamo
 
     torch._dynamo.config.disable = True
 
 
+def _use_cpu_platform():
+    # 9. (0.9 only) the "cpu" platform (argus_verl_cpu.platform). verl registers it itself in
+    #    every process through the `verl.plugins` entry point of argus_verl_cpu's dist-info; this
+    #    also registers it where that dist-info is missing (shim on PYTHONPATH only) or plugins
+    #    are off (VERL_USE_EXTERNAL_PLUGINS=none), and replaces a platform verl already chose
+    #    ("nvidia", its fallback) before the hook ran. The job's driver process is no Ray worker
+    #    and gets no hook: there only the entry point helps.
+    if not _verl_at_least(0, 9):
+        return
+    from verl.plugin import platform as vp
+
+    from argus_verl_cpu.platform import NAME, PlatformCPU
+
+    if vp.PlatformRegistry.get(NAME) is None:
+        vp.PlatformRegistry.register(platform=NAME)(PlatformCPU)
+    from verl.plugin.platform import platform_manager as pm
+
+    current = pm._current_platform  # None: not chosen yet; detection will find "cpu"
+    if current is not None and current.device_name != "cpu":
+        vp.set_platform(PlatformCPU())
+
+
 def setup(*_args, **_kwargs):
     """Apply all CPU patches (no-op on CUDA/NPU hosts or with ARGUS_VERL_CPU=0). Idempotent."""
     global _DONE
-    if _DONE or os.environ.get("ARGUS_VERL_CPU", "1") == "0" or _accelerator_present():
+    if _DONE or accelerator_present():
         return
-    _patch_torch_cpu()
+    patch_torch_cpu()
     _patch_compile()
+    _use_cpu_platform()
     _patch_backend()
     _patch_attention()
     _patch_model_loader()

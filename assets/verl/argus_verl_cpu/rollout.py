@@ -1,4 +1,4 @@
-"""CPU rollout for verl 0.8.0, registered as `actor_rollout_ref.rollout.name=hf_cpu`.
+"""CPU rollout for verl 0.8.0 and 0.9.x, registered as `actor_rollout_ref.rollout.name=hf_cpu`.
 
 Replaces the GPU inference servers (vLLM/SGLang/TRT-LLM) that verl's agent loop talks to:
   HFCpuServer         Ray actor, one per rollout replica, holding a transformers CausalLM on CPU.
@@ -10,6 +10,14 @@ Replaces the GPU inference servers (vLLM/SGLang/TRT-LLM) that verl's agent loop 
                       drains verl's per-tensor weight generator (a collective under FSDP, so every
                       rank iterates it) and rollout-rank 0 pushes the full state dict to its server.
 sleep/wake_up/kv-cache calls are no-ops: there is no device memory to free.
+
+Differences between verl versions, handled here without a version switch:
+  * every TokenOutput carries extra_fields={"global_steps": <step of the weights>}, as vLLM's server
+    does in both versions. 0.9's LLMServerClient copies it into min/max_global_steps and the V1
+    trainer (replay buffer / agent_loop_tq) needs it; 0.8.0 only passes it along.
+  * 0.9 calls abort_all_requests(reject_request=...) and update_weights(weights, wire_format=...):
+    the server takes any arguments; the adapter accepts "named_tensors" (the only format the
+    naive, colocated sync sends) and refuses "delta_flush" (delta checkpoint engines: not on CPU).
 """
 
 import asyncio
@@ -123,6 +131,7 @@ class HFCpuServer:
     @torch.no_grad()
     def _generate_batch(self, batch, key):
         temperature, top_p, top_k, rep, want_logprobs = key
+        steps = self.global_steps  # the weights this batch is generated with
         width = max(len(p) for p, *_ in batch)
         ids = torch.full((len(batch), width), self.pad, dtype=torch.long)
         mask = torch.zeros_like(ids)
@@ -153,7 +162,11 @@ class HFCpuServer:
                     toks = toks[: j + 1]
                     break
             lp = logps[i, : len(toks)].tolist() if logps is not None else None
-            results.append(TokenOutput(token_ids=toks, log_probs=lp, stop_reason="completed"))
+            results.append(
+                TokenOutput(
+                    token_ids=toks, log_probs=lp, stop_reason="completed", extra_fields={"global_steps": steps}
+                )
+            )
         return results
 
     # ---- control plane verl calls on every server; nothing to do on CPU -----------------
@@ -224,7 +237,14 @@ class HFCpuServerAdapter(BaseRollout):
         pass
 
     @torch.no_grad()
-    async def update_weights(self, weights: Generator[tuple[str, torch.Tensor], None, None], **kwargs):
+    async def update_weights(
+        self,
+        weights: Generator[tuple[str, torch.Tensor], None, None],
+        wire_format: str = "named_tensors",
+        **kwargs,
+    ):
+        if wire_format != "named_tensors":  # verl 0.9: delta checkpoint engines
+            raise NotImplementedError(f"hf_cpu takes full named tensors, not {wire_format!r}")
         state = {}
         for name, tensor in weights:  # always drain: yielding full tensors is collective under FSDP
             if self.rollout_rank == 0:
