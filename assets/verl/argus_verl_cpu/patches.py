@@ -218,7 +218,7 @@ def _patch_model_loader():
         attn = getattr(model_config, "_attn_implementation", None)
         return AutoModelForTokenClassification.from_pretrained(
             pretrained_model_name_or_path=local_path,
-            torch_dtype=torch_dtype,
+            dtype=torch_dtype,  # `dtype`: transformers >= 4.56 (torch_dtype is deprecated in 5.x)
             config=model_config,
             attn_implementation=attn if attn and "flash" not in attn else "eager",
             trust_remote_code=trust_remote_code,

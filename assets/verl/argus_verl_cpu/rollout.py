@@ -58,7 +58,7 @@ class HFCpuServer:
             path = copy_to_local(path)
             tok_path = copy_to_local(tok_path)
         self.model = AutoModelForCausalLM.from_pretrained(
-            path, torch_dtype=torch.float32, attn_implementation="eager", trust_remote_code=trust
+            path, dtype=torch.float32, attn_implementation="eager", trust_remote_code=trust
         ).eval()
         tok = AutoTokenizer.from_pretrained(tok_path, trust_remote_code=trust)
         eos = self.model.generation_config.eos_token_id
