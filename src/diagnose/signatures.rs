@@ -23,6 +23,9 @@ pub enum Cause {
     HydraConfig,
     /// No space left on a device.
     DiskFull,
+    /// Ray cannot place an actor or a task: no live node has what it asks for (verl 0.9's
+    /// TransferQueue storage pinned to a node with no CPU for it, a resource no node offers).
+    Unschedulable,
     /// A Ray node died (raylet or GCS said so, or its container exited).
     NodeDied,
     /// An error no signature names: the first Python exception line.
@@ -39,6 +42,7 @@ impl Cause {
             Cause::Import => "ModuleNotFound/ImportError",
             Cause::HydraConfig => "Hydra config error",
             Cause::DiskFull => "disk full",
+            Cause::Unschedulable => "unschedulable",
             Cause::NodeDied => "node died",
             Cause::Unknown => "error",
         }
@@ -116,6 +120,12 @@ const DISK_FULL: &[&str] = &[
     "Disk quota exceeded",
 ];
 
+const UNSCHEDULABLE: &[&str] = &[
+    "ActorUnschedulableError",
+    "TaskUnschedulableError",
+    "is not schedulable",
+];
+
 const NODE_DIED: &[&str] = &[
     "NodeDiedError",
     "node has died",
@@ -131,9 +141,20 @@ fn any(line: &str, words: &[&str]) -> bool {
     words.iter().any(|w| line.contains(w))
 }
 
+/// Words of a line that only passes a cause on: a Python warning (verl 0.9 warns that each
+/// engine it has no package for "is not available: ModuleNotFoundError(...)", in every
+/// job), and an actor that died because its owner did (the owner's end is the cause).
+const NOT_A_CAUSE: &[&str] = &[
+    "Warning: ",
+    "warnings.warn(",
+    "actor is dead because its owner",
+];
+
 /// The cause a log line names, if any (never [`Cause::Unknown`]: see [`is_exception`]).
 pub fn classify(line: &str) -> Option<Cause> {
-    if any(line, CUDA_OOM) {
+    if any(line, NOT_A_CAUSE) {
+        None
+    } else if any(line, CUDA_OOM) {
         Some(Cause::CudaOom)
     } else if any(line, RAY_OOM) {
         Some(Cause::OomKilled)
@@ -145,6 +166,8 @@ pub fn classify(line: &str) -> Option<Cause> {
         Some(Cause::HydraConfig)
     } else if any(line, DISK_FULL) {
         Some(Cause::DiskFull)
+    } else if any(line, UNSCHEDULABLE) {
+        Some(Cause::Unschedulable)
     } else if any(line, NODE_DIED) {
         Some(Cause::NodeDied)
     } else {
@@ -215,9 +238,22 @@ mod tests {
                 "[2026-01-01 00:00:00,000 W 1 1] gcs_health_check_manager.cc:100: Node abc is dead because the health check failed.",
                 Cause::NodeDied,
             ),
+            (
+                "ray.exceptions.ActorUnschedulableError: The actor is not schedulable: The node specified via NodeAffinitySchedulingStrategy doesn't exist any more or is infeasible, and soft=False was specified.",
+                Cause::Unschedulable,
+            ),
         ];
         for (line, cause) in cases {
             assert_eq!(classify(line), Some(cause), "{line}");
+        }
+        // What verl 0.9.1 and Ray printed in a job that failed for another reason (seen in
+        // a real run's bundle): a warning about an engine, an actor ended with its owner.
+        for passing_on in [
+            "\u{1b}[36m(pid=202, ip=172.27.0.3)\u{1b}[0m /mnt/shared/common/code/verl/f88d/verl/workers/engine/__init__.py:41: UserWarning: veomni engine is not available: ModuleNotFoundError(\"No module named 'veomni'\")",
+            "  warnings.warn(f\"megatron engine is not available: {e!r}\", stacklevel=1)",
+            "[2026-11-29 11:01:00,513 I 289 350] core_worker.cc:4048: Force kill actor request has received. exiting immediately... The actor is dead because its owner has died. Owner Id: 0200",
+        ] {
+            assert_eq!(classify(passing_on), None, "{passing_on}");
         }
         for quiet in [
             "step:1 - actor/pg_loss:0.1",
