@@ -2,6 +2,8 @@
 """Write a tiny, randomly initialised Qwen2-shaped causal LM plus a locally trained tokenizer.
 
     python make_tiny_model.py OUT_DIR [--text-from DIR] [--vocab-size 512] [--seed 0]
+                              [--vllm | --hidden-size 64 --heads 4 --kv-heads 2 --layers 2
+                               --intermediate-size 128]
 
 OUT_DIR receives config.json, generation_config.json, model.safetensors, tokenizer.json,
 tokenizer_config.json (and whatever else the installed transformers writes for a fast
@@ -18,6 +20,11 @@ The model is Qwen2 (hidden 64, 2 layers, 4 heads, 2 KV heads, tied embeddings, f
 from torch.manual_seed(seed): same torch/transformers/tokenizers versions -> same bytes. It is
 only a stand-in for a real checkpoint so that verl's training loops can run on CPU; it never
 learns to solve anything.
+
+Its heads are 16 wide, which vLLM's GPU attention kernels refuse (FlashAttention and FlashInfer
+take 64, 128, 256, ...): --vllm makes the same kind of model with hidden 256 and 4 heads of 64
+(2 KV heads, intermediate 512, 2 layers; 1.3 M parameters, 5.2 MB), for a vLLM rollout on a GPU
+(bench/gpu-smoke). The sizes can also be given one by one; the defaults make the CPU model above.
 """
 
 import argparse
@@ -85,7 +92,17 @@ def main():
     ap.add_argument("--text-from", default=DEFAULT_TEXT, help="dir searched for *.parquet with question/answer")
     ap.add_argument("--vocab-size", type=int, default=512)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--hidden-size", type=int, default=64)
+    ap.add_argument("--heads", type=int, default=4, help="attention heads (head width = hidden / heads)")
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--intermediate-size", type=int, default=128)
+    ap.add_argument("--vllm", action="store_true", help="heads vLLM's GPU kernels take: hidden 256, 4 heads of 64")
     args = ap.parse_args()
+    if args.vllm:
+        args.hidden_size, args.heads, args.kv_heads, args.intermediate_size = 256, 4, 2, 512
+    if args.hidden_size % args.heads or args.heads % args.kv_heads:
+        raise SystemExit("--hidden-size must be a multiple of --heads, and --heads of --kv-heads")
 
     import torch
     from transformers import GenerationConfig, PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -124,11 +141,11 @@ def main():
     pad_id = tokenizer.convert_tokens_to_ids("<|endoftext|>")
     config = Qwen2Config(
         vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        hidden_size=args.hidden_size,
+        intermediate_size=args.intermediate_size,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        num_key_value_heads=args.kv_heads,
         max_position_embeddings=512,
         rope_theta=10000.0,
         tie_word_embeddings=True,

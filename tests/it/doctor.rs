@@ -524,3 +524,112 @@ fn doctor_across_three_hosts_names_a_foreign_image_and_a_foreign_shared_director
         assert_eq!(left.trim(), "", "probes left on {h}");
     }
 }
+
+/// What NVIDIA's hook would put in a GPU container, standing in for an R570 driver (CUDA 12.8):
+/// the head of `nvidia-smi -q`, only in a container given the GPUs with the `utility`
+/// capability (the variables dockerd's nvidia device driver sets), as the hook would.
+const NVIDIA_SMI_570: &str = "#!/bin/sh\ncase \"$NVIDIA_VISIBLE_DEVICES/$NVIDIA_DRIVER_CAPABILITIES\" in all/*utility*) ;; *) echo 'NVIDIA-SMI has failed' >&2; exit 9 ;; esac\necho '==============NVSMI LOG=============='\necho 'Driver Version                            : 570.133.20'\necho 'CUDA Version                              : 12.8'\n";
+
+/// `cuda_driver` on an emulated host whose engine has the stand-in NVIDIA hook: the probe asks
+/// for the GPUs and reads `nvidia-smi -q` (here an image's stand-in for an R570 driver), the
+/// image's CUDA comes from its label. CUDA 13.0 on it fails with the driver it needs, 12.4
+/// passes, a simulated-GPU profile has no such check, and an image without nvidia-smi (no
+/// driver: this machine) is unknown, saying so.
+#[test]
+fn cuda_driver_compares_the_images_cuda_with_the_hosts_driver() {
+    let Some(mut ctx) = TestContext::docker() else {
+        return;
+    };
+    let hosts = Hosts::up(
+        &ctx,
+        &["a"],
+        Options {
+            nvidia: true,
+            ..Options::default()
+        },
+    );
+    hosts.load_image("a", IMAGE);
+    let smi = ctx.write("nvidia-smi", NVIDIA_SMI_570);
+    std::fs::set_permissions(&smi, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .expect("chmod");
+    let scratch = format!("{}-cuda", ctx.prefix);
+    hosts.docker_ok("a", &["create", "--name", &scratch, IMAGE, "true"]);
+    let to = format!("{scratch}:/usr/local/bin/nvidia-smi");
+    hosts.docker_ok("a", &["cp", &smi.display().to_string(), &to]);
+    for cuda in ["13.0", "12.4"] {
+        let label = format!("LABEL argus.cuda={cuda}");
+        let tag = format!("argus-test/cuda:{cuda}");
+        hosts.docker_ok("a", &["commit", "--change", &label, &scratch, &tag]);
+    }
+    hosts.docker_ok("a", &["rm", &scratch]);
+    let shared = ctx.path("shared");
+    std::fs::create_dir_all(&shared).expect("shared");
+    let host = hosts.host("a");
+    let cluster = ctx.cluster("cuda");
+    let profile = |image: &str, gpu_mode: &str, file: &str| {
+        let mut p = Profile::small(&cluster)
+            .image(image)
+            .shared(&shared)
+            .worker("gpu_mode", gpu_mode)
+            .yaml(&format!(
+                "hosts: [{{name: a, docker: '{}', address: {}}}]\n",
+                host.unix, host.ip
+            ));
+        if gpu_mode == "nvidia" {
+            p = p.worker("device_ids", "[[0, 1]]");
+        }
+        p.write(&ctx, file)
+    };
+
+    let old_driver = profile("argus-test/cuda:13.0", "nvidia", "cuda13.yaml");
+    let (report, code, _) = doctor(|| ctx.argus().profile(&old_driver), &[]);
+    let c = check(&report, "a", "cuda_driver");
+    assert_eq!(c["status"], "fail", "{report:#}");
+    let seen = c["seen"].as_str().unwrap_or_default();
+    assert!(
+        seen.contains("driver 570.133.20 supports CUDA up to 12.8 (nvidia-smi)")
+            && seen.contains("CUDA 13.0 (label argus.cuda)"),
+        "{seen}"
+    );
+    assert!(
+        c["fix"].as_str().unwrap_or_default().contains("580.65.06"),
+        "{c:#}"
+    );
+    assert_eq!(code, 1, "{report:#}");
+
+    let fits = profile("argus-test/cuda:12.4", "nvidia", "cuda12.yaml");
+    let (report, _, _) = doctor(|| ctx.argus().profile(&fits), &[]);
+    assert_eq!(
+        check(&report, "a", "cuda_driver")["status"],
+        "ok",
+        "{report:#}"
+    );
+
+    let simulated = profile("argus-test/cuda:13.0", "simulated", "sim.yaml");
+    let (report, _, _) = doctor(|| ctx.argus().profile(&simulated), &[]);
+    assert!(
+        checks(&report)
+            .iter()
+            .all(|(_, name, _)| name != "cuda_driver"),
+        "{report:#}"
+    );
+
+    let no_driver = profile(IMAGE, "nvidia", "ray.yaml");
+    let (report, _, _) = doctor(|| ctx.argus().profile(&no_driver), &[]);
+    let c = check(&report, "a", "cuda_driver");
+    assert_eq!(c["status"], "unknown", "{report:#}");
+    assert!(
+        c["seen"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("no NVIDIA driver on this host"),
+        "{c:#}"
+    );
+    assert!(
+        hosts
+            .docker_ok("a", &["ps", "-aq", "--filter", "label=argus.role=probe"])
+            .trim()
+            .is_empty(),
+        "the probes are removed"
+    );
+}

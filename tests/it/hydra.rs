@@ -452,6 +452,109 @@ fn override_verdicts_agree_with_hydra_on_verl_0_8_0() {
     every_key_agrees(&verl, 8);
 }
 
+/// verl 0.9.1's own configs (tests/fixtures/verl-0.9.1-config), the release the GPU image and
+/// JobSpecs run: 0.8.0's tree less the mindspeed entries, plus TransferQueue's section (the V1
+/// trainer's storage, `transfer_queue@transfer_queue`).
+fn verl_0_9_1() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/verl-0.9.1-config")
+}
+
+/// The Hydra overrides `submit --dry-run` writes for a shipped JobSpec (argus's, then the
+/// JobSpec's), with the snapshot `code_id` named: the entrypoint's words after the module.
+fn shipped_command_line(ctx: &TestContext, profile: &Path, job: &str) -> Vec<String> {
+    let out = ctx
+        .argus()
+        .profile(profile)
+        .args(["submit", "--dry-run", "--json"])
+        .args([
+            "--set",
+            "code_id=verl-snapshot-id",
+            "--set",
+            "submission_id=tq1",
+        ])
+        .arg_path(Path::new(&format!("profiles/jobs/{job}.yaml")))
+        .run()
+        .code(0)
+        .json();
+    let entrypoint = out["payload"]["entrypoint"].as_str().expect("entrypoint");
+    let words = shlex::split(entrypoint).expect("shell words");
+    let module = words
+        .iter()
+        .position(|w| w.starts_with("verl.trainer."))
+        .unwrap_or_else(|| panic!("{job}: no verl module in {entrypoint}"));
+    words[module + 1..].to_vec()
+}
+
+#[test]
+fn override_verdicts_agree_with_hydra_on_verl_0_9_1() {
+    let verl = verl_0_9_1();
+    let ppo = cases(&[
+        &["trainer.total_training_steps=3"],
+        &["actor_rollout_ref.rollout.name=vllm"],
+        &["algorithm.adv_estimator=grpo"],
+        &["trainer.save_frq=1"],
+        &["trainer.use_v1=false"],
+        &["critic.optim.lr=1e-5"],
+        &["actor_rollout_ref.actor.fsdp_config.param_offload=true"],
+        &["model_engine=megatron"],
+        &["model_engine=mindspeed"],
+        &["+actor_rollout_ref.model.override_config.attn_implementation=sdpa"],
+        &["actor_rollout_ref.model.override_config.attn_implementation=sdpa"],
+        &["+critic.model.override_config.attn_implementation=sdpa"],
+        // TransferQueue: a section of its own; SimpleStorage declares no node resource.
+        &["transfer_queue.enable=true"],
+        &["transfer_queue.backend.SimpleStorage.num_data_storage_units=2"],
+        &["+transfer_queue.backend.SimpleStorage.required_node_resource=worker_node"],
+        &["transfer_queue.backend.SimpleStorage.required_node_resource=worker_node"],
+        &["++transfer_queue.backend.SimpleStorage.required_node_resource=worker_node"],
+        &["+transfer_queue.enable=true"],
+        &["transfer_queue=transfer_queue"],
+        &["transfer_queue=nope"],
+    ]);
+    let mut mismatches = compare(&verl, "ppo_trainer", &ppo);
+    let sft = cases(&[
+        &["model.use_remove_padding=false"],
+        &["+model.override_config.attn_implementation=sdpa"],
+        &["data.micro_batch_size_per_gpu=4"],
+        &["trainer.device=cpu"],
+        &["data.nope=1"],
+    ]);
+    mismatches.extend(compare(&verl, "sft_trainer_engine", &sft));
+    // The shipped GPU JobSpecs' whole command lines, as argus writes them: Hydra composes
+    // each (no refusal), and argus says the same.
+    let (ctx, profile) = dry_run_ctx("hydra091");
+    ctx.argus()
+        .profile(&profile)
+        .args(["snapshot", "--code-id", "verl-snapshot-id"])
+        .arg_path(&verl)
+        .run()
+        .code(0);
+    for (job, config) in [
+        ("ppo", "ppo_trainer"),
+        ("grpo", "ppo_trainer"),
+        ("sft", "sft_trainer_engine"),
+    ] {
+        let line = shipped_command_line(&ctx, &profile, job);
+        assert!(
+            line.iter()
+                .any(|w| w.starts_with("+transfer_queue.") || job == "sft"),
+            "{job}: {line:?}"
+        );
+        let hydra = python_json(
+            HYDRA_VERDICTS,
+            &json!({"dir": verl.join(CONFIG_DIR), "name": config, "cases": [line.clone()]}),
+        );
+        assert_eq!(hydra[0][0], "accept", "{job}: Hydra: {}", hydra[0][1]);
+        mismatches.extend(compare(&verl, config, &[line]));
+    }
+    assert!(
+        mismatches.is_empty(),
+        "argus and Hydra disagree on verl 0.9.1:\n{}",
+        mismatches.join("\n")
+    );
+    every_key_agrees(&verl, 8);
+}
+
 /// verl's own configs (`ARGUS_TEST_VERL=<verl checkout>`): every key of the composed PPO
 /// config set, added, force-added and deleted; and a typo of each.
 #[test]

@@ -736,3 +736,110 @@ fn a_host_slow_to_run_the_interface_probe_does_not_fail_up() {
         "the probe container is removed"
     );
 }
+
+/// What a Ray task holding one GPU sees on every GPU node: `GPU <hostname> <GPUs> <ids>`.
+const GPU_PROBE: &str = r#"
+import os, socket, ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+ray.init(address="auto")
+
+@ray.remote(num_gpus=1)
+def devices():
+    return socket.gethostname(), os.environ.get("NVIDIA_VISIBLE_DEVICES", "unset")
+
+for n in ray.nodes():
+    if n["Alive"] and n["Resources"].get("GPU", 0) >= 1:
+        strategy = NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+        host, ids = ray.get(devices.options(scheduling_strategy=strategy).remote())
+        print("GPU", host, int(n["Resources"]["GPU"]), ids, flush=True)
+"#;
+
+/// The shipped `profiles/h20-8gpu.yaml` as it is (two NVIDIA workers of 4 GPUs pinned to
+/// device ids 0-3 and 4-7, a bridge network), with only what this machine cannot give
+/// changed: its engine (an emulated host whose dockerd has the stand-in NVIDIA hook), the
+/// shared path, the image (the Ray image, not the 10 GB GPU one: the devices are Docker's
+/// part), CPUs and memory. `argus up` makes it, and a Ray task on each worker sees exactly
+/// that worker's device ids, as NVIDIA's hook would get them.
+#[test]
+fn the_h20_profile_gives_each_worker_exactly_its_device_ids() {
+    let Some(mut ctx) = TestContext::docker() else {
+        return;
+    };
+    let hosts = Hosts::up(
+        &ctx,
+        &["a"],
+        Options {
+            nvidia: true,
+            ..Options::default()
+        },
+    );
+    let cluster = ctx.cluster("h20");
+    let shared = ctx.path("shared");
+    std::fs::create_dir_all(&shared).expect("shared");
+    let text = std::fs::read_to_string("profiles/h20-8gpu.yaml").expect("h20 profile");
+    let mut p: serde_yaml::Value = serde_yaml::from_str(&text).expect("yaml");
+    let workers = &p["workers"][0];
+    assert_eq!(workers["gpu_mode"].as_str(), Some("nvidia"));
+    assert_eq!(workers["count"].as_u64(), Some(2));
+    let shipped_ids: Vec<Vec<u64>> =
+        serde_yaml::from_value(workers["device_ids"].clone()).expect("device_ids");
+    assert_eq!(shipped_ids, [vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
+    let set = |v: &mut serde_yaml::Value, key: &str, value: serde_yaml::Value| {
+        v.as_mapping_mut()
+            .expect("a mapping")
+            .insert(key.into(), value);
+    };
+    let host = hosts.host("a");
+    set(&mut p, "name", cluster.clone().into());
+    set(&mut p, "image", IMAGE.into());
+    let endpoint: serde_yaml::Value = serde_yaml::from_str(&format!(
+        "[{{name: a, docker: '{}', address: {}}}]",
+        host.unix, host.ip
+    ))
+    .expect("hosts");
+    set(&mut p, "hosts", endpoint);
+    set(
+        &mut p["shared"],
+        "host_path",
+        shared.display().to_string().into(),
+    );
+    let fit = |node: &mut serde_yaml::Value| {
+        set(node, "cpus", 1.into());
+        set(node, "memory", "3g".into());
+        set(node, "shm_size", "512m".into());
+        set(node, "object_store_memory", "256m".into());
+    };
+    fit(&mut p["head"]);
+    fit(&mut p["workers"][0]);
+    let profile = ctx.write(
+        "h20.yaml",
+        &serde_yaml::to_string(&p).expect("profile yaml"),
+    );
+    ctx.argus()
+        .profile(&profile)
+        .args(["up", "--timeout", "300"])
+        .run()
+        .code(0);
+    let head = format!("{cluster}-head");
+    let out = hosts.docker_ok(
+        "a",
+        &["exec", &head, "/opt/ray/bin/python3", "-c", GPU_PROBE],
+    );
+    let seen: BTreeMap<String, (u64, String)> = out
+        .lines()
+        .filter_map(|l| {
+            let mut w = l.strip_prefix("GPU ")?.split_whitespace();
+            let host = w.next()?.to_string();
+            let gpus = w.next()?.parse().ok()?;
+            Some((host, (gpus, w.next()?.to_string())))
+        })
+        .collect();
+    let mut want = BTreeMap::new();
+    for (i, ids) in ["0,1,2,3", "4,5,6,7"].iter().enumerate() {
+        let name = format!("{cluster}-gpu-{i}");
+        let hostname = hosts.docker_ok("a", &["inspect", "-f", "{{.Config.Hostname}}", &name]);
+        want.insert(hostname.trim().to_string(), (4, ids.to_string()));
+    }
+    assert_eq!(seen, want, "{out}");
+    ctx.argus().profile(&profile).args(["down"]).run().code(0);
+}

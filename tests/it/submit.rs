@@ -17,37 +17,26 @@ fn profile_at(ctx: &mut TestContext, port: u16, workers: u32) -> (String, PathBu
     (name, shared, profile)
 }
 
-/// A snapshot carrying verl-shaped configs (the keys the example jobspecs use).
-fn verl_shaped_snapshot(ctx: &TestContext, profile: &Path) {
-    let src = ctx.path("verl-src");
-    let config = src.join("verl/trainer/config");
-    std::fs::create_dir_all(config.join("model")).expect("mkdir");
-    std::fs::create_dir_all(config.join("optim")).expect("mkdir");
-    std::fs::write(
-        config.join("ppo_trainer.yaml"),
-        "data:\n  train_files: x\n  val_files: x\n  train_batch_size: 1\n  max_prompt_length: 1\n  max_response_length: 1\nactor_rollout_ref:\n  model:\n    path: x\n  actor:\n    optim:\n      lr: 1\n    ppo_mini_batch_size: 1\n    use_kl_loss: false\n    kl_loss_coef: 0\n  rollout:\n    name: x\n    n: 1\n    gpu_memory_utilization: 0.5\n    tensor_model_parallel_size: 1\ncritic:\n  model:\n    path: x\n  optim:\n    lr: 1\nalgorithm:\n  adv_estimator: gae\ntrainer:\n  nnodes: 1\n  n_gpus_per_node: 1\n  total_training_steps: null\n  save_freq: 1\n  test_freq: 1\n  default_local_dir: x\n  logger: [console]\n  project_name: x\n  experiment_name: x\n",
-    )
-    .expect("write");
-    std::fs::write(
-        config.join("sft_trainer_engine.yaml"),
-        "defaults:\n  - model@model: hf_model\n  - optim@optim: fsdp\n  - _self_\ndata:\n  train_files: x\n  val_files: x\n  messages_key: messages\n  micro_batch_size_per_gpu: 1\ntrainer:\n  device: cuda\n  nnodes: 1\n  n_gpus_per_node: 1\n  total_training_steps: 1\n  save_freq: 1\n  default_local_dir: x\n  logger: console\n",
-    )
-    .expect("write");
-    std::fs::write(config.join("model/hf_model.yaml"), "path: x\n").expect("write");
-    std::fs::write(config.join("optim/fsdp.yaml"), "lr: 1\n").expect("write");
+/// verl 0.9.1's configs (tests/fixtures/verl-0.9.1-config), the release the example
+/// JobSpecs run, as the snapshot `verl-snapshot-id` they are pointed at with
+/// [`AT_SNAPSHOT`] (their `code.source` is snapshotted by `argus run`).
+fn verl_snapshot(ctx: &TestContext, profile: &Path) {
     ctx.argus()
         .profile(profile)
         .args(["snapshot", "--code-id", "verl-snapshot-id"])
-        .arg_path(&src)
+        .arg_path(Path::new("tests/fixtures/verl-0.9.1-config"))
         .run()
         .code(0);
 }
+
+/// `--set` that points an example JobSpec at [`verl_snapshot`].
+const AT_SNAPSHOT: [&str; 2] = ["--set", "code_id=verl-snapshot-id"];
 
 #[test]
 fn dry_run_payloads_of_the_example_jobspecs() {
     let mut ctx = TestContext::new("dryrun");
     let (_name, _shared, profile) = profile_at(&mut ctx, 8265, 1);
-    verl_shaped_snapshot(&ctx, &profile);
+    verl_snapshot(&ctx, &profile);
     for job in ["ppo", "grpo", "sft"] {
         let run = ctx
             .argus()
@@ -59,6 +48,7 @@ fn dry_run_payloads_of_the_example_jobspecs() {
                 "--set",
                 "submission_id=snap-test",
             ])
+            .args(AT_SNAPSHOT)
             .arg_path(Path::new(&format!("profiles/jobs/{job}.yaml")))
             .run()
             .code(0);
@@ -115,7 +105,7 @@ fn quoting_edge_cases_reach_the_command_line_intact() {
 fn override_typos_are_caught_with_a_suggestion_and_new_keys_pass() {
     let mut ctx = TestContext::new("ovcheck");
     let (_name, _shared, profile) = profile_at(&mut ctx, 8265, 1);
-    verl_shaped_snapshot(&ctx, &profile);
+    verl_snapshot(&ctx, &profile);
     ctx.argus()
         .profile(&profile)
         .args([
@@ -124,6 +114,7 @@ fn override_typos_are_caught_with_a_suggestion_and_new_keys_pass() {
             "--set",
             "overrides.trainer.save_frq=5",
         ])
+        .args(AT_SNAPSHOT)
         .arg_path(Path::new("profiles/jobs/ppo.yaml"))
         .run()
         .code(2)
@@ -132,6 +123,7 @@ fn override_typos_are_caught_with_a_suggestion_and_new_keys_pass() {
     ctx.argus()
         .profile(&profile)
         .args(["submit", "--dry-run", "--set", "overrides.+new.option=1"])
+        .args(AT_SNAPSHOT)
         .arg_path(Path::new("profiles/jobs/ppo.yaml"))
         .run()
         .code(0)
@@ -145,6 +137,7 @@ fn override_typos_are_caught_with_a_suggestion_and_new_keys_pass() {
             "--set",
             "overrides.trainer.save_frq=5",
         ])
+        .args(AT_SNAPSHOT)
         .arg_path(Path::new("profiles/jobs/ppo.yaml"))
         .run()
         .code(0);

@@ -674,47 +674,51 @@ for host, offline, path in ray.get([load.options(scheduling_strategy=pin(n)).rem
     }
 }
 
-#[test]
-fn the_shipped_jobspecs_are_checked_against_verl_0_8_0s_own_configs() {
-    let mut ctx = TestContext::new("verlcfg");
+/// A verl release's Hydra configs (`tests/fixtures/verl-<version>-config`, from its wheel) as
+/// the snapshot `verl-snapshot-id`, under a profile of its own.
+fn snapshot_of(ctx: &mut TestContext, fixture: &str) -> PathBuf {
     let name = ctx.cluster("c");
     let shared = ctx.path("shared");
     let profile = ctx.write(
         "p.yaml",
         &crate::harness::test_profile(&name, &shared, 8265, 1, ""),
     );
-    // verl 0.8.0's Hydra configs (tests/fixtures/verl-0.8.0-config, from its wheel) as the
-    // snapshot the GPU JobSpecs name.
     ctx.argus()
         .profile(&profile)
         .args(["snapshot", "--code-id", "verl-snapshot-id"])
-        .arg_path(Path::new("tests/fixtures/verl-0.8.0-config"))
+        .arg_path(Path::new(fixture))
         .run()
         .code(0);
-    for job in ["ppo", "grpo", "sft"] {
-        let out = ctx
-            .argus()
-            .profile(&profile)
-            .args(["submit", "--dry-run", "--json"])
-            .arg_path(Path::new(&format!("profiles/jobs/{job}.yaml")))
-            .run()
-            .code(0)
-            .json();
-        assert!(
-            out["checked_overrides_against"]
-                .as_str()
-                .is_some_and(|s| s.contains("verl-snapshot-id")),
-            "{job}: {out:#}"
-        );
-        assert!(
-            out["notes"]
-                .as_array()
-                .is_none_or(|n| n.iter().all(|n| !n.to_string().contains("not checked"))),
-            "{job}: {out:#}"
-        );
-    }
-    // The CPU JobSpecs' overrides, as the same check judges them (with the snapshot named).
-    for job in ["verl-grpo-cpu", "verl-sft-cpu"] {
+    profile
+}
+
+#[test]
+fn the_shipped_cpu_jobspecs_are_checked_against_their_releases_own_configs() {
+    // 0.9.1's JobSpecs against 0.9.1's configs, then 0.8.0's against 0.8.0's (the check of a
+    // key 0.8.0 does not have runs on the last).
+    let mut ctx = TestContext::new("verlcfg091");
+    let profile = snapshot_of(&mut ctx, "tests/fixtures/verl-0.9.1-config");
+    cpu_jobspecs_pass(&ctx, &profile, &["verl-grpo-cpu", "verl-sft-cpu"]);
+    let mut ctx = TestContext::new("verlcfg");
+    let profile = snapshot_of(&mut ctx, "tests/fixtures/verl-0.8.0-config");
+    cpu_jobspecs_pass(&ctx, &profile, &["verl-grpo-cpu-0.8.0"]);
+    // A key verl 0.8.0 does not have: refused before anything is sent, with the fix.
+    let bad = ctx.write(
+        "bad.yaml",
+        "workload: grpo\ncode_id: verl-snapshot-id\noverrides:\n  trainer.save_frq: 1\n",
+    );
+    ctx.argus()
+        .profile(&profile)
+        .args(["submit", "--dry-run"])
+        .arg_path(&bad)
+        .run()
+        .code(2)
+        .stderr_has("trainer.save_freq");
+}
+
+/// The CPU JobSpecs' overrides, as the check judges them with the snapshot named.
+fn cpu_jobspecs_pass(ctx: &TestContext, profile: &Path, jobs: &[&str]) {
+    for job in jobs {
         let text = std::fs::read_to_string(format!("profiles/jobs/{job}.yaml"))
             .expect("jobspec")
             .lines()
@@ -731,7 +735,7 @@ fn the_shipped_jobspecs_are_checked_against_verl_0_8_0s_own_configs() {
         );
         let out = ctx
             .argus()
-            .profile(&profile)
+            .profile(profile)
             .args(["submit", "--dry-run", "--json"])
             .arg_path(&spec)
             .run()
@@ -742,18 +746,70 @@ fn the_shipped_jobspecs_are_checked_against_verl_0_8_0s_own_configs() {
             "{job}: {out:#}"
         );
     }
-    // A key verl 0.8.0 does not have: refused before anything is sent, with the fix.
-    let bad = ctx.write(
-        "bad.yaml",
-        "workload: grpo\ncode_id: verl-snapshot-id\noverrides:\n  trainer.save_frq: 1\n",
-    );
-    ctx.argus()
-        .profile(&profile)
-        .args(["submit", "--dry-run"])
-        .arg_path(&bad)
-        .run()
-        .code(2)
-        .stderr_has("trainer.save_freq");
+}
+
+/// The GPU JobSpecs run verl 0.9.1 (`code.source: pypi:verl==0.9.1`): with that release's
+/// configs as their snapshot (`--set code_id`, as after `argus snapshot`), every override is
+/// checked and none is refused, and what the image without flash-attn needs and the V1
+/// trainer's TransferQueue placement are in the command line.
+#[test]
+fn the_shipped_gpu_jobspecs_are_checked_against_verl_0_9_1s_own_configs() {
+    let mut ctx = TestContext::new("verlcfg091");
+    let profile = snapshot_of(&mut ctx, "tests/fixtures/verl-0.9.1-config");
+    for job in ["ppo", "grpo", "sft"] {
+        let spec = PathBuf::from(format!("profiles/jobs/{job}.yaml"));
+        let text = std::fs::read_to_string(&spec).expect("jobspec");
+        assert!(text.contains("source: pypi:verl==0.9.1"), "{job}");
+        // `submit` needs the snapshot `argus run` would make.
+        ctx.argus()
+            .profile(&profile)
+            .args(["submit", "--dry-run"])
+            .arg_path(&spec)
+            .run()
+            .code(2)
+            .stderr_has("code.source is snapshotted by `argus run`");
+        let out = ctx
+            .argus()
+            .profile(&profile)
+            .args([
+                "submit",
+                "--dry-run",
+                "--json",
+                "--set",
+                "code_id=verl-snapshot-id",
+            ])
+            .arg_path(&spec)
+            .run()
+            .code(0)
+            .json();
+        assert!(
+            out["checked_overrides_against"]
+                .as_str()
+                .is_some_and(|s| s.contains("verl-snapshot-id")),
+            "{job}: {out:#}"
+        );
+        assert!(
+            out["notes"]
+                .as_array()
+                .is_none_or(|n| n.iter().all(|n| !n.to_string().contains("not checked"))),
+            "{job}: {out:#}"
+        );
+        let entrypoint = out["payload"]["entrypoint"].as_str().unwrap_or_default();
+        for needed in [
+            "use_remove_padding=",
+            "override_config.attn_implementation=sdpa",
+        ] {
+            assert!(entrypoint.contains(needed), "{job}: {entrypoint}");
+        }
+        if job != "sft" {
+            for needed in [
+                "actor_rollout_ref.rollout.name=vllm",
+                "+transfer_queue.backend.SimpleStorage.required_node_resource=worker_node",
+            ] {
+                assert!(entrypoint.contains(needed), "{job}: {entrypoint}");
+            }
+        }
+    }
 }
 
 #[test]

@@ -7,6 +7,7 @@
 
 pub mod clock;
 pub mod collective;
+mod cuda;
 mod disk;
 mod engine;
 mod gpus;
@@ -282,9 +283,15 @@ async fn host_report(
     ];
     let probing = probe_host(cx, facts.info());
     let network = network::host_checks(cx.loaded, cx.plan, cx.plan_clash, cx.engine, cx.image_id);
-    match tokio::time::timeout(PROBE_DEADLINE, async { tokio::join!(probing, network) }).await {
-        Ok((outcome, network)) => {
+    let cuda = cuda::check(cx);
+    match tokio::time::timeout(PROBE_DEADLINE, async {
+        tokio::join!(probing, network, cuda)
+    })
+    .await
+    {
+        Ok((outcome, network, cuda)) => {
             checks.extend(probe_checks(cx, facts.info(), outcome.as_ref(), false));
+            checks.extend(cuda);
             checks.extend(network);
         }
         Err(_) => {

@@ -21,8 +21,8 @@ pub enum Status {
 /// One check on one host.
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {
-    /// Short, stable, for scripts: `engine`, `gpu_runtime`, `gpus`, `shm`, `memlock`,
-    /// `disk_shared`, `disk_engine`, `ports`, `clock`, `image`, `shared_storage`,
+    /// Short, stable, for scripts: `engine`, `gpu_runtime`, `gpus`, `cuda_driver`, `shm`,
+    /// `memlock`, `disk_shared`, `disk_engine`, `ports`, `clock`, `image`, `shared_storage`,
     /// `head_route`, `collective_iface`, `model_cache`, `dataset_cache`, ...
     pub name: &'static str,
     pub status: Status,
@@ -45,6 +45,7 @@ pub const NAMES: &[&str] = &[
     "engine",
     "gpu_runtime",
     "gpus",
+    "cuda_driver",
     "shm",
     "memlock",
     "disk_shared",
