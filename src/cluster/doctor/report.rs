@@ -22,7 +22,7 @@ pub enum Status {
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {
     /// Short, stable, for scripts: `engine`, `gpu_runtime`, `gpus`, `shm`, `memlock`,
-    /// `disk_shared`, `disk_engine`, `ports`, `clock`, `image`, `shared_storage`,
+    /// `disk_shared`, `disk_engine`, `ports`, `clock`, `image`, `image_tools`, `shared_storage`,
     /// `head_route`, `collective_iface`, `model_cache`, `dataset_cache`, ...
     pub name: &'static str,
     pub status: Status,
@@ -52,6 +52,7 @@ pub const NAMES: &[&str] = &[
     "ports",
     "clock",
     "image",
+    "image_tools",
     "shared_storage",
     "head_route",
     "collective_iface",
