@@ -92,7 +92,8 @@ fn made_by(prefix: &str) -> String {
 }
 
 #[test]
-fn an_image_without_ray_or_a_shell_is_named_by_doctor_and_refused_by_up_before_anything_is_made() {
+fn an_image_without_ray_or_a_shell_or_token_auth_is_named_by_doctor_and_refused_by_up_before_anything_is_made()
+ {
     let Some(mut ctx) = TestContext::docker_engine() else {
         return;
     };
@@ -139,6 +140,27 @@ fn an_image_without_ray_or_a_shell_is_named_by_doctor_and_refused_by_up_before_a
         assert_eq!(made_by(&ctx.prefix), "", "up made something");
         assert!(!shared.exists(), "up wrote to the shared storage");
     }
+
+    // Token auth on an image without argus's label: the Ray version read in the image
+    // (2.51.1, before token auth) refuses it as argus's own tag would.
+    let image = system_image("ray");
+    let name = ctx.cluster("t");
+    let profile = Profile::small(&name)
+        .image(&image)
+        .shared(&shared)
+        .port(free_port())
+        .ray("auth", "token")
+        .write(&ctx, "token.yaml");
+    ctx.argus()
+        .env("XDG_CONFIG_HOME", ctx.path("config"))
+        .profile(&profile)
+        .args(["up"])
+        .run()
+        .code(2)
+        .stderr_has(&format!(
+            "image {image} has Ray 2.51.1, which has no token auth"
+        ));
+    assert_eq!(made_by(&ctx.prefix), "", "up made something");
 }
 
 /// A JobSpec for `argus submit`: the quickstart's code (snapshotted here) or a module that
