@@ -34,9 +34,15 @@ pub(crate) fn system_image(which: &str) -> String {
     tag
 }
 
-/// An image with no shell at all: one file, imported (a few bytes; the same id every time).
+/// An image with no shell at all: one file, imported once (a few bytes) and then reused.
 fn image_without_a_shell(ctx: &TestContext) -> String {
     let tag = "argus-test/no-shell:1".to_string();
+    if !docker(&["image", "inspect", "--format", "{{.Id}}", &tag])
+        .trim()
+        .is_empty()
+    {
+        return tag;
+    }
     let root = ctx.path("no-shell");
     std::fs::create_dir_all(&root).expect("mkdir");
     std::fs::write(root.join("README"), "an image with no /bin/sh\n").expect("write");
