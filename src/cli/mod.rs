@@ -112,7 +112,9 @@ pub enum Commands {
     /// against device_ids; /dev/shm and memlock each node container gets against what Ray's
     /// object store and NCCL need; free disk on the shared storage and the engine's data
     /// root; its clock against this machine's; the profile image's id, the same on every
-    /// host; the shared storage, the same on every host (a file written on the head's host
+    /// host, and what argus runs in it (/bin/sh, python3, ray and mkdir on its PATH, the
+    /// ray package where that python3 imports from: `up` refuses an image without them);
+    /// the shared storage, the same on every host (a file written on the head's host
     /// read back on the others); the ports of each node's block and the network to the
     /// head. With a JOBSPEC, also its model and datasets complete in the shared storage's
     /// HF cache and datasets directory (nothing is downloaded).

@@ -78,6 +78,11 @@ pub enum Error {
         "image {image} has Ray {version}, which has no token auth (ray.auth: token): the cluster would start open to anyone"
     )]
     NoTokenAuth { image: String, version: String },
+    #[error("image {image} lacks what argus runs in it: {}", doctor::image_tools::list(.missing))]
+    ImageLacks {
+        image: String,
+        missing: Vec<doctor::image_tools::Missing>,
+    },
     #[error("refusing to dial {endpoint}: {detail}")]
     SshHostKey { endpoint: String, detail: String },
     #[error("cannot learn which interface host {host} reaches the head through: {detail}")]
@@ -135,6 +140,7 @@ impl Classify for Error {
             | Error::SshHostKey { .. } => Exit::Unreachable,
             Error::BadEndpoint(_)
             | Error::NoTokenAuth { .. }
+            | Error::ImageLacks { .. }
             | Error::TokenNotFound { .. }
             | Error::TokenFile { .. } => Exit::Usage,
             Error::TokenIo { .. } => Exit::Failed,
@@ -169,6 +175,10 @@ impl Classify for Error {
             Error::RouteProbe { .. } => Some("argus runs a short-lived container of the cluster's image with host networking on each host to find the interface NCCL and Gloo must use; see that it runs there, or set NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME in the profile's env (then argus does not probe)".into()),
             Error::SharedStorageDiffers { .. } => Some("mount the same storage (e.g. the NFS export) at shared.host_path on every host, or use shared.nfs so that Docker mounts it everywhere".into()),
             Error::Preflight(findings) => Some(doctor::findings_fix(findings)),
+            Error::ImageLacks { image, .. } => Some(format!(
+                "{}; nothing was created (what argus needs from an image: README, \"What argus needs from an image\")",
+                doctor::image_tools::fix(image)
+            )),
             Error::NotReady { .. } => Some("`argus status` shows the containers and nodes; `docker logs <container>` shows Ray's output".into()),
             Error::Lock(e) => e.hint(),
             Error::Tunnel(e) => e.hint(),

@@ -189,16 +189,7 @@ pub async fn stage(
 
     // As `argus run` does it: inputs prepared, code snapshotted (the JobSpec then names it).
     crate::inputs::prepare_all(loaded, &mut job, reporter).await?;
-    crate::cluster::image::ensure_built(p.docker.host.as_deref(), &p.image, reporter).await?;
-    let docker = crate::cluster::docker::connect(p.docker.host.as_deref()).await?;
-    let image_id = crate::cluster::node::image_id(&docker, &p.image)
-        .await
-        .ok_or_else(|| Error::Invalid(format!("image {} is not on this host's engine", p.image)))?;
-    let save =
-        async |path: &Path| crate::cluster::node::save_archive(&docker, &p.image, path).await;
-    if let Some(archive) = archive_image(&layout, &image_id, save).await? {
-        reporter.note(&format!("image archived at {}", archive.display()));
-    }
+    let image_id = image_for_nodes(p, &layout, reporter).await?;
 
     let files = RunFiles::create(&layout, &run_id).map_err(|source| Error::Io {
         path: files.path(),
@@ -247,6 +238,29 @@ pub async fn stage(
         submitted,
         env,
     })
+}
+
+/// The profile's image for the nodes: built when it is argus's own and absent, checked for
+/// what argus runs in it (a node would find out only once allocated), archived on the
+/// shared storage for the nodes to load. Its id.
+async fn image_for_nodes(
+    p: &crate::config::profile::Profile,
+    layout: &crate::config::Layout,
+    reporter: &dyn Reporter,
+) -> Result<String, Error> {
+    crate::cluster::image::ensure_built(p.docker.host.as_deref(), &p.image, reporter).await?;
+    let docker = crate::cluster::docker::connect(p.docker.host.as_deref()).await?;
+    let image_id = crate::cluster::node::image_id(&docker, &p.image)
+        .await
+        .ok_or_else(|| Error::Invalid(format!("image {} is not on this host's engine", p.image)))?;
+    crate::cluster::doctor::image_tools::require(&docker, &p.name, &p.image, &image_id, reporter)
+        .await?;
+    let save =
+        async |path: &Path| crate::cluster::node::save_archive(&docker, &p.image, path).await;
+    if let Some(archive) = archive_image(layout, &image_id, save).await? {
+        reporter.note(&format!("image archived at {}", archive.display()));
+    }
+    Ok(image_id)
 }
 
 /// Archives image `image_id` as `<shared>/common/images/<hex>.tar` unless an archive of it

@@ -11,6 +11,7 @@ mod doctor;
 mod doctor_net;
 mod export;
 mod export_job;
+mod foreign_image;
 mod harness;
 mod health;
 mod hostile_cli;

@@ -12,6 +12,8 @@ use serde_json::Value;
 use crate::harness::{Run, TestContext, entry_names, free_port};
 use crate::hub::{CountingRelay, Olah, git_repo};
 
+mod system_python;
+
 /// Builds the verl image once per test binary (argus reuses it when its inputs are unchanged).
 pub(crate) fn ensure_verl_image() {
     static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();

@@ -12,6 +12,7 @@ mod disk;
 mod engine;
 mod gpus;
 mod image;
+pub mod image_tools;
 pub mod netprobe;
 pub mod network;
 pub mod ports;
@@ -284,12 +285,14 @@ async fn host_report(
     let probing = probe_host(cx, facts.info());
     let network = network::host_checks(cx.loaded, cx.plan, cx.plan_clash, cx.engine, cx.image_id);
     let cuda = cuda::check(cx);
+    let tools = tools_check(cx);
     match tokio::time::timeout(PROBE_DEADLINE, async {
-        tokio::join!(probing, network, cuda)
+        tokio::join!(probing, network, cuda, tools)
     })
     .await
     {
-        Ok((outcome, network, cuda)) => {
+        Ok((outcome, network, cuda, tools)) => {
+            checks.push(tools);
             checks.extend(probe_checks(cx, facts.info(), outcome.as_ref(), false));
             checks.extend(cuda);
             checks.extend(network);
@@ -312,6 +315,20 @@ async fn host_report(
         host: cx.host.to_string(),
         checks,
     }
+}
+
+/// `image_tools` of one host: what argus runs in the image is there.
+async fn tools_check(cx: &HostContext<'_>) -> Check {
+    let image = &cx.loaded.profile.image;
+    let seen = match cx.image_id {
+        Some(id) => {
+            image_tools::inspect(&cx.engine.docker, &cx.plan.cluster, id, cx.deadline).await
+        }
+        None => Err(format!(
+            "{image} is not on this host, and the probe runs it"
+        )),
+    };
+    image_tools::check(image, &seen)
 }
 
 /// The probe of one host (None: the image is not there to run it).

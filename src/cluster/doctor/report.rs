@@ -22,7 +22,8 @@ pub enum Status {
 #[derive(Debug, Clone, Serialize)]
 pub struct Check {
     /// Short, stable, for scripts: `engine`, `gpu_runtime`, `gpus`, `cuda_driver`, `shm`,
-    /// `memlock`, `disk_shared`, `disk_engine`, `ports`, `clock`, `image`, `shared_storage`,
+    /// `memlock`, `disk_shared`, `disk_engine`, `ports`, `clock`, `image`, `image_tools`,
+    /// `shared_storage`,
     /// `head_route`, `collective_iface`, `model_cache`, `dataset_cache`, ...
     pub name: &'static str,
     pub status: Status,
@@ -53,6 +54,7 @@ pub const NAMES: &[&str] = &[
     "ports",
     "clock",
     "image",
+    "image_tools",
     "shared_storage",
     "head_route",
     "collective_iface",

@@ -17,6 +17,7 @@ use futures_util::future::try_join_all;
 use serde::Serialize;
 
 use super::docker::{self, docker_err, is_not_found};
+use super::doctor::image_tools;
 use super::hosts::{self, Engine};
 use super::plan::{self, ClusterPlan, ContainerPlan, PlanInputs, Role, SharedMount};
 use super::{Error, access, image};
@@ -125,8 +126,9 @@ pub async fn up(
     let engines = hosts::connect_every(loaded).await?;
     hosts::check_distinct(&engines).await?;
     let (image_id, images) = image_on_hosts(loaded, &engines, options.dry_run, reporter).await?;
+    let tools = image_tools(loaded, &engines, &image_id, options.dry_run, reporter).await?;
     let image_done = started.elapsed().as_secs_f64();
-    check_token_auth(loaded, &engines, &image_id).await?;
+    check_token_auth(loaded, &engines, &image_id, tools.as_ref()).await?;
     let plan = plan_cluster(loaded, &engines, &image_id, &token, options.dry_run).await?;
     // A dry run only looks; anything that may act holds the cluster's lock from here.
     let _lock = if options.dry_run {
@@ -340,13 +342,35 @@ async fn image_on_hosts(
     Ok((distribution.image_id.clone(), Some(distribution)))
 }
 
+/// What argus runs in the image is there (`doctor::image_tools`), before anything is made.
+/// The image is the same id on every host by now: the head's host answers for all. A dry
+/// run, which starts no container, does not probe.
+async fn image_tools(
+    loaded: &LoadedProfile,
+    engines: &[Engine],
+    image_id: &str,
+    dry_run: bool,
+    reporter: &dyn Reporter,
+) -> Result<Option<image_tools::Tools>, Error> {
+    let engine = hosts::engine(engines, loaded.profile.head_host()).or(engines.first());
+    match engine {
+        Some(engine) if !dry_run => {
+            let p = &loaded.profile;
+            image_tools::require(&engine.docker, &p.name, &p.image, image_id, reporter).await
+        }
+        _ => Ok(None),
+    }
+}
+
 /// `ray.auth: token` with an image whose Ray has no token auth would start a cluster open
 /// to anyone: refused before anything starts. The profile check reads argus's own tags;
-/// this one reads the version argus's images carry as a label, whatever their name.
+/// this one reads the version argus's images carry as a label, whatever their name, else
+/// the one `image_tools` read in the image (any image with Ray installed by pip).
 async fn check_token_auth(
     loaded: &LoadedProfile,
     engines: &[Engine],
     image_id: &str,
+    tools: Option<&image_tools::Tools>,
 ) -> Result<(), Error> {
     if loaded.profile.ray.auth != crate::config::profile::AuthMode::Token || image_id.is_empty() {
         return Ok(());
@@ -360,7 +384,8 @@ async fn check_token_auth(
     let version = info
         .config
         .and_then(|c| c.labels)
-        .and_then(|l| l.get(image::LABEL_RAY_VERSION).cloned());
+        .and_then(|l| l.get(image::LABEL_RAY_VERSION).cloned())
+        .or_else(|| tools.and_then(|t| t.ray_version.clone()));
     if let Some(version) = version
         && crate::config::profile::token_auth_supported(&version) == Some(false)
     {
