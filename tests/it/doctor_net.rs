@@ -13,7 +13,7 @@ use crate::harness::{Profile, TestContext, free_port, poll};
 use crate::hosts::{Hosts, Options};
 
 /// The image with torch (`argus image build --verl`).
-const VERL_IMAGE: &str = "argus/verl:0.8.0-cpu";
+const VERL_IMAGE: &str = "argus/verl:0.9.1-cpu";
 
 /// The checks of one section (`host`) of a doctor report: (name, status, seen, fix).
 fn checks(report: &serde_json::Value, host: &str) -> Vec<(String, String, String, String)> {
@@ -331,16 +331,8 @@ fn doctor_collective_measures_the_workers_and_names_a_paused_one() {
     let Some(mut ctx) = TestContext::docker() else {
         return;
     };
-    let present = Command::new("docker")
-        .args(["image", "inspect", VERL_IMAGE])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        present,
-        "{VERL_IMAGE} is not built: argus image build --verl"
-    );
+    // The verl image (torch for the all-reduce), built once by whichever test comes first.
+    crate::verl::ensure_verl_image();
     let cluster = ctx.cluster("col");
     let shared = ctx.path("shared");
     std::fs::create_dir_all(&shared).expect("shared");

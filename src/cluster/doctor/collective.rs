@@ -478,7 +478,7 @@ fn no_torch(outs: &[RankOut]) -> Option<Check> {
             no_torch["error"].as_str().unwrap_or("ImportError")
         ),
         "the collective is torch.distributed's all-reduce, run in the worker containers",
-        "use the verl image (image: argus/verl:0.8.0-cpu, built by `argus image build --verl`), or any image with torch, then `argus up` and doctor --collective again",
+        "use the verl image (image: argus/verl:0.9.1-cpu, built by `argus image build --verl`), or any image with torch, then `argus up` and doctor --collective again",
     ))
 }
 

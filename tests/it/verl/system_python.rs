@@ -7,7 +7,12 @@ use crate::harness::TestContext;
 
 use super::{builtin_profile, verl_step_lines};
 
+/// On demand (`tests/run.sh --run-ignored only -E 'test(system_python)'`): its 8 GB image
+/// and training take 15-20 minutes on this machine kind, which CI's time cannot hold beside
+/// the verl 0.9.1 and 0.8.0 images; the system-Python layout itself is in CI
+/// (`foreign_image`: up, quickstart, diagnose, Slurm on the Ray-only image).
 #[test]
+#[ignore = "real verl on a system-Python image: 8 GB and 15-20 min, run on demand"]
 fn verl_grpo_trains_on_a_system_python_image() {
     let Some(mut ctx) = TestContext::docker_engine() else {
         return;
@@ -15,11 +20,11 @@ fn verl_grpo_trains_on_a_system_python_image() {
     let image = system_image("verl");
     let (profile, shared) = builtin_profile(&mut ctx, "");
     let text = std::fs::read_to_string(&profile).expect("profile");
-    assert!(text.contains("\nimage: argus/verl:0.8.0-cpu\n"), "{text}");
+    assert!(text.contains("\nimage: argus/verl:0.9.1-cpu\n"), "{text}");
     std::fs::write(
         &profile,
         text.replace(
-            "\nimage: argus/verl:0.8.0-cpu\n",
+            "\nimage: argus/verl:0.9.1-cpu\n",
             &format!("\nimage: {image}\n"),
         ),
     )
@@ -31,7 +36,8 @@ fn verl_grpo_trains_on_a_system_python_image() {
         .args([
             "run",
             "--json",
-            "profiles/jobs/verl-grpo-cpu.yaml",
+            // The image holds verl 0.8.0's dependencies (the fixture installs its lock).
+            "profiles/jobs/verl-grpo-cpu-0.8.0.yaml",
             "--set",
             "total_training_steps=2",
             "--set",
