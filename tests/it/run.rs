@@ -610,3 +610,30 @@ fn bad_input_leaves_nothing_under_runs() {
         .stderr_has("a run lock of format 2");
     assert!(!shared.join("runs").exists());
 }
+
+/// A GPU image is never built on the way (about 5 GB): `run` on a profile naming an absent
+/// one stops before anything starts and says the command that builds it.
+#[test]
+fn an_absent_gpu_image_is_named_with_the_command_that_builds_it() {
+    let Some(mut ctx) = TestContext::docker_engine() else {
+        return;
+    };
+    let name = ctx.cluster("c");
+    let shared = ctx.path("shared");
+    let image = "argus/verl:0.9.1-gpu-ray2.59.0";
+    let profile = ctx.write(
+        "p.yaml",
+        &test_profile(&name, &shared, free_port(), 1, "")
+            .replace("image: argus/ray:2.51.1", &format!("image: {image}")),
+    );
+    let quickstart = quickstart_copy(&ctx);
+    ctx.argus()
+        .profile(&profile)
+        .args(["run"])
+        .arg_path(&quickstart)
+        .run()
+        .code(2)
+        .stderr_has(&format!("{image} is absent"))
+        .stderr_has("argus image build --verl --verl-version 0.9.1 --gpu --ray-version 2.59.0");
+    assert!(ctx.cluster_containers(&name).is_empty());
+}
