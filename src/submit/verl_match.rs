@@ -88,11 +88,12 @@ impl std::fmt::Display for Mismatch {
     }
 }
 
-/// What builds an image for `version` (for the hint).
-pub fn fix_for(version: &str) -> String {
+/// What builds an image for `version`, or pins the code to the image's `image_version`
+/// (for the hint).
+fn fix_for(version: &str, image_version: &str) -> String {
     match crate::cluster::image::verl_release(version) {
         Some(_) => format!(
-            "build the image for verl {version} with `argus image build --verl --verl-version {version}` (`--gpu` for GPU hosts) and set `image: argus/verl:{version}-cpu` (or -gpu) in the profile, or pin the code to verl {{image's}} (code.source: pypi:verl==<version>)"
+            "build the image for verl {version} with `argus image build --verl --verl-version {version}` (`--gpu` for GPU hosts) and set `image: argus/verl:{version}-cpu` (or -gpu) in the profile, or pin the code to verl {image_version} (code.source: pypi:verl==<version>)"
         ),
         None => format!(
             "argus has locks for verl {}: build an image for {version} from your own lock (`argus image build --verl --verl-version {version} --lock FILE`), or use a supported release",
@@ -163,7 +164,7 @@ pub fn judge(code: &CodeVerl, image: &ImageVerl) -> Result<Option<String>, Misma
         code: code.version.clone(),
         image: image.image.clone(),
         image_verl: image.version.clone(),
-        fix: fix_for(&code.version).replace("{image's}", &image.version),
+        fix: fix_for(&code.version, &image.version),
     };
     if code.released {
         return Err(mismatch);
